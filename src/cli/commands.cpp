@@ -1,0 +1,53 @@
+#include "cli/commands.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+
+namespace maxctx::cli {
+
+int run_mesh(const Args& args);
+int run_config_doc(const Args& args);
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> table = {
+      {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
+      {"config-doc", "print the documentation of every config key (docs/config.md)",
+       run_config_doc},
+  };
+  return table;
+}
+
+namespace {
+
+void print_help() {
+  std::string text =
+      "maxctx: context-parallel training and inference for Llama-family models\n\n"
+      "usage: maxctx <command> <config.yml> [key=value ...]\n"
+      "       mpirun -np N maxctx <command> <config.yml> [key=value ...]\n\n"
+      "commands:\n";
+  for (const Command& c : commands()) text += fmt::format("  {:<16}{}\n", c.name, c.summary);
+  text += "\nConfig keys are documented in docs/config.md (`maxctx config-doc`).\n";
+  if (log::rank() == 0) std::fputs(text.c_str(), stdout);
+}
+
+}  // namespace
+
+int run_command(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_help();
+    return args.empty() ? 1 : 0;
+  }
+  for (const Command& c : commands()) {
+    if (args[0] == c.name) return c.run(Args(args.begin() + 1, args.end()));
+  }
+  std::string names;
+  for (const Command& c : commands())
+    names += fmt::format("{}{}", names.empty() ? "" : ", ", c.name);
+  fail("unknown command '{}': commands are {} (see maxctx --help)", args[0], names);
+}
+
+}  // namespace maxctx::cli

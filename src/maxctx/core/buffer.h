@@ -1,0 +1,30 @@
+// Owned, zero-initialised, 64-byte-aligned memory: one cache line and one AVX-512 vector, so
+// every tensor starts on a boundary the SIMD kernels and MPI copies like.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace maxctx {
+
+inline constexpr size_t kBufferAlignment = 64;
+
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(size_t bytes);
+
+  std::byte* data() { return data_.get(); }
+  const std::byte* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+ private:
+  struct Free {
+    void operator()(std::byte* p) const;
+  };
+  std::unique_ptr<std::byte[], Free> data_;
+  size_t size_ = 0;
+};
+
+}  // namespace maxctx

@@ -1,0 +1,73 @@
+// Always-on checks and the user-facing error type.
+//
+// Two kinds of failure, never mixed up:
+//  - maxctx::Error: the user gave something wrong (config key, value, file, shape). Library code
+//    throws it where every rank reaches the same verdict; the CLI prints the message once and
+//    every rank exits non-zero. Its message is one line: what was wrong and what is allowed.
+//  - MAXCTX_CHECK*: an invariant the code relies on. A failure prints
+//    `file:line: check failed: <expr> (<values>): <what is allowed>` from the failing rank and
+//    aborts every rank (MPI_Abort), so no rank is left waiting inside a collective.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace maxctx {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Throws maxctx::Error with a formatted one-line message.
+template <typename... Args>
+[[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) {
+  throw Error(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// What a failed MAXCTX_CHECK does with its message. The default prints and aborts every rank;
+// tests install a handler that throws so that they can assert a check fires.
+using CheckHandler = std::function<void(const std::string& message)>;
+void set_check_handler(CheckHandler handler);  // empty handler restores the default
+[[noreturn]] void check_failed(const char* file, int line, const std::string& what);
+
+namespace detail {
+template <typename A, typename B>
+std::string format_operands(const A& a, const B& b) {
+  return fmt::format("{} vs {}", a, b);
+}
+}  // namespace detail
+
+}  // namespace maxctx
+
+#define MAXCTX_CHECK(cond, ...)                                                      \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]] {                                                      \
+      ::maxctx::check_failed(                                                        \
+          __FILE__, __LINE__,                                                        \
+          ::fmt::format("check failed: {}: {}", #cond, ::fmt::format(__VA_ARGS__))); \
+    }                                                                                \
+  } while (0)
+
+#define MAXCTX_CHECK_OP_(op, a, b, ...)                                                      \
+  do {                                                                                       \
+    const auto& maxctx_check_a_ = (a);                                                       \
+    const auto& maxctx_check_b_ = (b);                                                       \
+    if (!(maxctx_check_a_ op maxctx_check_b_)) [[unlikely]] {                                \
+      ::maxctx::check_failed(                                                                \
+          __FILE__, __LINE__,                                                                \
+          ::fmt::format("check failed: {} {} {} ({}): {}", #a, #op, #b,                      \
+                        ::maxctx::detail::format_operands(maxctx_check_a_, maxctx_check_b_), \
+                        ::fmt::format(__VA_ARGS__)));                                        \
+    }                                                                                        \
+  } while (0)
+
+#define MAXCTX_CHECK_EQ(a, b, ...) MAXCTX_CHECK_OP_(==, a, b, __VA_ARGS__)
+#define MAXCTX_CHECK_NE(a, b, ...) MAXCTX_CHECK_OP_(!=, a, b, __VA_ARGS__)
+#define MAXCTX_CHECK_LT(a, b, ...) MAXCTX_CHECK_OP_(<, a, b, __VA_ARGS__)
+#define MAXCTX_CHECK_LE(a, b, ...) MAXCTX_CHECK_OP_(<=, a, b, __VA_ARGS__)
+#define MAXCTX_CHECK_GT(a, b, ...) MAXCTX_CHECK_OP_(>, a, b, __VA_ARGS__)
+#define MAXCTX_CHECK_GE(a, b, ...) MAXCTX_CHECK_OP_(>=, a, b, __VA_ARGS__)
