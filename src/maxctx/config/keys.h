@@ -1,0 +1,163 @@
+// The one declaration list of config keys: type, name, default, allowed values, help.
+//
+// Everything about a key is written here once and visited for the Config struct's fields,
+// parsing YAML and key=value overrides, validation of allowed values, printing the resolved
+// config and generating docs/config.md. Names and defaults follow MaxText's base.yml where the
+// concept is the same, so MaxText command lines carry over; keys MaxText lacks are marked
+// "maxctx:" in their help. Allowed values are "a|b|c" ("" means any value of the type).
+//
+// X(type, name, default, allowed, help)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace maxctx {
+
+using IntList = std::vector<int64_t>;
+using StringList = std::vector<std::string>;
+
+}  // namespace maxctx
+
+// clang-format off
+#define MAXCTX_MODEL_KEYS(X)                                                                     \
+  X(std::string, model_name, "default", "",                                                     \
+    "Model preset: loads configs/models/<model_name>.yml; 'default' keeps the base_* values")   \
+  X(bool, override_model_config, false, "",                                                     \
+    "Allow command-line overrides of keys the model file sets (MaxText's rule)")                \
+  X(int64_t, global_parameter_scale, 1, "",                                                     \
+    "Scales emb, heads, mlp and layers by this power of two (MaxText)")                         \
+  X(int64_t, base_emb_dim, 2048, "", "Model width (d_model) before global_parameter_scale")    \
+  X(int64_t, base_num_query_heads, 16, "", "Query heads")                                       \
+  X(int64_t, base_num_kv_heads, 16, "", "Key/value heads (GQA when fewer than query heads)")    \
+  X(int64_t, base_mlp_dim, 7168, "", "SwiGLU hidden width")                                     \
+  X(int64_t, base_num_decoder_layers, 16, "", "Decoder layers")                                 \
+  X(int64_t, head_dim, 128, "", "Width of one attention head")                                  \
+  X(int64_t, vocab_size, 32000, "", "Vocabulary size")                                          \
+  X(std::string, decoder_block, "llama2", "llama2|mistral|mixtral",                             \
+    "Decoder block family (mixtral: mixture of experts, not implemented on CPU yet)")           \
+  X(StringList, mlp_activations, (StringList{"silu", "linear"}), "",                            \
+    "MLP activations; only [silu, linear] (SwiGLU) is supported")                               \
+  X(double, normalization_layer_epsilon, 1e-5, "", "RMSNorm epsilon")                           \
+  X(double, rope_max_timescale, 10000.0, "", "RoPE theta")                                      \
+  X(double, rope_min_timescale, 1.0, "", "RoPE minimum timescale (1 for Llama)")                \
+  X(std::string, rope_type, "default", "default|llama3.1",                                      \
+    "RoPE frequencies: plain, or Llama 3.1's frequency scaling")                                \
+  X(double, rope_scaling_factor, 8.0, "", "maxctx: Llama 3.1 RoPE scaling factor")              \
+  X(double, rope_low_freq_factor, 1.0, "", "maxctx: Llama 3.1 RoPE low-frequency factor")       \
+  X(double, rope_high_freq_factor, 4.0, "", "maxctx: Llama 3.1 RoPE high-frequency factor")     \
+  X(int64_t, rope_original_max_position_embeddings, 8192, "",                                   \
+    "maxctx: context length the Llama 3.1 RoPE scaling was designed around")                    \
+  X(bool, logits_via_embedding, false, "",                                                      \
+    "Tie the output head to the token embedding")                                               \
+  X(int64_t, num_experts, 1, "", "Experts per MoE layer (1: dense MLP)")                        \
+  X(int64_t, num_experts_per_tok, 1, "", "Experts each token is routed to")                     \
+  X(int64_t, sliding_window_size, 0, "",                                                        \
+    "Sliding-window attention span in tokens (0: full causal)")                                 \
+  X(std::string, attention, "autoselected", "autoselected|dot_product|flash",                   \
+    "Attention kernel; on CPU every choice runs the blocked flash kernel")                      \
+  X(std::string, attention_type, "global", "global|local_sliding",                              \
+    "global: causal; local_sliding: causal within sliding_window_size")                         \
+  X(std::string, dtype, "float32", "float32",                                                   \
+    "Activation dtype (MaxText defaults to bfloat16; the CPU backend computes in float32)")      \
+  X(std::string, weight_dtype, "float32", "float32", "Master weight dtype")                     \
+  X(int64_t, init_weights_seed, 0, "", "Seed of the counter-based weight initialisation")
+
+#define MAXCTX_TRAIN_KEYS(X)                                                                     \
+  X(double, per_device_batch_size, 12.0, "",                                                    \
+    "Sequences per device; fractional allowed when context > 1 (global batch must be whole)")   \
+  X(int64_t, max_target_length, 2048, "", "Sequence length in tokens")                          \
+  X(int64_t, max_prefill_predict_length, 64, "", "Longest prompt inference will prefill")      \
+  X(int64_t, steps, 150001, "",                                                                 \
+    "Training steps; -1 takes learning_rate_schedule_steps (MaxText)")                          \
+  X(double, learning_rate, 3e-5, "", "Peak learning rate")                                      \
+  X(int64_t, learning_rate_schedule_steps, -1, "",                                              \
+    "Length of the warmup + cosine schedule; -1 takes steps")                                   \
+  X(double, warmup_steps_fraction, 0.1, "", "Fraction of the schedule spent in linear warmup")  \
+  X(double, cosine_learning_rate_final_fraction, 0.1, "",                                       \
+    "Final learning rate as a fraction of the peak")                                            \
+  X(std::string, opt_type, "adamw", "adamw", "Optimizer")                                       \
+  X(double, adam_b1, 0.9, "", "AdamW beta1")                                                    \
+  X(double, adam_b2, 0.95, "", "AdamW beta2")                                                   \
+  X(double, adam_eps, 1e-8, "", "AdamW epsilon (outside the square root)")                      \
+  X(double, adam_eps_root, 0.0, "", "AdamW epsilon inside the square root")                     \
+  X(double, adam_weight_decay, 0.1, "", "AdamW decoupled weight decay")                         \
+  X(double, gradient_clipping_threshold, 1.0, "", "Global-norm gradient clipping (0: off)")    \
+  X(int64_t, gradient_accumulation_steps, 1, "", "Micro-batches per optimizer step")            \
+  X(std::string, dataset_type, "synthetic", "synthetic|tokens|recall",                          \
+    "synthetic: random tokens; tokens: a binary token file; recall: long-range key-value recall")\
+  X(std::string, dataset_path, "", "", "Token file for dataset_type=tokens")                    \
+  X(bool, packing, true, "", "Pack documents into rows with segment ids and positions")        \
+  X(int64_t, eos_id, 2, "", "End-of-sequence token id (document separator)")                    \
+  X(int64_t, data_shuffle_seed, 0, "", "Seed of the data order and synthetic data")             \
+  X(std::string, base_output_directory, "", "",                                                 \
+    "Where runs are written (default: ./runs)")                                                 \
+  X(std::string, run_name, "", "", "Run directory name under base_output_directory")           \
+  X(bool, enable_checkpointing, true, "", "Write checkpoints")                                  \
+  X(int64_t, checkpoint_period, 10000, "", "Steps between checkpoints")                         \
+  X(std::string, load_parameters_path, "", "",                                                  \
+    "Parameters to start from: a checkpoint or a Hugging Face directory")                       \
+  X(int64_t, log_period, 100, "", "Steps between metric flushes")
+
+#define MAXCTX_PARALLEL_KEYS(X)                                                                  \
+  X(int64_t, ici_data_parallelism, 1, "", "data axis within a node (-1: fill)")                 \
+  X(int64_t, ici_fsdp_parallelism, -1, "", "fsdp axis within a node (-1: fill)")                \
+  X(int64_t, ici_context_parallelism, 1, "", "context axis (training CP) within a node")       \
+  X(int64_t, ici_context_autoregressive_parallelism, 1, "",                                     \
+    "context_autoregressive axis (inference CP) within a node")                                 \
+  X(int64_t, ici_tensor_parallelism, 1, "", "tensor axis within a node")                        \
+  X(int64_t, ici_expert_parallelism, 1, "", "expert axis within a node")                        \
+  X(int64_t, dcn_data_parallelism, -1, "", "data axis across nodes (-1: fill)")                 \
+  X(int64_t, dcn_fsdp_parallelism, 1, "", "fsdp axis across nodes")                             \
+  X(int64_t, dcn_context_parallelism, 1, "", "context axis across nodes")                       \
+  X(int64_t, dcn_context_autoregressive_parallelism, 1, "",                                     \
+    "context_autoregressive axis across nodes")                                                 \
+  X(int64_t, dcn_tensor_parallelism, 1, "", "tensor axis across nodes")                         \
+  X(int64_t, dcn_expert_parallelism, 1, "", "expert axis across nodes")                         \
+  X(int64_t, debug_simulated_nodes, 0, "",                                                      \
+    "maxctx: pretend the ranks sit on this many nodes (tests on one machine; 0: detect)")       \
+  X(bool, context_parallel_load_balance, true, "",                                              \
+    "Dual chunk swap: rank r holds chunks r and 2*cp-1-r of 2*cp")                              \
+  X(std::string, context_parallel_strategy, "all_gather", "all_gather|ring",                    \
+    "How K/V reach every query under context parallelism")
+
+#define MAXCTX_INFERENCE_KEYS(X)                                                                 \
+  X(std::string, context_autoregressive_decode, "sequence", "sequence|batch",                   \
+    "maxctx: sequence: KV cache sharded along the sequence, partial attention merged; "         \
+    "batch: decode slots split over the axis (MaxText)")                                        \
+  X(std::string, quantization, "", "|int8", "Weight quantization ('' = none)")                  \
+  X(bool, quantize_kvcache, false, "", "Store the KV cache in int8")                            \
+  X(std::string, kv_quant_axis, "heads_and_dkv", "heads_and_dkv",                               \
+    "KV cache quantization: one scale per token over heads x head_dim")                         \
+  X(std::string, kv_quant_dtype, "int8", "int8", "KV cache quantized dtype")                    \
+  X(std::string, decode_sampling_strategy, "greedy", "greedy|weighted|topk|nucleus",            \
+    "Sampling: argmax, temperature, top-k or top-p")                                            \
+  X(double, decode_sampling_temperature, 1.0, "", "Sampling temperature")                       \
+  X(int64_t, decode_sampling_top_k, 0, "", "k for topk sampling")                               \
+  X(double, decode_sampling_nucleus_p, -1.0, "", "p for nucleus sampling")                      \
+  X(std::string, prompt, "I love to", "", "Prompt for decode")                                  \
+  X(std::string, tokenizer_path, "", "", "SentencePiece model or Hugging Face tokenizer.json")  \
+  X(bool, add_bos, true, "", "Prepend BOS when tokenizing")                                     \
+  X(bool, add_eos, true, "", "Append EOS when tokenizing training text")                        \
+  X(std::string, inference_microbenchmark_prefill_lengths, "64,128,256,512,1024", "",           \
+    "Comma-separated prefill lengths for bench-inference")                                      \
+  X(std::string, inference_microbenchmark_stages, "prefill,generate", "",                       \
+    "Stages bench-inference runs")                                                              \
+  X(int64_t, inference_microbenchmark_loop_iters, 10, "", "Timed iterations per stage")         \
+  X(std::string, inference_microbenchmark_log_file_path, "", "",                                \
+    "JSON results of bench-inference")                                                          \
+  X(std::string, golden_logits_path, "", "", "maxctx: golden JSONL for check-logits")          \
+  X(double, max_kl_div, 1e-4, "", "maxctx: check-logits bound on per-token KL(golden||model)")  \
+  X(double, atol, 0.1, "", "maxctx: check-logits absolute logit tolerance")                     \
+  X(double, rtol, 0.1, "", "maxctx: check-logits relative logit tolerance")
+
+#define MAXCTX_CONFIG_SECTIONS(S)                                                                \
+  S("Model", MAXCTX_MODEL_KEYS)                                                                 \
+  S("Training and data", MAXCTX_TRAIN_KEYS)                                                     \
+  S("Mesh and parallelism", MAXCTX_PARALLEL_KEYS)                                               \
+  S("Inference", MAXCTX_INFERENCE_KEYS)
+
+#define MAXCTX_CONFIG_KEYS(X) \
+  MAXCTX_MODEL_KEYS(X) MAXCTX_TRAIN_KEYS(X) MAXCTX_PARALLEL_KEYS(X) MAXCTX_INFERENCE_KEYS(X)
+// clang-format on

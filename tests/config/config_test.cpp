@@ -1,0 +1,286 @@
+// Config loading: inheritance, model presets, overrides and their casts, environment variables,
+// derived values, every error path, and the docs/config.md <-> keys.h agreement.
+#include "maxctx/config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "maxctx/core/check.h"
+
+namespace maxctx {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBase = std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml";
+const std::string kInference = std::string(MAXCTX_SOURCE_DIR) + "/configs/inference.yml";
+
+// The message of the maxctx::Error that loading throws ("" when it loads).
+std::string load_error(const std::string& path, const std::vector<std::string>& overrides,
+                       int64_t devices = 1) {
+  try {
+    load_config(path, overrides, devices);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("maxctx_config_test_" + std::to_string(::getpid()) + "_" + std::to_string(next_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string write(const std::string& name, const std::string& text) const {
+    const fs::path file = path_ / name;
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text;
+    return file.string();
+  }
+
+ private:
+  fs::path path_;
+  static inline int next_ = 0;
+};
+
+TEST(Config, BaseLoadsWithMaxTextDefaults) {
+  const Config c = load_config(kBase, {}, 1);
+  EXPECT_EQ(c.max_target_length, 2048);
+  EXPECT_EQ(c.steps, 150001);
+  EXPECT_EQ(c.learning_rate_schedule_steps, 150001);  // -1 takes steps
+  EXPECT_DOUBLE_EQ(c.per_device_batch_size, 12.0);
+  EXPECT_EQ(c.ici_fsdp_parallelism, -1);
+  EXPECT_EQ(c.dcn_data_parallelism, -1);
+  EXPECT_EQ(c.context_parallel_strategy, "all_gather");
+  EXPECT_TRUE(c.context_parallel_load_balance);
+  EXPECT_EQ(c.derived.emb_dim, 2048);
+  EXPECT_EQ(c.derived.global_batch_size_to_train_on, 12);
+}
+
+TEST(Config, BaseYmlRestatesTheDeclaredDefaults) {
+  // base.yml may only restate defaults: the declaration list is the one source of them.
+  const Config loaded = load_config(kBase, {}, 1);
+  const Config declared;
+  std::ifstream in(kBase);
+  std::string line;
+  int restated = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line[0] == ' ') continue;
+    const std::string key = line.substr(0, line.find(':'));
+    if (key == "base_config") continue;
+    if (key == "steps") continue;  // also derives learning_rate_schedule_steps; checked above
+    EXPECT_EQ(format_value(loaded, key), format_value(declared, key)) << key;
+    ++restated;
+  }
+  EXPECT_GT(restated, 20);
+}
+
+TEST(Config, InheritanceChildOverridesParent) {
+  TempDir dir;
+  dir.write("parent.yml", "max_target_length: 512\nsteps: 7\nrun_name: parent\n");
+  const std::string child = dir.write("sub/child.yml", "base_config: ../parent.yml\nsteps: 9\n");
+  const Config c = load_config(child, {}, 1);
+  EXPECT_EQ(c.max_target_length, 512);
+  EXPECT_EQ(c.steps, 9);
+  EXPECT_EQ(c.run_name, "parent");
+  ASSERT_EQ(c.sources.size(), 2u);
+  // base_config falls back to the project's configs/ directory.
+  const Config from_shipped = load_config(dir.write("x.yml", "base_config: base.yml\n"), {}, 1);
+  EXPECT_EQ(from_shipped.max_target_length, 2048);
+}
+
+TEST(Config, InheritanceErrors) {
+  TempDir dir;
+  const std::string a = dir.write("a.yml", "base_config: b.yml\n");
+  dir.write("b.yml", "base_config: a.yml\n");
+  EXPECT_NE(load_error(a, {}).find("inherits from itself"), std::string::npos);
+  const std::string missing = dir.write("m.yml", "base_config: nowhere.yml\n");
+  EXPECT_NE(load_error(missing, {}).find("'nowhere.yml'"), std::string::npos);
+  EXPECT_NE(load_error(dir.write("bad.yml", "steps: [1\n"), {}).find("not valid YAML"),
+            std::string::npos);
+  EXPECT_NE(load_error(dir.write("list.yml", "- 1\n- 2\n"), {}).find("mapping"), std::string::npos);
+  EXPECT_NE(load_error("/nonexistent/maxctx.yml", {}).find("does not exist"), std::string::npos);
+}
+
+TEST(Config, UnknownKeysNameTheClosestKey) {
+  const std::string cli = load_error(kBase, {"max_target_lenght=4"});
+  EXPECT_NE(cli.find("unknown config key 'max_target_lenght'"), std::string::npos) << cli;
+  EXPECT_NE(cli.find("did you mean 'max_target_length'"), std::string::npos) << cli;
+  EXPECT_EQ(cli.find('\n'), std::string::npos) << "one line";
+  EXPECT_NE(load_error(kBase, {"no_such_key=1"}).find("unknown config key 'no_such_key'"),
+            std::string::npos);
+  TempDir dir;
+  const std::string file =
+      dir.write("typo.yml", "base_config: base.yml\nici_contxt_parallelism: 2\n");
+  const std::string in_file = load_error(file, {});
+  EXPECT_NE(in_file.find("did you mean 'ici_context_parallelism'"), std::string::npos) << in_file;
+  EXPECT_NE(in_file.find("typo.yml"), std::string::npos) << in_file;
+  EXPECT_EQ(closest_key("learningrate"), "learning_rate");
+}
+
+TEST(Config, OverridesAreCastToTheKeysType) {
+  const Config c = load_config(
+      kBase,
+      {"max_target_length=4096", "learning_rate=1e-3", "packing=false", "run_name=my run",
+       "prompt=a=b: c", "mlp_activations=[silu, linear]", "per_device_batch_size=2"},
+      4);
+  EXPECT_EQ(c.max_target_length, 4096);
+  EXPECT_DOUBLE_EQ(c.learning_rate, 1e-3);
+  EXPECT_FALSE(c.packing);
+  EXPECT_EQ(c.run_name, "my run");
+  EXPECT_EQ(c.prompt, "a=b: c");
+  EXPECT_EQ(c.derived.global_batch_size_to_train_on, 8);
+  EXPECT_EQ(load_config(kBase, {"steps=1_000"}, 1).steps, 1000);
+}
+
+TEST(Config, BadValuesSayWhatIsAllowed) {
+  const std::string not_int = load_error(kBase, {"max_target_length=abc"});
+  EXPECT_NE(not_int.find("'abc' is not an integer"), std::string::npos) << not_int;
+  EXPECT_NE(load_error(kBase, {"max_target_length=1.5"}).find("not an integer"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"learning_rate=fast"}).find("not a number"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"packing=maybe"}).find("use true or false"), std::string::npos);
+  const std::string choice = load_error(kBase, {"context_parallel_strategy=ulysses"});
+  EXPECT_NE(choice.find("use one of: all_gather, ring"), std::string::npos) << choice;
+  EXPECT_NE(load_error(kBase, {"quantization=int4"}).find("use one of: '', int8"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"max_target_length=0"}).find("must be positive"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"steps=-2"}).find("steps = -2 is negative"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"steps"}).find("not key=value"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"steps=1", "steps=2"}).find("twice"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"global_parameter_scale=3"}).find("power of two"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"base_num_query_heads=6", "base_num_kv_heads=4"})
+                .find("multiple of num_kv_heads"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"mlp_activations=gelu"}).find("SwiGLU"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"head_dim=7"}).find("even"), std::string::npos);
+}
+
+TEST(Config, StepsMinusOneTakesTheSchedule) {
+  const Config c = load_config(kBase, {"steps=-1", "learning_rate_schedule_steps=30"}, 1);
+  EXPECT_EQ(c.steps, 30);
+  EXPECT_NE(load_error(kBase, {"steps=-1"}).find("both -1"), std::string::npos);
+}
+
+TEST(Config, ModelPresetsLoadTheirDimensions) {
+  const Config c = load_config(kBase, {"model_name=llama3.1-70b"}, 1);
+  EXPECT_EQ(c.derived.emb_dim, 8192);
+  EXPECT_EQ(c.derived.num_query_heads, 64);
+  EXPECT_EQ(c.derived.num_kv_heads, 8);
+  EXPECT_EQ(c.derived.mlp_dim, 28672);
+  EXPECT_EQ(c.derived.num_decoder_layers, 80);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_DOUBLE_EQ(c.rope_max_timescale, 500000.0);
+  EXPECT_EQ(c.rope_type, "llama3.1");
+  const Config mixtral = load_config(kBase, {"model_name=mixtral-8x22b"}, 1);
+  EXPECT_EQ(mixtral.num_experts, 8);
+  EXPECT_EQ(mixtral.num_experts_per_tok, 2);
+  EXPECT_EQ(mixtral.vocab_size, 32768);
+  const std::string unknown = load_error(kBase, {"model_name=llama9"});
+  EXPECT_NE(unknown.find("known models: default,"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("llama2-7b"), std::string::npos) << unknown;
+}
+
+TEST(Config, EveryShippedModelLoads) {
+  int count = 0;
+  for (const auto& entry :
+       fs::directory_iterator(std::string(MAXCTX_SOURCE_DIR) + "/configs/models")) {
+    const std::string name = entry.path().stem().string();
+    EXPECT_EQ(load_error(kBase, {"model_name=" + name}), "") << name;
+    EXPECT_EQ(load_error(kInference, {"model_name=" + name}), "") << name;
+    ++count;
+  }
+  for (const char* name : {"llama2-7b", "llama2-70b", "llama3-8b", "llama3.1-8b", "llama3.1-70b",
+                           "llama3.1-405b", "mistral-7b", "mixtral-8x7b", "mixtral-8x22b"}) {
+    EXPECT_TRUE(fs::exists(std::string(MAXCTX_SOURCE_DIR) + "/configs/models/" + name + ".yml"))
+        << name;
+  }
+  EXPECT_GE(count, 12);
+}
+
+TEST(Config, ModelKeysNeedOverrideModelConfig) {
+  const std::string error = load_error(kBase, {"model_name=llama2-7b", "base_emb_dim=64"});
+  EXPECT_NE(error.find("override_model_config=true"), std::string::npos) << error;
+  const Config c = load_config(
+      kBase, {"model_name=llama2-7b", "base_emb_dim=64", "override_model_config=true"}, 1);
+  EXPECT_EQ(c.derived.emb_dim, 64);
+  // Keys the model file does not set are free to override.
+  EXPECT_EQ(load_config(kBase, {"model_name=llama2-7b", "steps=3"}, 1).steps, 3);
+}
+
+TEST(Config, GlobalParameterScaleSplitsLikeMaxText) {
+  const Config c = load_config(kBase, {"global_parameter_scale=8"}, 1);  // 2^3: one of each
+  EXPECT_EQ(c.derived.emb_dim, 4096);
+  EXPECT_EQ(c.derived.num_query_heads, 32);
+  EXPECT_EQ(c.derived.mlp_dim, 14336);
+  EXPECT_EQ(c.derived.num_decoder_layers, 32);
+  const Config two = load_config(kBase, {"global_parameter_scale=2"}, 1);  // heads and mlp
+  EXPECT_EQ(two.derived.emb_dim, 2048);
+  EXPECT_EQ(two.derived.num_query_heads, 32);
+  EXPECT_EQ(two.derived.num_decoder_layers, 16);
+}
+
+TEST(Config, GlobalBatchAndFractionalPerDeviceBatch) {
+  EXPECT_EQ(
+      load_config(kBase, {"per_device_batch_size=0.5"}, 4).derived.global_batch_size_to_train_on,
+      2);
+  const std::string partial = load_error(kBase, {"per_device_batch_size=0.3"}, 2);
+  EXPECT_NE(partial.find("whole number"), std::string::npos) << partial;
+  const Config fractional = load_config(kBase, {"per_device_batch_size=0.5"}, 2);
+  EXPECT_NO_THROW(validate_batch(fractional, 2));
+  try {
+    validate_batch(fractional, 1);
+    FAIL() << "fractional batch without context parallelism";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context"), std::string::npos);
+  }
+  EXPECT_NO_THROW(validate_batch(load_config(kBase, {"per_device_batch_size=2"}, 2), 1));
+}
+
+TEST(Config, EnvironmentVariablesOverrideFilesAndConflictWithTheCommandLine) {
+  ::setenv("M_MAX_TARGET_LENGTH", "640", 1);
+  EXPECT_EQ(load_config(kBase, {}, 1).max_target_length, 640);
+  EXPECT_NE(load_error(kBase, {"max_target_length=8"}).find("$M_MAX_TARGET_LENGTH"),
+            std::string::npos);
+  ::unsetenv("M_MAX_TARGET_LENGTH");
+}
+
+TEST(Config, InferenceInheritsBase) {
+  const Config c = load_config(kInference, {}, 2);
+  EXPECT_EQ(c.ici_context_autoregressive_parallelism, -1);
+  EXPECT_EQ(c.ici_fsdp_parallelism, 1);
+  EXPECT_EQ(c.context_parallel_strategy, "all_gather");  // from base.yml
+  EXPECT_EQ(c.derived.global_batch_size_to_train_on, 2);
+  EXPECT_EQ(c.derived.ici_parallelism[3], -1);
+}
+
+TEST(Config, DocsMatchTheDeclarationList) {
+  std::ifstream in(std::string(MAXCTX_SOURCE_DIR) + "/docs/config.md");
+  ASSERT_TRUE(in) << "docs/config.md is missing; run `make docs`";
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), generate_config_doc()) << "docs/config.md is stale; run `make docs`";
+  for (const KeyInfo& info : all_keys()) {
+    EXPECT_NE(text.str().find(std::string("`") + info.name + "`"), std::string::npos) << info.name;
+    EXPECT_GT(std::string(info.help).size(), 3u) << info.name << " has no help text";
+  }
+}
+
+TEST(Config, FormatPrintsEveryKey) {
+  const std::string text = format_config(load_config(kBase, {"run_name=x"}, 1));
+  EXPECT_NE(text.find("Config param run_name: x\n"), std::string::npos);
+  EXPECT_NE(text.find("Config param mlp_activations: [silu, linear]\n"), std::string::npos);
+  EXPECT_NE(text.find("Config derived global_batch_size_to_train_on: 12\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace maxctx
