@@ -163,6 +163,10 @@ TEST(Config, BadValuesSayWhatIsAllowed) {
             std::string::npos);
   EXPECT_NE(load_error(kBase, {"mlp_activations=gelu"}).find("SwiGLU"), std::string::npos);
   EXPECT_NE(load_error(kBase, {"head_dim=7"}).find("even"), std::string::npos);
+  EXPECT_NE(load_error(kBase, {"sliding_window_size=64"}).find("attention_type=local_sliding"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"attention_type=local_sliding"}).find("needs sliding_window_size"),
+            std::string::npos);
 }
 
 TEST(Config, StepsMinusOneTakesTheSchedule) {

@@ -230,6 +230,12 @@ void validate_and_derive(Config& c, int64_t num_devices) {
       fmt::format("sliding_window_size = {} must be 0 (off) or positive", c.sliding_window_size));
   require(c.attention_type != "local_sliding" || c.sliding_window_size > 0,
           "attention_type=local_sliding needs sliding_window_size > 0");
+  // MaxText reads the window only under local_sliding; a window set without it would be
+  // silently ignored there, so here it is an error instead.
+  require(c.attention_type == "local_sliding" || c.sliding_window_size == 0,
+          fmt::format("sliding_window_size = {} has no effect with attention_type = {}; set "
+                      "attention_type=local_sliding",
+                      c.sliding_window_size, c.attention_type));
   require(
       c.num_experts >= 1 && c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts,
       fmt::format("num_experts_per_tok = {} must be between 1 and num_experts = {}",

@@ -1,0 +1,15 @@
+// What every subcommand does first: read `<config.yml> [key=value ...]`, resolve the config for
+// this many ranks and build the mesh. Errors are maxctx::Error; main() prints them once.
+#pragma once
+
+#include "cli/commands.h"
+#include "maxctx/config/config.h"
+#include "maxctx/mesh/mesh.h"
+
+namespace maxctx::cli {
+
+// The config file and overrides of `args`; the world size sets the device count.
+Config load_command_config(const Args& args, const char* command);
+MeshSpec mesh_spec_from(const Config& config);
+
+}  // namespace maxctx::cli
