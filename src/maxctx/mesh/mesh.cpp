@@ -84,7 +84,9 @@ unsigned axis_bit(Axis axis) { return 1u << axis_index(axis); }
 
 }  // namespace
 
-Mesh::Mesh(const MeshSpec& spec) : world_(Communicator::world()) {
+Mesh::Mesh(const MeshSpec& spec) : Mesh(spec, Communicator::world()) {}
+
+Mesh::Mesh(const MeshSpec& spec, Communicator base) : world_(std::move(base)) {
   MAXCTX_CHECK_GE(spec.simulated_nodes, 0, "simulated_nodes: 0 detects nodes, K > 0 simulates K");
   const Placement placement = spec.simulated_nodes > 0
                                   ? simulated_placement(world_, spec.simulated_nodes)

@@ -28,6 +28,9 @@ class Mesh {
   // Collective over MPI_COMM_WORLD. Throws maxctx::Error (on every rank alike) when the spec does
   // not fit the ranks and nodes.
   explicit Mesh(const MeshSpec& spec);
+  // The same over the ranks of `base` (Communicator::self() gives a one-device mesh inside a
+  // multi-rank job: the single-device reference of the equality tests).
+  Mesh(const MeshSpec& spec, Communicator base);
 
   Mesh(Mesh&&) = default;
   Mesh& operator=(Mesh&&) = default;

@@ -1,0 +1,285 @@
+// SIMD kernels of a cpu attention tile (see attention_tiles.h), one copy per Highway target.
+//
+// Tile GEMM: a micro-tile is kTileM rows × kTileVectors vectors of C held in registers (8 × 2
+// zmm = 16 accumulators with AVX-512: enough independent FMA chains for 2 FMA pipes × 4 cycles
+// of latency, and with 2 B vectors and a broadcast still inside 32 vector registers). Each step
+// of K loads one row of B and broadcasts kTileM values of A. N is the outer loop, so a
+// K × (kTileVectors · lanes) panel of B stays in L1 while the micro-tiles walk down M. The last
+// vector of each row of B and C is loaded and stored under a mask, so any N works.
+//
+// Only Highway vectors and plain arrays live in the per-target code (no std containers): the
+// baseline is AVX2 because g++ 12.2 miscompiles constant std::vector initialisers under AVX-512.
+#include "maxctx/kernels/cpu/attention_tiles.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <utility>
+
+#include "maxctx/core/check.h"
+
+// Highway 1.0.3 drops AVX3_DL from its dynamic targets unless asked (see elementwise.cpp).
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "maxctx/kernels/cpu/attention_tiles.cpp"
+// foreach_target.h must precede highway.h and the -inl.h headers.
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace maxctx::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using FloatTag = hn::ScalableTag<float>;
+using FloatVec = hn::Vec<FloatTag>;
+
+constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
+constexpr int kTileM = 8;
+constexpr int kTileVectors = 2;
+
+// ---------------------------------------------------------------- tile GEMM
+
+using MicroTile = void (*)(int64_t depth, float alpha, const float* a, int64_t lda, const float* b,
+                           int64_t ldb, bool accumulate, float* c, int64_t ldc, size_t last_lanes);
+
+// C[rows × vectors] (+)= alpha · A · B for one micro-tile; last_lanes of the last vector live.
+template <int kRows, int kVectors, bool kTransposedA>
+void micro_tile(int64_t depth, float alpha, const float* a, int64_t lda, const float* b,
+                int64_t ldb, bool accumulate, float* c, int64_t ldc, size_t last_lanes) {
+  const FloatTag d;
+  const size_t lanes = hn::Lanes(d);
+  const auto last_mask = hn::FirstN(d, last_lanes);
+  FloatVec acc[kRows][kVectors];
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+#pragma GCC unroll 2
+    for (int j = 0; j < kVectors; ++j) acc[i][j] = hn::Zero(d);
+  }
+  for (int64_t p = 0; p < depth; ++p) {
+    const float* b_row = b + p * ldb;
+    FloatVec b_vec[kVectors];
+#pragma GCC unroll 2
+    for (int j = 0; j + 1 < kVectors; ++j) b_vec[j] = hn::LoadU(d, b_row + j * lanes);
+    b_vec[kVectors - 1] = hn::MaskedLoad(last_mask, d, b_row + (kVectors - 1) * lanes);
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      const auto a_val = hn::Set(d, kTransposedA ? a[p * lda + i] : a[i * lda + p]);
+#pragma GCC unroll 2
+      for (int j = 0; j < kVectors; ++j) acc[i][j] = hn::MulAdd(a_val, b_vec[j], acc[i][j]);
+    }
+  }
+  const auto v_alpha = hn::Set(d, alpha);
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+    float* c_row = c + i * ldc;
+#pragma GCC unroll 2
+    for (int j = 0; j + 1 < kVectors; ++j) {
+      auto result = hn::Mul(acc[i][j], v_alpha);
+      if (accumulate) result = hn::Add(result, hn::LoadU(d, c_row + j * lanes));
+      hn::StoreU(result, d, c_row + j * lanes);
+    }
+    float* c_last = c_row + (kVectors - 1) * lanes;
+    auto result = hn::Mul(acc[i][kVectors - 1], v_alpha);
+    if (accumulate) result = hn::Add(result, hn::MaskedLoad(last_mask, d, c_last));
+    hn::BlendedStore(result, last_mask, d, c_last);
+  }
+}
+
+// kMicroTiles[transposed][vectors - 1][rows - 1]
+template <bool kTransposedA, int kVectors, size_t... kRowsMinusOne>
+constexpr std::array<MicroTile, kTileM> rows_table(std::index_sequence<kRowsMinusOne...>) {
+  return {&micro_tile<static_cast<int>(kRowsMinusOne) + 1, kVectors, kTransposedA>...};
+}
+template <bool kTransposedA>
+constexpr std::array<std::array<MicroTile, kTileM>, kTileVectors> vectors_table() {
+  static_assert(kTileVectors == 2, "one entry per vector count");
+  return {rows_table<kTransposedA, 1>(std::make_index_sequence<kTileM>()),
+          rows_table<kTransposedA, 2>(std::make_index_sequence<kTileM>())};
+}
+constexpr std::array<std::array<std::array<MicroTile, kTileM>, kTileVectors>, 2> kMicroTiles = {
+    vectors_table<false>(), vectors_table<true>()};
+
+void tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+               bool a_transposed, const float* b, int64_t ldb, bool accumulate, float* c,
+               int64_t ldc) {
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(FloatTag()));
+  const int64_t panel = kTileVectors * lanes;
+  for (int64_t n0 = 0; n0 < n; n0 += panel) {
+    const int64_t cols = std::min(panel, n - n0);
+    const int64_t vectors = (cols + lanes - 1) / lanes;
+    const size_t last_lanes = static_cast<size_t>(cols - (vectors - 1) * lanes);
+    for (int64_t m0 = 0; m0 < m; m0 += kTileM) {
+      const int64_t rows = std::min<int64_t>(kTileM, m - m0);
+      const MicroTile tile = kMicroTiles[a_transposed][vectors - 1][rows - 1];
+      tile(k, alpha, a_transposed ? a + m0 : a + m0 * lda, lda, b + n0, ldb, accumulate,
+           c + m0 * ldc + n0, ldc, last_lanes);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- softmax rows
+// n is a multiple of kAttentionScoreAlign, hence of the lanes, and rows are 64-byte aligned.
+
+float row_max(const float* x, int64_t n) {
+  const FloatTag d;
+  const int64_t step = hn::Lanes(d);
+  auto max0 = hn::Set(d, kNegInfF);
+  auto max1 = max0;
+  int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    max0 = hn::Max(max0, hn::Load(d, x + i));
+    max1 = hn::Max(max1, hn::Load(d, x + i + step));
+  }
+  for (; i < n; i += step) max0 = hn::Max(max0, hn::Load(d, x + i));
+  return hn::GetLane(hn::MaxOfLanes(d, hn::Max(max0, max1)));
+}
+
+// x = exp(x - shift); returns the sum of the new x. Exp returns 0 below -104, so -inf gives 0.
+float exp_shift_sum(float* x, int64_t n, float shift) {
+  const FloatTag d;
+  const int64_t step = hn::Lanes(d);
+  const auto v_shift = hn::Set(d, shift);
+  auto sum0 = hn::Zero(d);
+  auto sum1 = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + 2 * step <= n; i += 2 * step) {
+    const auto e0 = hn::Exp(d, hn::Sub(hn::Load(d, x + i), v_shift));
+    const auto e1 = hn::Exp(d, hn::Sub(hn::Load(d, x + i + step), v_shift));
+    hn::Store(e0, d, x + i);
+    hn::Store(e1, d, x + i + step);
+    sum0 = hn::Add(sum0, e0);
+    sum1 = hn::Add(sum1, e1);
+  }
+  for (; i < n; i += step) {
+    const auto e = hn::Exp(d, hn::Sub(hn::Load(d, x + i), v_shift));
+    hn::Store(e, d, x + i);
+    sum0 = hn::Add(sum0, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(sum0, sum1)));
+}
+
+// Head-dim rows are not padded: any length, with a scalar tail.
+void scale_row(float* x, int64_t n, float alpha) {
+  const FloatTag d;
+  const int64_t step = hn::Lanes(d);
+  const auto v_alpha = hn::Set(d, alpha);
+  int64_t i = 0;
+  for (; i + step <= n; i += step) hn::StoreU(hn::Mul(hn::LoadU(d, x + i), v_alpha), d, x + i);
+  for (; i < n; ++i) x[i] *= alpha;
+}
+
+void mask_scores(float* score, int64_t ld, int64_t rows, int64_t keys, int64_t width,
+                 const float* mask, int64_t tokens) {
+  const FloatTag d;
+  const int64_t step = hn::Lanes(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = score + r * ld;
+    std::fill(row + keys, row + width, kNegInfF);
+    if (mask == nullptr) continue;
+    const float* mask_row = mask + (r % tokens) * ld;
+    for (int64_t i = 0; i < width; i += step) {
+      hn::Store(hn::Add(hn::Load(d, row + i), hn::Load(d, mask_row + i)), d, row + i);
+    }
+  }
+}
+
+void softmax_step(float* score, int64_t ld, int64_t rows, int64_t width, float* row_max_io,
+                  float* row_sum, float* acc, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p_row = score + r * ld;
+    const float m_old = row_max_io[r];
+    const float m_new = std::max(m_old, row_max(p_row, width));
+    if (m_new == kNegInfF) {  // nothing visible yet: exp(-inf - -inf) would be NaN
+      std::fill(p_row, p_row + width, 0.0f);
+      continue;
+    }
+    const float alpha = std::exp(m_old - m_new);  // 0 on the first visible tile
+    row_sum[r] = row_sum[r] * alpha + exp_shift_sum(p_row, width, m_new);
+    if (alpha != 1.0f) scale_row(acc + r * dim, dim, alpha);
+    row_max_io[r] = m_new;
+  }
+}
+
+void softmax_backward(float* prob, float* d_score, int64_t ld, int64_t rows, int64_t width,
+                      const float* lse, const float* delta) {
+  const FloatTag d;
+  const int64_t step = hn::Lanes(d);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* p_row = prob + r * ld;
+    float* ds_row = d_score + r * ld;
+    if (lse[r] == kNegInfF) {  // the row sees no key at all: P = 0, not exp(nan)
+      std::fill(p_row, p_row + width, 0.0f);
+      std::fill(ds_row, ds_row + width, 0.0f);
+      continue;
+    }
+    const auto v_lse = hn::Set(d, lse[r]);
+    const auto v_delta = hn::Set(d, delta[r]);
+    for (int64_t i = 0; i < width; i += step) {
+      const auto p = hn::Exp(d, hn::Sub(hn::Load(d, p_row + i), v_lse));
+      hn::Store(p, d, p_row + i);
+      hn::Store(hn::Mul(p, hn::Sub(hn::Load(d, ds_row + i), v_delta)), d, ds_row + i);
+    }
+  }
+}
+
+int64_t vector_lanes() { return static_cast<int64_t>(hn::Lanes(FloatTag())); }
+int64_t target_id() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace maxctx::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace maxctx::kernels::cpu {
+
+HWY_EXPORT(tile_gemm);
+HWY_EXPORT(mask_scores);
+HWY_EXPORT(softmax_step);
+HWY_EXPORT(softmax_backward);
+HWY_EXPORT(vector_lanes);
+HWY_EXPORT(target_id);
+
+namespace {
+// The row passes step through kAttentionScoreAlign-float rows a whole vector at a time.
+void check_row_alignment() {
+  static const bool aligned = kAttentionScoreAlign % HWY_DYNAMIC_DISPATCH(vector_lanes)() == 0;
+  MAXCTX_CHECK(aligned, "kAttentionScoreAlign ({}) must be a multiple of the vector lanes ({})",
+               kAttentionScoreAlign, HWY_DYNAMIC_DISPATCH(vector_lanes)());
+}
+}  // namespace
+
+void attention_tile_gemm(int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                         bool a_transposed, const float* b, int64_t ldb, bool accumulate, float* c,
+                         int64_t ldc) {
+  HWY_DYNAMIC_DISPATCH(tile_gemm)(m, n, k, alpha, a, lda, a_transposed, b, ldb, accumulate, c, ldc);
+}
+
+void attention_mask_scores(float* score, int64_t ld, int64_t rows, int64_t keys, int64_t width,
+                           const float* mask, int64_t tokens) {
+  check_row_alignment();
+  HWY_DYNAMIC_DISPATCH(mask_scores)(score, ld, rows, keys, width, mask, tokens);
+}
+
+void attention_softmax_step(float* score, int64_t ld, int64_t rows, int64_t width, float* row_max,
+                            float* row_sum, float* acc, int64_t dim) {
+  check_row_alignment();
+  HWY_DYNAMIC_DISPATCH(softmax_step)(score, ld, rows, width, row_max, row_sum, acc, dim);
+}
+
+void attention_softmax_backward(float* prob, float* d_score, int64_t ld, int64_t rows,
+                                int64_t width, const float* lse, const float* delta) {
+  check_row_alignment();
+  HWY_DYNAMIC_DISPATCH(softmax_backward)(prob, d_score, ld, rows, width, lse, delta);
+}
+
+const char* attention_simd_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_id)()); }
+
+}  // namespace maxctx::kernels::cpu
+#endif  // HWY_ONCE

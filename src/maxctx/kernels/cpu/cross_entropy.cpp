@@ -1,0 +1,126 @@
+// Fast masked cross-entropy: per row, a vector max, then a vector Σ exp(x − max) (Highway's
+// exp, 1 ulp), lse = max + log(sum) in scalar. Backward is one elementwise pass per row. The
+// tails run the same Highway code on one-lane vectors.
+#include "maxctx/kernels/cpu/cross_entropy.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "maxctx/kernels/cpu/threading.h"
+#include "maxctx/kernels/ref/cross_entropy.h"
+
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // Highway 1.0.3 workaround, see elementwise.cpp
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "maxctx/kernels/cpu/cross_entropy.cpp"
+// foreach_target.h must precede highway.h and the -inl.h headers.
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace maxctx::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+float XentRowLogSumExp(const float* x, int64_t V) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const int64_t lanes = hn::Lanes(d);
+  auto vmax = hn::Set(d, x[0]);
+  int64_t v = 0;
+  for (; v + lanes <= V; v += lanes) vmax = hn::Max(vmax, hn::LoadU(d, x + v));
+  float max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (; v < V; ++v) max = x[v] > max ? x[v] : max;
+
+  const auto shift = hn::Set(d, max);
+  auto acc0 = hn::Zero(d);
+  auto acc1 = hn::Zero(d);
+  v = 0;
+  for (; v + 2 * lanes <= V; v += 2 * lanes) {
+    acc0 = hn::Add(acc0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + v), shift)));
+    acc1 = hn::Add(acc1, hn::Exp(d, hn::Sub(hn::LoadU(d, x + v + lanes), shift)));
+  }
+  for (; v + lanes <= V; v += lanes) {
+    acc0 = hn::Add(acc0, hn::Exp(d, hn::Sub(hn::LoadU(d, x + v), shift)));
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+  const auto shift1 = hn::Set(d1, max);
+  for (; v < V; ++v) sum += hn::GetLane(hn::Exp(d1, hn::Sub(hn::LoadU(d1, x + v), shift1)));
+  return max + std::log(sum);
+}
+
+void XentForwardRows(float* loss, float* lse, const float* logits, const int32_t* targets,
+                     const float* weights, int64_t rows, int64_t V) {
+  for (int64_t n = 0; n < rows; ++n) {
+    const float* x = logits + n * V;
+    lse[n] = XentRowLogSumExp(x, V);
+    loss[n] = weights[n] == 0.0f ? 0.0f : weights[n] * (lse[n] - x[targets[n]]);
+  }
+}
+
+template <class D>
+HWY_INLINE void XentSoftmaxStep(D d, float* out, const float* x, float lse, float scale,
+                                int64_t v) {
+  const auto p = hn::Exp(d, hn::Sub(hn::LoadU(d, x + v), hn::Set(d, lse)));
+  hn::StoreU(hn::Mul(hn::Set(d, scale), p), d, out + v);
+}
+
+void XentBackwardRows(float* d_logits, const float* logits, const float* lse,
+                      const int32_t* targets, const float* weights, float d_loss, int64_t rows,
+                      int64_t V) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const int64_t lanes = hn::Lanes(d);
+  for (int64_t n = 0; n < rows; ++n) {
+    float* out = d_logits + n * V;
+    if (weights[n] == 0.0f) {
+      std::memset(out, 0, sizeof(float) * size_t(V));
+      continue;
+    }
+    const float* x = logits + n * V;
+    const float scale = d_loss * weights[n];
+    int64_t v = 0;
+    for (; v + lanes <= V; v += lanes) XentSoftmaxStep(d, out, x, lse[n], scale, v);
+    for (; v < V; ++v) XentSoftmaxStep(d1, out, x, lse[n], scale, v);
+    out[targets[n]] -= scale;
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace maxctx::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace maxctx::kernels::cpu {
+
+HWY_EXPORT(XentForwardRows);
+HWY_EXPORT(XentBackwardRows);
+
+void cross_entropy_forward(float* loss, float* lse, const float* logits, const int32_t* targets,
+                           const float* weights, int64_t N, int64_t V) {
+  auto& xent_forward_rows = HWY_DYNAMIC_DISPATCH(XentForwardRows);
+  ref::detail::check_targets(targets, weights, N, V);
+  // An exp costs a few multiply-adds: a logit counts as 4 elements of work.
+  parallel_for(N, items_per_task(4 * V), [&](int64_t begin, int64_t end) {
+    xent_forward_rows(loss + begin, lse + begin, logits + begin * V, targets + begin,
+                      weights + begin, end - begin, V);
+  });
+}
+
+void cross_entropy_backward(float* d_logits, const float* logits, const float* lse,
+                            const int32_t* targets, const float* weights, float d_loss, int64_t N,
+                            int64_t V) {
+  auto& xent_backward_rows = HWY_DYNAMIC_DISPATCH(XentBackwardRows);
+  ref::detail::check_targets(targets, weights, N, V);
+  parallel_for(N, items_per_task(4 * V), [&](int64_t begin, int64_t end) {
+    xent_backward_rows(d_logits + begin * V, logits + begin * V, lse + begin, targets + begin,
+                       weights + begin, d_loss, end - begin, V);
+  });
+}
+
+}  // namespace maxctx::kernels::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,121 @@
+// Fast elementwise helpers: one Highway loop per op, compiled for every x86 target Highway can
+// attain above the build's baseline and chosen at run time (foreach_target + dynamic dispatch).
+// The OpenMP loops live outside the per-target code, so they never meet target attributes.
+#include "maxctx/kernels/cpu/elementwise.h"
+
+#include <cstring>
+#include <vector>
+
+#include "maxctx/kernels/cpu/threading.h"
+
+// Highway 1.0.3 drops AVX3_DL from its dynamic targets even when it is the baseline
+// (-march=native on Zen 4) and then refuses to compile; asking for it is the upstream fix.
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "maxctx/kernels/cpu/elementwise.cpp"
+// foreach_target.h must precede highway.h and the -inl.h headers.
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace maxctx::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+void AddRange(float* out, const float* a, const float* b, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = hn::Lanes(d);
+  int64_t k = 0;
+  for (; k + lanes <= n; k += lanes) {
+    hn::StoreU(hn::Add(hn::LoadU(d, a + k), hn::LoadU(d, b + k)), d, out + k);
+  }
+  for (; k < n; ++k) out[k] = a[k] + b[k];
+}
+
+void ScaleRange(float* out, const float* in, float alpha, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = hn::Lanes(d);
+  const auto valpha = hn::Set(d, alpha);
+  int64_t k = 0;
+  for (; k + lanes <= n; k += lanes) hn::StoreU(hn::Mul(valpha, hn::LoadU(d, in + k)), d, out + k);
+  for (; k < n; ++k) out[k] = alpha * in[k];
+}
+
+// Float lanes are exact enough inside one block (sumsq of a few thousand values); blocks are
+// then added in double.
+double SumOfSquaresRange(const float* x, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t lanes = hn::Lanes(d);
+  auto acc0 = hn::Zero(d);
+  auto acc1 = hn::Zero(d);
+  int64_t k = 0;
+  for (; k + 2 * lanes <= n; k += 2 * lanes) {
+    const auto v0 = hn::LoadU(d, x + k);
+    const auto v1 = hn::LoadU(d, x + k + lanes);
+    acc0 = hn::MulAdd(v0, v0, acc0);
+    acc1 = hn::MulAdd(v1, v1, acc1);
+  }
+  double sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+  for (; k < n; ++k) sum += double(x[k]) * double(x[k]);
+  return sum;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace maxctx::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace maxctx::kernels::cpu {
+
+HWY_EXPORT(AddRange);
+HWY_EXPORT(ScaleRange);
+HWY_EXPORT(SumOfSquaresRange);
+
+namespace {
+// Sum-of-squares blocks: fixed, so the double additions happen in the same order on any number
+// of threads.
+constexpr int64_t kSumBlock = 4096;
+}  // namespace
+
+void add(float* out, const float* a, const float* b, int64_t n) {
+  auto& add_range = HWY_DYNAMIC_DISPATCH(AddRange);
+  parallel_for(n, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
+    add_range(out + begin, a + begin, b + begin, end - begin);
+  });
+}
+
+void add_inplace(float* acc, const float* x, int64_t n) { add(acc, acc, x, n); }
+
+void scale(float* out, const float* in, float alpha, int64_t n) {
+  auto& scale_range = HWY_DYNAMIC_DISPATCH(ScaleRange);
+  parallel_for(n, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
+    scale_range(out + begin, in + begin, alpha, end - begin);
+  });
+}
+
+void fill_zero(float* x, int64_t n) {
+  if (n > 0) std::memset(x, 0, sizeof(float) * size_t(n));
+}
+
+double sum_of_squares(const float* x, int64_t n) {
+  auto& sum_of_squares_range = HWY_DYNAMIC_DISPATCH(SumOfSquaresRange);
+  if (n <= 0) return 0.0;
+  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
+  std::vector<double> block_sums(blocks);
+  parallel_for(blocks, items_per_task(kSumBlock), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * kSumBlock;
+      block_sums[b] = sum_of_squares_range(x + first, std::min(kSumBlock, n - first));
+    }
+  });
+  double sum = 0.0;
+  for (const double s : block_sums) sum += s;
+  return sum;
+}
+
+}  // namespace maxctx::kernels::cpu
+#endif  // HWY_ONCE

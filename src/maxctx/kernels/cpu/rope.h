@@ -1,0 +1,37 @@
+// Fast rotary position embedding, rotate-half convention (Highway SIMD over the half head,
+// OpenMP over tokens).
+//
+// Same signatures and semantics as kernels/ref/rope.h, whose RopeParams and rope_inv_freq are
+// shared: the cos/sin tables are built in double precision from explicit int32 positions and
+// rounded to float once; rope_forward rotates by +angle, rope_backward by −angle, both allowed
+// in place.
+#pragma once
+
+#include <cstdint>
+
+#include "maxctx/kernels/ref/rope.h"
+
+namespace maxctx::kernels::cpu {
+
+using kernels::rope_inv_freq;
+using kernels::RopeParams;
+using kernels::RopeScaling;
+
+void rope_cos_sin(float* cos,                // (N, head_dim/2)
+                  float* sin,                // (N, head_dim/2)
+                  const int32_t* positions,  // (N)
+                  int64_t N, int64_t head_dim, const RopeParams& params);
+
+void rope_forward(float* out,        // (N, H, head_dim) may be in
+                  const float* in,   // (N, H, head_dim)
+                  const float* cos,  // (N, head_dim/2) from rope_cos_sin
+                  const float* sin,  // (N, head_dim/2)
+                  int64_t N, int64_t H, int64_t head_dim);
+
+void rope_backward(float* d_in,         // (N, H, head_dim) overwritten; may be d_out
+                   const float* d_out,  // (N, H, head_dim)
+                   const float* cos,    // (N, head_dim/2) from rope_cos_sin
+                   const float* sin,    // (N, head_dim/2)
+                   int64_t N, int64_t H, int64_t head_dim);
+
+}  // namespace maxctx::kernels::cpu

@@ -1,0 +1,139 @@
+#include "maxctx/model/hf_import.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "maxctx/core/check.h"
+#include "maxctx/io/safetensors.h"
+
+namespace maxctx::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Fields with no effect on the math (bookkeeping, generation defaults).
+const std::set<std::string> kIgnoredFields = {"architectures",        "model_type",
+                                              "torch_dtype",          "bos_token_id",
+                                              "eos_token_id",         "pad_token_id",
+                                              "transformers_version", "use_cache",
+                                              "initializer_range",    "max_position_embeddings",
+                                              "_name_or_path",        "attention_dropout",
+                                              "pretraining_tp",       "hidden_act",
+                                              "attention_bias",       "mlp_bias"};
+const std::set<std::string> kMappedFields = {
+    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim",    "num_hidden_layers", "vocab_size",          "rms_norm_eps",
+    "rope_theta",  "rope_scaling",      "tie_word_embeddings", "sliding_window"};
+
+template <typename T>
+T field(const json& config, const char* name, const fs::path& path) {
+  if (!config.contains(name)) fail("{}: config.json has no '{}'", path.string(), name);
+  try {
+    return config.at(name).get<T>();
+  } catch (const json::exception&) {
+    fail("{}: config.json field '{}' has the wrong type ({})", path.string(), name,
+         config.at(name).dump());
+  }
+}
+
+void require_value(const json& config, const char* name, const json& allowed,
+                   const fs::path& path) {
+  if (config.contains(name) && config.at(name) != allowed) {
+    fail("{}: config.json '{}' = {} is not supported; maxctx implements {}", path.string(), name,
+         config.at(name).dump(), allowed.dump());
+  }
+}
+
+}  // namespace
+
+LlamaConfig llama_config_from_hf(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open the Hugging Face config", path.string());
+  json config;
+  try {
+    config = json::parse(in);
+  } catch (const json::exception& e) {
+    fail("{}: config.json is not valid JSON ({})", path.string(), e.what());
+  }
+  if (!config.is_object()) fail("{}: config.json must be an object", path.string());
+  std::vector<std::string> unknown;
+  for (const auto& [name, value] : config.items()) {
+    if (!kIgnoredFields.count(name) && !kMappedFields.count(name)) unknown.push_back(name);
+  }
+  if (!unknown.empty()) {
+    fail("{}: config.json fields not supported by the Llama import: {}", path.string(),
+         fmt::join(unknown, ", "));
+  }
+  const std::string model_type = config.value("model_type", "llama");
+  if (model_type != "llama" && model_type != "mistral") {
+    fail("{}: model_type '{}' is not supported; use a llama or mistral checkpoint", path.string(),
+         model_type);
+  }
+  require_value(config, "hidden_act", "silu", path);
+  require_value(config, "attention_bias", false, path);
+  require_value(config, "mlp_bias", false, path);
+  require_value(config, "pretraining_tp", 1, path);
+
+  LlamaConfig m;
+  m.emb_dim = field<int64_t>(config, "hidden_size", path);
+  m.mlp_dim = field<int64_t>(config, "intermediate_size", path);
+  m.num_query_heads = field<int64_t>(config, "num_attention_heads", path);
+  m.num_kv_heads = config.contains("num_key_value_heads")
+                       ? field<int64_t>(config, "num_key_value_heads", path)
+                       : m.num_query_heads;
+  m.head_dim = config.contains("head_dim") && !config.at("head_dim").is_null()
+                   ? field<int64_t>(config, "head_dim", path)
+                   : m.emb_dim / m.num_query_heads;
+  m.num_layers = field<int64_t>(config, "num_hidden_layers", path);
+  m.vocab_size = field<int64_t>(config, "vocab_size", path);
+  m.norm_eps = static_cast<float>(field<double>(config, "rms_norm_eps", path));
+  m.rope.theta = config.contains("rope_theta") ? field<double>(config, "rope_theta", path) : 1e4;
+  m.tie_embeddings = config.value("tie_word_embeddings", false);
+  if (config.contains("sliding_window") && !config.at("sliding_window").is_null()) {
+    m.sliding_window = field<int32_t>(config, "sliding_window", path);
+  }
+  if (config.contains("rope_scaling") && !config.at("rope_scaling").is_null()) {
+    const json& s = config.at("rope_scaling");
+    const std::string type = s.value("rope_type", s.value("type", ""));
+    if (type != "llama3") {
+      fail("{}: rope_scaling type '{}' is not supported; maxctx implements 'llama3'", path.string(),
+           type);
+    }
+    m.rope.scaling = kernels::RopeScaling::kLlama3;
+    m.rope.factor = field<double>(s, "factor", path);
+    m.rope.low_freq_factor = field<double>(s, "low_freq_factor", path);
+    m.rope.high_freq_factor = field<double>(s, "high_freq_factor", path);
+    m.rope.original_max_position_embeddings =
+        field<double>(s, "original_max_position_embeddings", path);
+  }
+  if (m.emb_dim <= 0 || m.num_query_heads <= 0 || m.num_kv_heads <= 0 || m.head_dim <= 0 ||
+      m.num_layers <= 0 || m.vocab_size <= 0 || m.mlp_dim <= 0 ||
+      m.num_query_heads % m.num_kv_heads != 0 || m.head_dim % 2 != 0) {
+    fail("{}: inconsistent dimensions (hidden {}, heads {}, kv heads {}, head_dim {}, layers {})",
+         path.string(), m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.num_layers);
+  }
+  return m;
+}
+
+void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
+                     const fs::path& checkpoint_dir) {
+  const io::SafetensorsCheckpoint checkpoint(checkpoint_dir);
+  std::vector<float> full;
+  for (const WeightSpec& s : specs) {
+    const std::vector<int64_t> shape = s.global_cols == 1
+                                           ? std::vector<int64_t>{s.global_rows}
+                                           : std::vector<int64_t>{s.global_rows, s.global_cols};
+    full = checkpoint.read_f32(s.name, shape);
+    float* out = flat + s.offset;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const float* row = full.data() + (s.row_offset + r) * s.global_cols + s.col_offset;
+      std::copy(row, row + s.cols, out + r * s.cols);
+    }
+  }
+}
+
+}  // namespace maxctx::model

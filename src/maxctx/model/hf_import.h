@@ -1,0 +1,26 @@
+// Hugging Face Llama/Mistral checkpoints in: config.json mapped to LlamaConfig, safetensors
+// tensors (F32/BF16/F16, one file or sharded through model.safetensors.index.json) read into
+// the flat weight buffer by their Hugging Face names.
+//
+// Strict by design: a config.json field this mapping does not know, or knows but cannot honour
+// (biases, another activation, an unknown rope_scaling type), is an error naming the field, so
+// a checkpoint is never run with silently different math.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "maxctx/model/llama_config.h"
+#include "maxctx/model/weights.h"
+
+namespace maxctx::model {
+
+LlamaConfig llama_config_from_hf(const std::filesystem::path& config_json);
+
+// Reads every spec'd tensor (this rank's block of it under tensor parallelism) from the
+// checkpoint directory into `flat`. A missing tensor, a shape mismatch or an unconvertible dtype
+// is an error naming the tensor and file.
+void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
+                     const std::filesystem::path& checkpoint_dir);
+
+}  // namespace maxctx::model

@@ -1,0 +1,47 @@
+// The Llama decoder, forward and backward, as explicit calls over preallocated state.
+//
+// A decoder layer is: rmsnorm -> q/k/v projections -> RoPE -> attention (through the plan) ->
+// o_proj -> residual add -> rmsnorm -> gate/up -> SwiGLU -> down -> residual add. Weights,
+// activations and gradients are passed in; nothing is allocated here. Parallelism enters only
+// through the ModelPlan: the attention plan (context = 1 or context parallel) and the tensor
+// reducer after row-parallel projections. The loss is Σ weight_i · xent_i over this rank's
+// tokens; the caller divides by the global Σ weight (through d_loss in backward), so sharded and
+// unsharded runs compute the same mean.
+#pragma once
+
+#include <cstdint>
+
+#include "maxctx/model/activations.h"
+#include "maxctx/model/weights.h"
+#include "maxctx/parallel/model_plan.h"
+
+namespace maxctx::model {
+
+// This rank's tokens, (B, S) row-major int32 unless noted.
+struct TokenBatch {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;      // may be null for a logits-only forward
+  const int32_t* positions = nullptr;    // each token's position in its document
+  const int32_t* segment_ids = nullptr;  // attention mask: equal ids attend; 0 = padding
+  const float* loss_weights = nullptr;   // (B·S) 0 = not scored; may be null with targets null
+};
+
+struct LossSums {
+  double loss_sum = 0.0;    // Σ weight · cross-entropy over this rank's tokens
+  double weight_sum = 0.0;  // Σ weight
+};
+
+// Fills `acts` (logits included) and returns the loss sums (zero when batch.targets is null).
+LossSums llama_forward(const LlamaConfig& config, const LlamaWeights& weights,
+                       const TokenBatch& batch, parallel::ModelPlan& plan, LlamaActivations& acts);
+
+// Accumulates (+=) the gradient of d_loss · Σ weight·xent into `grads` (a LlamaWeights bound to
+// the gradient buffer). Needs the activations of the llama_forward call on the same batch;
+// overwrites acts.logits with d_logits.
+void llama_backward(const LlamaConfig& config, const LlamaWeights& weights,
+                    const LlamaWeights& grads, const TokenBatch& batch, parallel::ModelPlan& plan,
+                    LlamaActivations& acts, float d_loss);
+
+}  // namespace maxctx::model

@@ -1,0 +1,36 @@
+// The dimensions and numerics of one Llama-family decoder, independent of how it is sharded.
+//
+// Built from the resolved Config (model presets, global_parameter_scale already applied) or
+// from a Hugging Face config.json. The model code reads only this struct, never Config.
+#pragma once
+
+#include <cstdint>
+
+#include "maxctx/config/config.h"
+#include "maxctx/kernels/ref/rope.h"
+
+namespace maxctx::model {
+
+struct LlamaConfig {
+  int64_t vocab_size = 0;
+  int64_t emb_dim = 0;          // E
+  int64_t num_query_heads = 0;  // Hq
+  int64_t num_kv_heads = 0;     // Hkv
+  int64_t head_dim = 0;         // D
+  int64_t mlp_dim = 0;          // F
+  int64_t num_layers = 0;       // L
+  float norm_eps = 1e-5f;
+  kernels::RopeParams rope;
+  bool tie_embeddings = false;  // output head = embedding table (logits_via_embedding)
+  int32_t sliding_window = 0;   // 0: full causal attention
+
+  int64_t q_dim() const { return num_query_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  int64_t num_parameters() const;
+};
+
+// Throws maxctx::Error for what the CPU model does not implement (mixture of experts,
+// rope_min_timescale != 1), naming the key.
+LlamaConfig llama_config_from(const Config& config);
+
+}  // namespace maxctx::model

@@ -1,0 +1,36 @@
+// The tensor-axis all-reduce of Megatron tensor parallelism: row-parallel projections (o_proj,
+// down_proj) each produce a partial sum of the output, and the input gradients of
+// column-parallel ones (q, k, v, gate, up) are partial sums too; this sums them over `tensor`.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "maxctx/mesh/communicator.h"
+#include "maxctx/model/weights.h"
+#include "maxctx/parallel/model_plan.h"
+
+namespace maxctx::parallel {
+
+class TensorAllReduce final : public TensorReducer {
+ public:
+  explicit TensorAllReduce(const Communicator& tensor) : tensor_(tensor) {}
+  void all_reduce_sum(float* values, int64_t count) override;
+
+ private:
+  const Communicator& tensor_;
+};
+
+// Between the unsharded flat layout (specs built with tensor size 1) and this tensor rank's
+// (local_specs, the same tensors in the same order): local_blocks cuts this rank's rows or
+// columns out of every tensor; gather_blocks reassembles the whole tensors from every tensor
+// rank's blocks (collective over `tensor`).
+std::vector<float> local_blocks(std::span<const float> global,
+                                const std::vector<model::WeightSpec>& global_specs,
+                                const std::vector<model::WeightSpec>& local_specs);
+std::vector<float> gather_blocks(std::span<const float> local,
+                                 const std::vector<model::WeightSpec>& global_specs,
+                                 const std::vector<model::WeightSpec>& local_specs,
+                                 const Communicator& tensor);
+
+}  // namespace maxctx::parallel

@@ -1,0 +1,150 @@
+#include "maxctx/train/metrics.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "maxctx/config/config.h"
+#include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+
+namespace maxctx {
+
+FlopsModel flops_model(const Config& config) {
+  FlopsModel model;
+  model.emb_dim = config.derived.emb_dim;
+  model.num_query_heads = config.derived.num_query_heads;
+  model.num_kv_heads = config.derived.num_kv_heads;
+  model.head_dim = config.head_dim;
+  model.mlp_dim = config.derived.mlp_dim;
+  model.num_layers = config.derived.num_decoder_layers;
+  model.vocab_size = config.vocab_size;
+  model.num_mlp_activations = static_cast<int64_t>(config.mlp_activations.size());
+  return model;
+}
+
+TrainingTflops training_tflops_per_device(const FlopsModel& m, double per_device_batch_size,
+                                          int64_t seq_len, int64_t gradient_accumulation_steps) {
+  // In double throughout: B·S²·Hq·D overflows int64 long before it overflows a double's range.
+  const double b = per_device_batch_size;
+  const auto s = static_cast<double>(seq_len);
+  const auto e = static_cast<double>(m.emb_dim);
+  const auto mlp = static_cast<double>(m.mlp_dim);
+  const auto hq = static_cast<double>(m.num_query_heads);
+  const auto hkv = static_cast<double>(m.num_kv_heads);
+  const auto d = static_cast<double>(m.head_dim);
+  const auto layers = static_cast<double>(m.num_layers);
+  const double ffn =
+      2 * b * s * mlp * e * static_cast<double>(m.num_mlp_activations) + 2 * b * s * mlp * e;
+  const double qkv = 2 * b * s * e * (hq + 2 * hkv) * d;
+  const double proj = 2 * b * s * e * hq * d;
+  const double causal_attention = 4 * b * s * s * hq * d / 2;
+  const double embed = 2 * b * s * e * static_cast<double>(m.vocab_size);
+  const auto accumulation = static_cast<double>(gradient_accumulation_steps);
+  TrainingTflops tflops;
+  tflops.learnable_weight = ((ffn + qkv + proj) * layers + embed) * 3 / 1e12 * accumulation;
+  tflops.attention = causal_attention * layers * 3 / 1e12 * accumulation;
+  tflops.total = tflops.learnable_weight + tflops.attention;
+  return tflops;
+}
+
+double training_tokens_per_device(double per_device_batch_size, int64_t seq_len,
+                                  int64_t gradient_accumulation_steps) {
+  return static_cast<double>(seq_len) * per_device_batch_size *
+         static_cast<double>(gradient_accumulation_steps);
+}
+
+std::string format_step_line(const StepMetrics& metrics, double tflops_per_device,
+                             double tokens_per_device) {
+  return fmt::format(
+      "completed step: {}, seconds: {:.3f}, TFLOP/s/device: {:.3f}, Tokens/s/device: {:.3f}, "
+      "total_weights: {}, loss: {:.3f}",
+      metrics.step, metrics.seconds, tflops_per_device / metrics.seconds,
+      tokens_per_device / metrics.seconds, metrics.total_weights, metrics.loss);
+}
+
+nlohmann::json step_metrics_json(const StepMetrics& metrics, double tflops_per_device,
+                                 double tokens_per_device, const std::string& run_name) {
+  nlohmann::json line = {
+      {"step", metrics.step},
+      {"run_name", run_name},
+      {"learning/loss", metrics.loss},
+      {"learning/total_weights", metrics.total_weights},
+      {"learning/grad_norm", metrics.grad_norm},
+      {"learning/raw_grad_norm", metrics.raw_grad_norm},
+      {"learning/current_learning_rate", metrics.learning_rate},
+      {"perf/step_time_seconds", metrics.seconds},
+      {"perf/per_device_tflops", tflops_per_device},
+      {"perf/per_device_tflops_per_sec", tflops_per_device / metrics.seconds},
+      {"perf/per_device_tokens", tokens_per_device},
+      {"perf/per_device_tokens_per_sec", tokens_per_device / metrics.seconds},
+  };
+  for (const auto& [name, value] : metrics.extra) line[name] = value;
+  return line;
+}
+
+std::string format_progress(int64_t steps_done, int64_t total_steps, double seconds_per_step) {
+  const double percent =
+      total_steps > 0 ? 100.0 * static_cast<double>(steps_done) / static_cast<double>(total_steps)
+                      : 100.0;
+  const int64_t left = total_steps > steps_done ? total_steps - steps_done : 0;
+  const auto eta = static_cast<int64_t>(std::llround(seconds_per_step * static_cast<double>(left)));
+  const std::string eta_text = eta >= 3600 ? fmt::format("{}h{:02}m", eta / 3600, (eta % 3600) / 60)
+                                           : fmt::format("{}m{:02}s", eta / 60, eta % 60);
+  return fmt::format("step {}/{} [{:.1f}%] {:.3f} s/step, ETA {}", steps_done, total_steps, percent,
+                     seconds_per_step, eta_text);
+}
+
+MetricLogger::MetricLogger(const MetricLoggerOptions& options)
+    : options_(options), jsonl_(nullptr, &std::fclose) {
+  if (log::rank() != 0) return;
+  if (!options_.jsonl_path.empty()) {
+    jsonl_.reset(std::fopen(options_.jsonl_path.c_str(), options_.append ? "a" : "w"));
+    if (!jsonl_) {
+      fail("cannot open the metrics file {}: {}", options_.jsonl_path, std::strerror(errno));
+    }
+  }
+  show_progress_ = ::isatty(STDOUT_FILENO) == 1;
+}
+
+MetricLogger::~MetricLogger() {
+  if (show_progress_ && logged_ > 0) std::fputs("\r\033[K", stdout);
+  flush();
+}
+
+void MetricLogger::log_step(const StepMetrics& metrics) {
+  if (log::rank() != 0) return;
+  // The progress line has no newline; wipe it before the log line lands on top of it.
+  if (show_progress_) std::fputs("\r\033[K", stdout);
+  log::info("{}",
+            format_step_line(metrics, options_.tflops_per_device, options_.tokens_per_device));
+  if (jsonl_) {
+    const std::string line = step_metrics_json(metrics, options_.tflops_per_device,
+                                               options_.tokens_per_device, options_.run_name)
+                                 .dump() +
+                             "\n";
+    if (std::fwrite(line.data(), 1, line.size(), jsonl_.get()) != line.size()) {
+      fail("cannot write the metrics file {}: {}", options_.jsonl_path, std::strerror(errno));
+    }
+  }
+  ++logged_;
+  if (logged_ > 1) timed_seconds_ += metrics.seconds;
+  if (options_.flush_period > 0 && logged_ % options_.flush_period == 0) flush();
+  if (show_progress_) {
+    // The first step carries the warm-up; the ETA uses the later ones once there are any.
+    const double per_step =
+        logged_ > 1 ? timed_seconds_ / static_cast<double>(logged_ - 1) : metrics.seconds;
+    const std::string progress = format_progress(metrics.step + 1, options_.total_steps, per_step);
+    std::fputs(progress.c_str(), stdout);
+    std::fflush(stdout);
+  }
+}
+
+void MetricLogger::flush() {
+  if (jsonl_) std::fflush(jsonl_.get());
+}
+
+}  // namespace maxctx

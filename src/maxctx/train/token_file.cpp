@@ -1,0 +1,157 @@
+#include "maxctx/train/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "maxctx/core/check.h"
+
+namespace maxctx {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "token files are little-endian");
+
+constexpr char kMagic[8] = {'M', 'X', 'C', 'T', 'O', 'K', 'E', 'N'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeaderBytes = 32;
+
+struct Header {
+  char magic[8];
+  uint32_t version;
+  uint32_t width;
+  uint32_t eos_id;
+  uint32_t reserved;
+  uint64_t count;
+};
+static_assert(sizeof(Header) == kHeaderBytes);
+
+struct ClosesFd {
+  int fd;
+  ~ClosesFd() { ::close(fd); }
+};
+
+}  // namespace
+
+void write_token_file(const std::string& path, std::span<const int32_t> tokens, uint32_t eos_id,
+                      TokenWidth width) {
+  const uint32_t bytes = static_cast<uint32_t>(width);
+  const uint64_t limit = width == TokenWidth::kUInt16 ? 0xffffull : 0xffffffffull;
+  if (eos_id > limit) fail("token file {}: eos_id {} does not fit {} bytes", path, eos_id, bytes);
+  std::vector<unsigned char> ids(tokens.size() * bytes);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) > limit) {
+      fail("token file {}: token {} at index {} does not fit an unsigned {}-byte id", path,
+           tokens[i], i, bytes);
+    }
+    const uint32_t id = static_cast<uint32_t>(tokens[i]);
+    if (width == TokenWidth::kUInt16) {
+      const uint16_t narrow = static_cast<uint16_t>(id);
+      std::memcpy(&ids[i * 2], &narrow, 2);
+    } else {
+      std::memcpy(&ids[i * 4], &id, 4);
+    }
+  }
+  Header header{};
+  std::memcpy(header.magic, kMagic, sizeof(kMagic));
+  header.version = kVersion;
+  header.width = bytes;
+  header.eos_id = eos_id;
+  header.count = tokens.size();
+
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!file) fail("token file {}: cannot open for writing: {}", path, std::strerror(errno));
+  if (std::fwrite(&header, sizeof(header), 1, file.get()) != 1 ||
+      (!ids.empty() && std::fwrite(ids.data(), ids.size(), 1, file.get()) != 1)) {
+    fail("token file {}: write failed: {}", path, std::strerror(errno));
+  }
+  if (std::fclose(file.release()) != 0) {
+    fail("token file {}: close failed: {}", path, std::strerror(errno));
+  }
+}
+
+TokenFile::TokenFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail("token file {}: cannot open: {}", path, std::strerror(errno));
+  const ClosesFd closes_fd{fd};  // the mapping, once made, keeps the file alive
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) fail("token file {}: cannot stat: {}", path, std::strerror(errno));
+  const auto file_bytes = static_cast<uint64_t>(info.st_size);
+  Header header{};
+  if (file_bytes < kHeaderBytes ||
+      ::pread(fd, &header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {
+    fail("token file {}: truncated: {} bytes, shorter than the {}-byte header", path, file_bytes,
+         kHeaderBytes);
+  }
+  // Checked in this order so that a file of another format says "bad magic", not "truncated".
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) {
+    fail("token file {}: bad magic (not a maxctx token file; expected \"MXCTOKEN\")", path);
+  }
+  if (header.version != kVersion) {
+    fail("token file {}: version {} is not supported (this build reads version {})", path,
+         header.version, kVersion);
+  }
+  if (header.width != 2 && header.width != 4) {
+    fail("token file {}: {} bytes per token is not a known dtype (2 = uint16, 4 = uint32)", path,
+         header.width);
+  }
+  const bool overflows = header.count > (UINT64_MAX - kHeaderBytes) / header.width;
+  const uint64_t expected = overflows ? UINT64_MAX : kHeaderBytes + header.count * header.width;
+  if (file_bytes != expected) {
+    fail("token file {}: {}: {} bytes, but the header says {} tokens of {} bytes = {} bytes", path,
+         file_bytes < expected ? "truncated" : "trailing bytes after the tokens", file_bytes,
+         header.count, header.width, expected);
+  }
+  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map == MAP_FAILED) fail("token file {}: cannot map: {}", path, std::strerror(errno));
+  map_ = static_cast<const unsigned char*>(map);
+  map_bytes_ = file_bytes;
+  ids_ = map_ + kHeaderBytes;
+  count_ = static_cast<int64_t>(header.count);
+  eos_id_ = header.eos_id;
+  width_ = static_cast<TokenWidth>(header.width);
+}
+
+TokenFile::~TokenFile() {
+  if (map_ != nullptr) ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
+}
+
+uint32_t TokenFile::at(int64_t index) const {
+  MAXCTX_CHECK(index >= 0 && index < count_, "token {} outside [0, {})", index, count_);
+  if (width_ == TokenWidth::kUInt16) {
+    uint16_t id;
+    std::memcpy(&id, ids_ + index * 2, 2);
+    return id;
+  }
+  uint32_t id;
+  std::memcpy(&id, ids_ + index * 4, 4);
+  return id;
+}
+
+void TokenFile::read(int64_t begin, std::span<int32_t> out) const {
+  const auto n = static_cast<int64_t>(out.size());
+  MAXCTX_CHECK(begin >= 0 && begin + n <= count_, "tokens [{}, {}) outside [0, {})", begin,
+               begin + n, count_);
+  if (width_ == TokenWidth::kUInt16) {
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t id;
+      std::memcpy(&id, ids_ + (begin + i) * 2, 2);
+      out[static_cast<size_t>(i)] = id;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      uint32_t id;
+      std::memcpy(&id, ids_ + (begin + i) * 4, 4);
+      out[static_cast<size_t>(i)] = static_cast<int32_t>(id);
+    }
+  }
+}
+
+}  // namespace maxctx
