@@ -10,11 +10,14 @@
 namespace maxctx::cli {
 
 int run_mesh(const Args& args);
+int run_train(const Args& args);
 int run_config(const Args& args);
 int run_config_doc(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
+      {"train", "train a model (MaxText's train.py): data, fsdp, context and tensor axes",
+       run_train},
       {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
       {"config", "print the resolved config (every key, then the derived values)", run_config},
       {"config-doc", "print the documentation of every config key (docs/config.md)",

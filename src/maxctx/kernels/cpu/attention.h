@@ -17,10 +17,11 @@ namespace maxctx::kernels::cpu {
 
 // Tile geometry, sized for a 1 MiB L2 per core at D = 128: a tile of kAttentionTileRows query
 // rows and kAttentionBlockK keys keeps Q (128 KiB), the output accumulator (128 KiB), the
-// scores (128 KiB) and the K and V blocks (64 KiB each) resident, leaving about half of L2
-// for OpenBLAS's packed panels. Query heads of one kv group share a tile (the mask depends on
-// tokens only), up to kAttentionTileRows / kAttentionMinBlockQ heads, so the token block is
-// 256 (MHA), 128 (2 heads per kv head) or 64 tokens (4 or more).
+// scores (128 KiB) and the K and V blocks (64 KiB each) resident with room to spare, while 256
+// rows × 128 keys are enough for the tile products to run near the FMA peak. Query heads of one
+// kv group share a tile (the mask depends on tokens only), up to kAttentionTileRows /
+// kAttentionMinBlockQ heads, so the token block is 256 (MHA), 128 (2 query heads per kv head)
+// or 64 tokens (4 or more).
 inline constexpr int64_t kAttentionTileRows = 256;
 inline constexpr int64_t kAttentionMinBlockQ = 64;
 inline constexpr int64_t kAttentionBlockK = 128;

@@ -1,0 +1,48 @@
+// MaxText's train.py for maxctx: builds the model, the parallel plans and the data pipeline for
+// the mesh at hand, then runs optimizer steps with metrics and checkpoints.
+//
+// One step: read this rank's rows (data × fsdp) and chunks (context, dual chunk swap); forward
+// and backward through the plans (fsdp gathers each weight unit before use and reduce-scatters
+// its gradients, summed over data × context); the loss is Σ weight·xent over the global batch /
+// Σ weight; global-norm clipping; AdamW on this rank's shard. A run resumes from the latest
+// checkpoint in its run directory and then reproduces the uninterrupted run exactly.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "maxctx/config/config.h"
+#include "maxctx/mesh/mesh.h"
+
+namespace maxctx::train {
+
+struct StepRecord {
+  int64_t step = 0;  // 0-based
+  double loss = 0.0;
+  double grad_norm = 0.0;  // before clipping
+  double accuracy = 0.0;   // exact match on the scored targets
+  int64_t total_weights = 0;
+};
+
+class Trainer {
+ public:
+  // Validates the config against the mesh (training axes only, divisibility) with errors that
+  // name the keys; loads the latest checkpoint of the run, or initialises.
+  Trainer(const Config& config, const Mesh& mesh);
+  ~Trainer();
+
+  // Runs until `steps` optimizer steps are done (or `max_new_steps` more, when >= 0).
+  void run(int64_t max_new_steps = -1);
+  int64_t step() const;
+  const std::vector<StepRecord>& history() const;
+  // The whole model's parameters in the unsharded Hugging Face layout (collective).
+  std::vector<float> gather_parameters();
+  std::filesystem::path run_directory() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace maxctx::train
