@@ -91,6 +91,11 @@ using StringList = std::vector<std::string>;
   X(bool, packing, true, "", "Pack documents into rows with segment ids and positions")        \
   X(int64_t, eos_id, 2, "", "End-of-sequence token id (document separator)")                    \
   X(int64_t, data_shuffle_seed, 0, "", "Seed of the data order and synthetic data")             \
+  X(bool, enable_data_shuffling, true, "", "Shuffle the row order of token files every epoch")  \
+  X(int64_t, recall_num_pairs, 0, "",                                                           \
+    "maxctx: key-value pairs per recall row (0: max_target_length / 32)")                       \
+  X(int64_t, recall_num_queries, 0, "",                                                         \
+    "maxctx: queries per recall row (0: as many as pairs)")                                     \
   X(std::string, base_output_directory, "", "",                                                 \
     "Where runs are written (default: ./runs)")                                                 \
   X(std::string, run_name, "", "", "Run directory name under base_output_directory")           \

@@ -138,11 +138,11 @@ std::shared_ptr<const DataSource> make_data_source(const Config& config) {
     options.packing = config.packing;
     options.eos_id = config.eos_id;
     options.seed = seed;
+    options.shuffle = config.enable_data_shuffling;
     return std::make_shared<TokenFileSource>(options);
   }
   if (config.dataset_type == "recall") {
-    return std::make_shared<RecallSource>(
-        default_recall_params(config.vocab_size, config.max_target_length), seed);
+    return std::make_shared<RecallSource>(recall_params_from(config), seed);
   }
   fail("dataset_type = '{}' is not one of synthetic|tokens|recall", config.dataset_type);
 }

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
 
@@ -39,6 +40,18 @@ RecallParams default_recall_params(int64_t vocab_size, int64_t seq_len) {
   p.filler = {p.values.end, vocab_size};
   p.num_pairs = std::clamp<int64_t>(seq_len / 32, 1, third);
   p.num_queries = p.num_pairs;
+  return p;
+}
+
+RecallParams recall_params_from(const Config& config) {
+  RecallParams p = default_recall_params(config.vocab_size, config.max_target_length);
+  if (config.recall_num_pairs < 0 || config.recall_num_queries < 0) {
+    fail("recall_num_pairs = {} and recall_num_queries = {} must be >= 0 (0: automatic)",
+         config.recall_num_pairs, config.recall_num_queries);
+  }
+  if (config.recall_num_pairs > 0) p.num_pairs = config.recall_num_pairs;
+  p.num_queries = config.recall_num_queries > 0 ? config.recall_num_queries : p.num_pairs;
+  validate_recall_params(p);
   return p;
 }
 

@@ -23,6 +23,8 @@
 
 namespace maxctx {
 
+struct Config;
+
 struct RecallParams {
   int64_t vocab_size = 0;
   int64_t seq_len = 0;
@@ -39,6 +41,9 @@ struct RecallParams {
 // markers, the rest is split in thirds (keys, values, filler gets the remainder);
 // P = Q = clamp(S / 32, 1, number of keys). maxctx::Error when vocab_size < 6 or S < 6.
 RecallParams default_recall_params(int64_t vocab_size, int64_t seq_len);
+// The defaults with recall_num_pairs / recall_num_queries applied (0 keeps the default;
+// queries default to the pairs), validated.
+RecallParams recall_params_from(const Config& config);
 
 // maxctx::Error (one line) when the parameters cannot make a row: ids outside [1, vocab), empty
 // or overlapping ranges, fewer keys than pairs, Q outside [1, P], 3·P + 3·Q > S.

@@ -290,6 +290,8 @@ int64_t Trainer::step() const { return state_->step; }
 
 const std::vector<StepRecord>& Trainer::history() const { return state_->history; }
 
+kernels::AttentionStats Trainer::attention_stats() const { return state_->attention->stats(); }
+
 std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;
   std::vector<float> params, m, v;

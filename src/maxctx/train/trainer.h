@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "maxctx/config/config.h"
+#include "maxctx/kernels/ref/attention.h"
 #include "maxctx/mesh/mesh.h"
 
 namespace maxctx::train {
@@ -36,6 +37,8 @@ class Trainer {
   void run(int64_t max_new_steps = -1);
   int64_t step() const;
   const std::vector<StepRecord>& history() const;
+  // Attention tiles this rank computed and skipped over all steps so far (load-balance reports).
+  kernels::AttentionStats attention_stats() const;
   // The whole model's parameters in the unsharded Hugging Face layout (collective).
   std::vector<float> gather_parameters();
   std::filesystem::path run_directory() const;
