@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Training benchmark: one step of maxctx-20m at S = 2048 on one rank pinned to one core with one
+# OpenMP/BLAS thread (a warm-up step, then timed steps). Writes BUILD_DIR/bench/train.json.
+set -euo pipefail
+build_dir=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$build_dir/bench"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+pin=()
+if command -v taskset > /dev/null; then
+  pin=(taskset -c "$(($(nproc) - 1))")
+fi
+run_dir="$build_dir/bench/train_runs"
+rm -rf "$run_dir"
+"${pin[@]}" "$build_dir/bench/train_bench" --config "$here/../../configs/base.yml" \
+  --run-dir "$run_dir" --out "$build_dir/bench/train.json"
+rm -rf "$run_dir"

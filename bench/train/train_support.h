@@ -1,0 +1,80 @@
+// What the training benchmarks (bench/train, bench/context_parallel) share: timing a Trainer's
+// steps on every rank, the process's peak resident memory, the load average, and the JSON of a
+// list of times.
+//
+// A step's time is the slowest rank's wall time from a barrier to the end of Trainer::run(1);
+// its CPU time is this process's (on a shared machine the CPU time counts only the time this
+// process ran, so it is the robust figure on one rank; on several ranks MPI's busy-polling
+// counts waiting as CPU time too). The warm-up steps are run and never reported.
+#pragma once
+
+#include <mpi.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "maxctx/mesh/mesh.h"
+#include "maxctx/train/trainer.h"
+
+namespace maxctx::bench {
+
+inline double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// getrusage's ru_maxrss (KiB on Linux): the most this process has ever had resident.
+inline double peak_rss_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return 1024.0 * static_cast<double>(usage.ru_maxrss);
+}
+
+inline double load_average_1min() {
+  double one_minute = -1;
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (std::fscanf(f, "%lf", &one_minute) != 1) one_minute = -1;
+    std::fclose(f);
+  }
+  return one_minute;
+}
+
+// {"min", "median", "all"} of a non-empty list.
+inline nlohmann::json time_summary(std::vector<double> seconds) {
+  const nlohmann::json all = seconds;
+  std::sort(seconds.begin(), seconds.end());
+  const size_t n = seconds.size();
+  const double median = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
+  return {{"min", seconds.front()}, {"median", median}, {"all", all}};
+}
+
+struct StepTimes {
+  std::vector<double> wall;  // slowest rank's, per timed step
+  std::vector<double> cpu;   // this rank's process CPU time, per timed step
+};
+
+// Runs `warmup` steps, then `timed` steps one at a time (collective over the mesh).
+inline StepTimes time_training_steps(train::Trainer& trainer, const Mesh& mesh, int warmup,
+                                     int timed) {
+  if (warmup > 0) trainer.run(warmup);
+  StepTimes times;
+  for (int i = 0; i < timed; ++i) {
+    mesh.world().barrier();
+    const double cpu_start = process_cpu_seconds();
+    const double start = MPI_Wtime();
+    trainer.run(1);
+    double wall = MPI_Wtime() - start;
+    times.cpu.push_back(process_cpu_seconds() - cpu_start);
+    mesh.world().all_reduce(std::span<double>(&wall, 1), ReduceOp::kMax);
+    times.wall.push_back(wall);
+  }
+  return times;
+}
+
+}  // namespace maxctx::bench
