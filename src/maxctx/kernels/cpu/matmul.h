@@ -1,9 +1,8 @@
-// Fast matmul in the nn.Linear layout: out = in · weightᵀ, weight (out_dim, in_dim), through
-// OpenBLAS cblas_sgemm (its threads, its fixed partitioning: deterministic per thread count).
+// Fast matmul in the nn.Linear layout: out = in · weightᵀ, weight (out_dim, in_dim), through the
+// project's SGEMM (kernels/cpu/sgemm.h: bit-identical for any thread count).
 //
 // Same signatures and semantics as kernels/ref/matmul.h: d_weight accumulates (+=); d_in is
 // overwritten, or accumulated by matmul_backward_accumulate_input; d_in == nullptr skips it.
-// Dimensions must fit BLAS's int.
 #pragma once
 
 #include <cstdint>
