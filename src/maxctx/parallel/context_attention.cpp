@@ -106,40 +106,48 @@ void AllGatherContextAttention::backward(float* dq, float* dk, float* dv, const 
   std::copy(recv_.begin() + kv_numel, recv_.end(), dv);
 }
 
+void RingContextAttention::load_own_chunk(const float* k, const float* v, const TokenLayout& tokens,
+                                          int64_t kv_numel) {
+  const int64_t n = tokens.batch * tokens.seq;
+  for (int slot = 0; slot < 2; ++slot) {
+    chunk_kv_[slot].resize(2 * kv_numel);
+    chunk_ids_[slot].resize(2 * n);
+  }
+  std::copy(k, k + kv_numel, chunk_kv_[0].begin());
+  std::copy(v, v + kv_numel, chunk_kv_[0].begin() + kv_numel);
+  std::copy(tokens.positions, tokens.positions + n, chunk_ids_[0].begin());
+  std::copy(tokens.segment_ids, tokens.segment_ids + n, chunk_ids_[0].begin() + n);
+}
+
+std::vector<Request> RingContextAttention::pass_chunk_along(int cur) {
+  const int cp = context_.size();
+  const int next = (context_.rank() + 1) % cp;
+  const int prev = (context_.rank() + cp - 1) % cp;
+  std::vector<Request> in_flight;
+  in_flight.push_back(context_.isend(std::span<const float>(chunk_kv_[cur]), next, kTagKeysValues));
+  in_flight.push_back(context_.isend(std::span<const int32_t>(chunk_ids_[cur]), next, kTagIds));
+  in_flight.push_back(context_.irecv(std::span<float>(chunk_kv_[1 - cur]), prev, kTagKeysValues));
+  in_flight.push_back(context_.irecv(std::span<int32_t>(chunk_ids_[1 - cur]), prev, kTagIds));
+  return in_flight;
+}
+
 void RingContextAttention::forward(float* out, float* lse, const float* q, const float* k,
                                    const float* v, const TokenLayout& tokens,
                                    const kernels::AttentionParams& dims) {
   const int cp = context_.size();
-  const int next = (context_.rank() + 1) % cp;
-  const int prev = (context_.rank() + cp - 1) % cp;
   const int64_t B = tokens.batch, S = tokens.seq;
   const int64_t kv_numel = B * S * dims.heads_kv * dims.head_dim;
   const int64_t out_numel = B * S * dims.heads_q * dims.head_dim;
   const int64_t lse_numel = B * dims.heads_q * S;
-  for (int slot = 0; slot < 2; ++slot) {
-    chunk_kv_[slot].resize(2 * kv_numel);
-    chunk_ids_[slot].resize(2 * B * S);
-  }
-  std::copy(k, k + kv_numel, chunk_kv_[0].begin());
-  std::copy(v, v + kv_numel, chunk_kv_[0].begin() + kv_numel);
-  std::copy(tokens.positions, tokens.positions + B * S, chunk_ids_[0].begin());
-  std::copy(tokens.segment_ids, tokens.segment_ids + B * S, chunk_ids_[0].begin() + B * S);
+  load_own_chunk(k, v, tokens, kv_numel);
   partial_out_.resize(out_numel);
   partial_lse_.resize(lse_numel);
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
 
   for (int step = 0; step < cp; ++step) {
     const int cur = step % 2;
-    std::vector<Request> in_flight;
     // Post the hand-off of the current chunk before computing with it.
-    if (step + 1 < cp) {
-      in_flight.push_back(
-          context_.isend(std::span<const float>(chunk_kv_[cur]), next, kTagKeysValues));
-      in_flight.push_back(context_.isend(std::span<const int32_t>(chunk_ids_[cur]), next, kTagIds));
-      in_flight.push_back(
-          context_.irecv(std::span<float>(chunk_kv_[1 - cur]), prev, kTagKeysValues));
-      in_flight.push_back(context_.irecv(std::span<int32_t>(chunk_ids_[1 - cur]), prev, kTagIds));
-    }
+    std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
     const float* chunk_k = chunk_kv_[cur].data();
     const int32_t* chunk_pos = chunk_ids_[cur].data();
     float* step_out = step == 0 ? out : partial_out_.data();
@@ -164,15 +172,8 @@ void RingContextAttention::backward(float* dq, float* dk, float* dv, const float
   const int prev = (context_.rank() + cp - 1) % cp;
   const int64_t B = tokens.batch, S = tokens.seq;
   const int64_t kv_numel = B * S * dims.heads_kv * dims.head_dim;
-  for (int slot = 0; slot < 2; ++slot) {
-    chunk_kv_[slot].resize(2 * kv_numel);
-    chunk_ids_[slot].resize(2 * B * S);
-    chunk_grad_[slot].resize(2 * kv_numel);
-  }
-  std::copy(k, k + kv_numel, chunk_kv_[0].begin());
-  std::copy(v, v + kv_numel, chunk_kv_[0].begin() + kv_numel);
-  std::copy(tokens.positions, tokens.positions + B * S, chunk_ids_[0].begin());
-  std::copy(tokens.segment_ids, tokens.segment_ids + B * S, chunk_ids_[0].begin() + B * S);
+  load_own_chunk(k, v, tokens, kv_numel);
+  for (int slot = 0; slot < 2; ++slot) chunk_grad_[slot].resize(2 * kv_numel);
   std::fill(chunk_grad_[0].begin(), chunk_grad_[0].end(), 0.0f);
   std::fill(dq, dq + B * S * dims.heads_q * dims.head_dim, 0.0f);
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
@@ -181,15 +182,7 @@ void RingContextAttention::backward(float* dq, float* dk, float* dv, const float
   // accumulated; after the last step one more hop takes every chunk's gradients home.
   for (int step = 0; step < cp; ++step) {
     const int cur = step % 2;
-    std::vector<Request> in_flight;
-    if (step + 1 < cp) {
-      in_flight.push_back(
-          context_.isend(std::span<const float>(chunk_kv_[cur]), next, kTagKeysValues));
-      in_flight.push_back(context_.isend(std::span<const int32_t>(chunk_ids_[cur]), next, kTagIds));
-      in_flight.push_back(
-          context_.irecv(std::span<float>(chunk_kv_[1 - cur]), prev, kTagKeysValues));
-      in_flight.push_back(context_.irecv(std::span<int32_t>(chunk_ids_[1 - cur]), prev, kTagIds));
-    }
+    std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
     const float* chunk_k = chunk_kv_[cur].data();
     const int32_t* chunk_pos = chunk_ids_[cur].data();
     float* chunk_dk = chunk_grad_[cur].data();

@@ -60,6 +60,11 @@ class RingContextAttention final : public AttentionPlan {
   kernels::AttentionStats stats() const override { return stats_; }
 
  private:
+  // Slot 0 := this rank's K, V, positions and segment ids.
+  void load_own_chunk(const float* k, const float* v, const TokenLayout& tokens, int64_t kv_numel);
+  // Sends slot `cur` to the next rank and receives the previous rank's into the other slot.
+  std::vector<Request> pass_chunk_along(int cur);
+
   const Communicator& context_;
   kernels::AttentionStats stats_;
   // Two chunk slots (current, next): K, V (B, S, Hkv, D), positions, segments (B, S); the
