@@ -1,7 +1,8 @@
-// Kernel benchmark on one core: measured fp32 FMA peak, SGEMM 1024³, and causal attention
-// forward/backward at S = 4096, Hq = 8, Hkv = 2, D = 128, each as a fraction of that peak, plus
-// the reference kernel and (from a JSON file written by attention_torch.py in the same run)
-// torch 1.13 as ratios. Writes one JSON object to --out.
+// Kernel benchmark on one core: measured fp32 FMA peak, SGEMM at 1024³ and at the model's
+// projection shapes (the project's sgemm, with OpenBLAS beside it as a same-run ratio), and
+// causal attention forward/backward at S = 4096, Hq = 8, Hkv = 2, D = 128, each as a fraction of
+// that peak, plus the reference kernel and (from a JSON file written by attention_torch.py in
+// the same run) torch 1.13 as ratios. Writes one JSON object to --out.
 //
 // Run it through run.sh, which pins it to one core with one OpenMP/BLAS thread. Rates use the
 // process CPU time of the best of a few repetitions: the machine is shared, and CPU time counts
@@ -93,26 +94,54 @@ json rate(double flops, const Timing& t, double peak, double target) {
           {"meets_target", gflops / peak >= target}};
 }
 
-// The SGEMM the model's matmuls use (kernels/cpu/sgemm.h), and OpenBLAS's in the same run.
-json sgemm(int n, double peak) {
-  const auto a = normal(int64_t{n} * n, "a");
-  const auto b = normal(int64_t{n} * n, "b");
-  std::vector<float> c(static_cast<size_t>(n) * n);
-  const double flops = 2.0 * n * n * static_cast<double>(n);
-  const Timing ours = best_of(7, [&] {
-    maxctx::kernels::cpu::sgemm(maxctx::kernels::cpu::Transpose::kNo,
-                                maxctx::kernels::cpu::Transpose::kNo, n, n, n, 1.0f, a.data(), n,
-                                b.data(), n, 0.0f, c.data(), n);
+// One product C (m×n) = op(A) · op(B) on the SGEMM the model's matmuls use
+// (kernels/cpu/sgemm.h), and on OpenBLAS in the same run, dense row-major operands.
+json gemm_product(int m, int n, int k, bool trans_a, bool trans_b, int reps, double peak) {
+  namespace cpu = maxctx::kernels::cpu;
+  const auto a = normal(int64_t{m} * k, "a");
+  const auto b = normal(int64_t{k} * n, "b");
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  const double flops = 2.0 * m * n * static_cast<double>(k);
+  const Timing ours = best_of(reps, [&] {
+    cpu::sgemm(trans_a ? cpu::Transpose::kYes : cpu::Transpose::kNo,
+               trans_b ? cpu::Transpose::kYes : cpu::Transpose::kNo, m, n, k, 1.0f, a.data(), lda,
+               b.data(), ldb, 0.0f, c.data(), n);
   });
-  const Timing openblas = best_of(7, [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+  const Timing openblas = best_of(reps, [&] {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a.data(), lda, b.data(), ldb,
                 0.0f, c.data(), n);
   });
   json result = rate(flops, ours, peak, 0.80);
-  result["kernel"] =
-      std::string("maxctx sgemm (") + maxctx::kernels::cpu::sgemm_simd_target() + ")";
+  result["kernel"] = std::string("maxctx sgemm (") + cpu::sgemm_simd_target() + ")";
+  result["shape"] = {{"m", m}, {"n", n}, {"k", k}, {"trans_a", trans_a}, {"trans_b", trans_b}};
   result["openblas"] = rate(flops, openblas, peak, 0.80);
   result["speedup_vs_openblas"] = openblas.cpu_seconds / ours.cpu_seconds;
+  return result;
+}
+
+// The three products of each projection of a 2048-token micro-batch at width 512 (attention,
+// MLP up to 1536, a 4096 vocabulary head): forward out = in·Wᵀ, d_in = d_out·W and
+// d_W = d_outᵀ·in, as kernels/cpu/matmul.cpp calls them.
+json model_products(double peak) {
+  constexpr int kTokens = 2048, kWidth = 512;
+  json result = json::array();
+  for (const int out_dim : {512, 1536, 4096}) {
+    const struct {
+      const char* product;
+      int m, n, k;
+      bool trans_a, trans_b;
+    } kProducts[] = {{"forward", kTokens, out_dim, kWidth, false, true},
+                     {"d_in", kTokens, kWidth, out_dim, false, false},
+                     {"d_weight", out_dim, kWidth, kTokens, true, false}};
+    for (const auto& p : kProducts) {
+      json one = gemm_product(p.m, p.n, p.k, p.trans_a, p.trans_b, 3, peak);
+      one["product"] = p.product;
+      result.push_back(one);
+    }
+  }
   return result;
 }
 
@@ -258,7 +287,8 @@ int main(int argc, char** argv) {
   result["fma_target"] = maxctx::bench::fma_target_name();
   result["fma_vector_lanes_f32"] = maxctx::bench::fma_vector_lanes();
   result["attention_simd_target"] = maxctx::kernels::cpu::attention_simd_target();
-  result["sgemm_1024"] = sgemm(1024, peak);
+  result["sgemm_1024"] = gemm_product(1024, 1024, 1024, false, false, 7, peak);
+  result["sgemm_model_products"] = model_products(peak);
   result["tile_products"] = tile_products(peak);
   result["attention_causal"] = attention(peak, torch_path);
   result["load_average_1min_at_end"] = load_average();

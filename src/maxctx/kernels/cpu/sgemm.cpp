@@ -95,24 +95,39 @@ Blocking blocking() { return {kTileRows, kTileCols, kBlockM, kBlockK, kBlockN}; 
 // A packed panel of width kWidth holds `depth` groups of kWidth floats: dst[p·kWidth + i] =
 // src(i, p) for i < live, 0 for live <= i < kWidth.
 
-// src(i, p) = src[p·ld + i]: each group is a (masked) copy of contiguous floats.
+// src(i, p) = src[p·ld + i] for i < live, over as many panels as live needs (panel s holds
+// columns s·kWidth ...). Sixteen source rows at a time are dealt out to every panel: the rows'
+// lines stay in L1 while each panel gets 16 whole groups in a row. Walking one panel's 256 rows
+// at a time touched a new page per row when ld was large; walking one row across all panels
+// spread single groups over panels 8-32 KiB apart, which share L1 sets and evicted each other
+// half-written (A packing was then 17% of d_weight 1536×512×2048).
 template <int64_t kWidth>
 void pack_contiguous(const float* src, int64_t ld, int64_t live, int64_t depth, float* dst) {
-  const FloatTag d;
-  for (int64_t p = 0; p < depth; ++p) {
-    const float* from = src + p * ld;
-    float* to = dst + p * kWidth;
+  // Vectors no wider than a group: an 8-float group of A is one unmasked 256-bit copy.
+  const hn::CappedTag<float, kWidth> d;
+  constexpr int64_t kGroupLanes = static_cast<int64_t>(hn::MaxLanes(d));
+  constexpr int64_t kRowsAtOnce = 16;
+  const int64_t panels = (live + kWidth - 1) / kWidth;
+  for (int64_t p0 = 0; p0 < depth; p0 += kRowsAtOnce) {
+    const int64_t p_end = std::min(depth, p0 + kRowsAtOnce);
+    for (int64_t s = 0; s < panels; ++s) {
+      const int64_t panel_live = std::min(kWidth, live - s * kWidth);
+      for (int64_t p = p0; p < p_end; ++p) {
+        const float* from = src + p * ld + s * kWidth;
+        float* to = dst + s * kWidth * depth + p * kWidth;
 #pragma GCC unroll 4
-    for (int64_t i0 = 0; i0 < kWidth; i0 += kLanes) {
-      const int64_t loaded = std::clamp<int64_t>(live - i0, 0, kLanes);
-      const FloatVec v =
-          loaded == kLanes
-              ? hn::LoadU(d, from + i0)
-              : hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(loaded)), d, from + i0);
-      if (kWidth - i0 >= kLanes) {
-        hn::StoreU(v, d, to + i0);
-      } else {
-        hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(kWidth - i0)), d, to + i0);
+        for (int64_t i0 = 0; i0 < kWidth; i0 += kGroupLanes) {
+          const int64_t loaded = std::clamp<int64_t>(panel_live - i0, 0, kGroupLanes);
+          const auto v =
+              loaded == kGroupLanes
+                  ? hn::LoadU(d, from + i0)
+                  : hn::MaskedLoad(hn::FirstN(d, static_cast<size_t>(loaded)), d, from + i0);
+          if (kWidth - i0 >= kGroupLanes) {
+            hn::StoreU(v, d, to + i0);
+          } else {
+            hn::BlendedStore(v, hn::FirstN(d, static_cast<size_t>(kWidth - i0)), d, to + i0);
+          }
+        }
       }
     }
   }
@@ -190,24 +205,26 @@ void pack_transposed(const float* src, int64_t ld, int64_t live, int64_t depth, 
 // kTileRows · depth floats each.
 void pack_a_block(bool transposed, const float* a, int64_t lda, int64_t rows, int64_t depth,
                   float* dst) {
+  if (transposed) {
+    pack_contiguous<kTileRows>(a, lda, rows, depth, dst);
+    return;
+  }
   for (int64_t r = 0; r < rows; r += kTileRows) {
-    const int64_t live = std::min<int64_t>(kTileRows, rows - r);
-    float* panel = dst + r * depth;
-    if (transposed) {
-      pack_contiguous<kTileRows>(a + r, lda, live, depth, panel);
-    } else {
-      pack_transposed<kTileRows>(a + r * lda, lda, live, depth, panel);
-    }
+    pack_transposed<kTileRows>(a + r * lda, lda, std::min<int64_t>(kTileRows, rows - r), depth,
+                               dst + r * depth);
   }
 }
 
-// depth × cols of op(B), starting at b, as one micro-panel of kTileCols · depth floats.
-void pack_b_panel(bool transposed, const float* b, int64_t ldb, int64_t cols, int64_t depth,
-                  float* dst) {
-  if (transposed) {
-    pack_transposed<kTileCols>(b, ldb, cols, depth, dst);
-  } else {
+// depth × cols of op(B), starting at b, as micro-panels of kTileCols · depth floats each.
+void pack_b_panels(bool transposed, const float* b, int64_t ldb, int64_t cols, int64_t depth,
+                   float* dst) {
+  if (!transposed) {
     pack_contiguous<kTileCols>(b, ldb, cols, depth, dst);
+    return;
+  }
+  for (int64_t j = 0; j < cols; j += kTileCols) {
+    pack_transposed<kTileCols>(b + j * ldb, ldb, std::min(kTileCols, cols - j), depth,
+                               dst + j * depth);
   }
 }
 
@@ -311,7 +328,7 @@ namespace maxctx::kernels::cpu {
 
 HWY_EXPORT(blocking);
 HWY_EXPORT(pack_a_block);
-HWY_EXPORT(pack_b_panel);
+HWY_EXPORT(pack_b_panels);
 HWY_EXPORT(multiply_block);
 HWY_EXPORT(target_id);
 
@@ -323,6 +340,8 @@ constexpr double kMinFmasPerThread = 1 << 20;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+// Where share `index` of `count` equal contiguous shares of [0, total) begins.
+int64_t share(int64_t total, int64_t index, int64_t count) { return total * index / count; }
 
 // Packing buffers of the calling thread, grown to the largest product seen; a team's threads
 // write into the caller's buffers, so concurrent callers never share one.
@@ -397,30 +416,36 @@ void sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k
   float* a_blocks = reserve(ws.a_blocks, ws.a_capacity, threads * a_floats);
 
   const auto pack_a = HWY_DYNAMIC_DISPATCH(pack_a_block);
-  const auto pack_b = HWY_DYNAMIC_DISPATCH(pack_b_panel);
+  const auto pack_b = HWY_DYNAMIC_DISPATCH(pack_b_panels);
   const auto multiply = HWY_DYNAMIC_DISPATCH(multiply_block);
 
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    float* a_block = a_blocks + omp_get_thread_num() * a_floats;
+  // Thread `index` of `count` takes a contiguous share of each loop; the barriers keep the B
+  // panel from being used before it is packed, or repacked while in use.
+  const auto work = [&](int64_t index, int64_t count) {
+    float* a_block = a_blocks + index * a_floats;
     for (int64_t j0 = 0; j0 < n; j0 += bl.block_n) {
       const int64_t cols = std::min(bl.block_n, n - j0);
       const int64_t panels = ceil_div(cols, bl.tile_cols);
+      const int64_t panels_per_split = ceil_div(panels, n_splits);
       for (int64_t p0 = 0; p0 < k; p0 += bl.block_k) {
         const int64_t depth = std::min(bl.block_k, k - p0);
         // K blocks after the first add to what the first one stored.
         const float beta_block = p0 == 0 ? beta : 1.0f;
-#pragma omp for schedule(static)
-        for (int64_t q = 0; q < panels; ++q) {
-          const int64_t j = j0 + q * bl.tile_cols;
+        const int64_t q_first = share(panels, index, count);
+        const int64_t q_last = share(panels, index + 1, count);
+        if (q_first < q_last) {
+          const int64_t j = j0 + q_first * bl.tile_cols;
           const float* from = b_t ? b + j * ldb + p0 : b + p0 * ldb + j;
-          pack_b(b_t, from, ldb, std::min(bl.tile_cols, n - j), depth,
-                 b_panel + q * bl.tile_cols * depth);
+          pack_b(b_t, from, ldb, std::min(n - j, (q_last - q_first) * bl.tile_cols), depth,
+                 b_panel + q_first * bl.tile_cols * depth);
         }
-        const int64_t panels_per_split = ceil_div(panels, n_splits);
+        if (count > 1) {
+#pragma omp barrier
+        }
+        const int64_t tasks = m_blocks * n_splits;
         int64_t packed_block = -1;  // the M block now in a_block
-#pragma omp for schedule(static)
-        for (int64_t task = 0; task < m_blocks * n_splits; ++task) {
+        for (int64_t task = share(tasks, index, count); task < share(tasks, index + 1, count);
+             ++task) {
           const int64_t block = task / n_splits;
           const int64_t q_begin = task % n_splits * panels_per_split;
           const int64_t q_end = std::min(panels, q_begin + panels_per_split);
@@ -436,9 +461,18 @@ void sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k
                    std::min(n - j, (q_end - q_begin) * bl.tile_cols), depth, alpha, beta_block,
                    c + i0 * ldc + j, ldc);
         }
+        if (count > 1) {
+#pragma omp barrier
+        }
       }
     }
+  };
+  if (threads == 1) {
+    work(0, 1);  // no team at all: forking even a team of one costs as much as a 32³ product
+    return;
   }
+#pragma omp parallel num_threads(threads)
+  work(omp_get_thread_num(), omp_get_num_threads());
 }
 
 const char* sgemm_simd_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_id)()); }
