@@ -13,11 +13,17 @@ int run_mesh(const Args& args);
 int run_train(const Args& args);
 int run_config(const Args& args);
 int run_config_doc(const Args& args);
+int run_check_logits(const Args& args);
+int run_export(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
       {"train", "train a model (MaxText's train.py): data, fsdp, context and tensor axes",
        run_train},
+      {"check-logits",
+       "compare a checkpoint's logits with golden JSONL (MaxText's forward_pass_logit_checker)",
+       run_check_logits},
+      {"export", "write a training checkpoint as a Hugging Face Llama directory", run_export},
       {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
       {"config", "print the resolved config (every key, then the derived values)", run_config},
       {"config-doc", "print the documentation of every config key (docs/config.md)",

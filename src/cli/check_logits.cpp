@@ -1,0 +1,252 @@
+// `maxctx check-logits <config> load_parameters_path=<dir> golden_logits_path=<file.jsonl>
+//  [max_kl_div=...] [atol=...] [rtol=...]`: MaxText's forward_pass_logit_checker.
+//
+// Builds the model from load_parameters_path (a Hugging Face directory: its config.json gives the
+// model; without config.json, a maxctx checkpoint directory read with the config's model keys),
+// runs one forward per golden prompt on the mesh at hand and compares the logits (io/
+// golden_logits.h: allclose with atol + rtol·|golden|, and max per-token KL(golden‖model)).
+// Under context parallelism the prompt is sharded over `context` exactly as training does (dual
+// chunk swap when context_parallel_load_balance), attention runs through the configured CP
+// strategy, and the logits rows are all-gathered back into prompt order. A prompt whose length
+// does not split (S % 2·cp, or S % cp without balancing) is padded at the end with segment-0
+// tokens, which no real token attends to, and their rows are dropped. `tensor` splits the
+// weights as in training; `data` and `fsdp` replicas each run the same forward (weights whole).
+// Every rank reaches the same verdict; failure is one error line and a non-zero exit.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "cli/common.h"
+#include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+#include "maxctx/io/golden_logits.h"
+#include "maxctx/model/activations.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/model/llama.h"
+#include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/load_balance.h"
+#include "maxctx/parallel/local_attention.h"
+#include "maxctx/parallel/tensor_parallel.h"
+
+namespace maxctx::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage =
+    "usage: maxctx check-logits <config.yml> load_parameters_path=<dir> "
+    "golden_logits_path=<golden.jsonl>\n"
+    "                           [max_kl_div=1e-4] [atol=0.1] [rtol=0.1] [mesh keys ...]\n\n"
+    "MaxText's forward_pass_logit_checker. <dir> is a Hugging Face checkpoint (config.json +\n"
+    "safetensors), or a maxctx checkpoint directory (model.safetensors, model from the config's\n"
+    "keys). The golden file is JSONL: {\"prompt\", \"tokens\", \"logits\" [seq][vocab]} per line.\n"
+    "Runs one forward per prompt on the mesh (context, tensor, data, fsdp axes; e.g.\n"
+    "`mpirun -np 4 maxctx check-logits ... ici_context_parallelism=4`) and prints the max\n"
+    "|model - golden| and the max per-token KL(golden||model). Fails (exit 1) when any logit has\n"
+    "|model - golden| > atol + rtol*|golden| (numpy.allclose) or when the max KL > max_kl_div.\n"
+    "Prompts whose length does not split over context are padded with ignored tokens.\n";
+
+struct ModelOnMesh {
+  model::LlamaConfig config;
+  std::vector<model::WeightSpec> specs;  // this tensor rank's blocks
+  std::vector<float> params;
+  model::LlamaWeights weights;
+  std::unique_ptr<parallel::AttentionPlan> attention;
+  std::unique_ptr<parallel::TensorReducer> tensor;
+  parallel::ModelPlan plan;
+};
+
+void check_mesh(const Mesh& mesh) {
+  if (mesh.axis_size(Axis::kContextAutoregressive) != 1) {
+    fail(
+        "check-logits runs the training forward; context_autoregressive = {} is the inference "
+        "axis: shard the prompt with ici_context_parallelism and set "
+        "ici_context_autoregressive_parallelism=1 (configs/base.yml does)",
+        mesh.axis_size(Axis::kContextAutoregressive));
+  }
+  if (mesh.axis_size(Axis::kExpert) != 1) {
+    fail("expert parallelism = {} needs a mixture-of-experts model; set ici_expert_parallelism=1",
+         mesh.axis_size(Axis::kExpert));
+  }
+}
+
+void load_model(const Config& c, const Mesh& mesh, ModelOnMesh& m) {
+  const fs::path dir(c.load_parameters_path);
+  if (c.load_parameters_path.empty() || !fs::is_directory(dir)) {
+    fail("check-logits needs load_parameters_path=<directory with config.json + safetensors>{}",
+         c.load_parameters_path.empty() ? "" : fmt::format(" (got '{}')", c.load_parameters_path));
+  }
+  const bool hf = fs::exists(dir / "config.json");
+  m.config = hf ? model::llama_config_from_hf(dir / "config.json") : model::llama_config_from(c);
+  const int tp = static_cast<int>(mesh.axis_size(Axis::kTensor));
+  const int tp_rank = static_cast<int>(mesh.coord(Axis::kTensor));
+  m.specs = model::llama_weight_specs(m.config, tp, tp_rank);
+  m.params.assign(model::total_numel(m.specs), 0.0f);
+  model::load_hf_weights(m.specs, m.params.data(), dir);
+  m.weights = model::bind_weights(m.specs, m.params.data());
+  const Communicator& context = mesh.axis(Axis::kContext);
+  if (context.size() == 1) {
+    m.attention = std::make_unique<parallel::LocalAttention>();
+  } else if (c.context_parallel_strategy == "ring") {
+    m.attention = std::make_unique<parallel::RingContextAttention>(context);
+  } else {
+    m.attention = std::make_unique<parallel::AllGatherContextAttention>(context);
+  }
+  if (tp == 1) {
+    m.tensor = std::make_unique<parallel::NoTensorReduction>();
+  } else {
+    m.tensor = std::make_unique<parallel::TensorAllReduce>(mesh.axis(Axis::kTensor));
+  }
+  m.plan = {m.attention.get(), m.tensor.get(), nullptr, tp, tp_rank};
+  log::info(
+      "check-logits: model from {} ({}): vocab {}, emb {}, layers {}, heads {}/{} kv, head_dim "
+      "{}, mlp {}",
+      dir.string(), hf ? "config.json" : "the config's model keys", m.config.vocab_size,
+      m.config.emb_dim, m.config.num_layers, m.config.num_query_heads, m.config.num_kv_heads,
+      m.config.head_dim, m.config.mlp_dim);
+}
+
+// The model's logits for one prompt, (S, V) in prompt order, on every rank.
+std::vector<float> forward_logits(const Config& c, const Mesh& mesh, ModelOnMesh& m,
+                                  const io::GoldenPrompt& g, int64_t& padded_len) {
+  const Communicator& context = mesh.axis(Axis::kContext);
+  const int64_t cp = context.size();
+  const bool balance = c.context_parallel_load_balance;
+  const int64_t S = g.seq();
+  const int64_t multiple = cp == 1 ? 1 : (balance ? 2 * cp : cp);
+  padded_len = (S + multiple - 1) / multiple * multiple;
+  // Padding: token 0, segment 0 (the real tokens are segment 1), positions running on.
+  std::vector<int32_t> tokens(padded_len, 0), positions(padded_len), segments(padded_len, 0);
+  for (int64_t i = 0; i < padded_len; ++i) positions[i] = static_cast<int32_t>(i);
+  std::copy(g.tokens.begin(), g.tokens.end(), tokens.begin());
+  std::fill(segments.begin(), segments.begin() + S, 1);
+
+  MAXCTX_CHECK_EQ(int64_t{context.rank()}, mesh.coord(Axis::kContext),
+                  "context communicator ranks follow the mesh coordinate");
+  const int64_t local = context_shard_len(padded_len, cp);
+  const std::vector<int64_t> mine =
+      context_shard_indices(padded_len, cp, mesh.coord(Axis::kContext), balance);
+  std::vector<int32_t> local_tokens(local), local_positions(local), local_segments(local);
+  for (int64_t i = 0; i < local; ++i) {
+    local_tokens[i] = tokens[mine[i]];
+    local_positions[i] = positions[mine[i]];
+    local_segments[i] = segments[mine[i]];
+  }
+  const model::TokenBatch batch{
+      1,      local, local_tokens.data(), nullptr, local_positions.data(), local_segments.data(),
+      nullptr};
+  model::LlamaActivations acts =
+      model::allocate_activations(m.config, 1, local, m.plan.tensor_size);
+  model::llama_forward(m.config, m.weights, batch, m.plan, acts);
+
+  const int64_t V = m.config.vocab_size;
+  std::vector<float> gathered(padded_len * V);  // rank-major: rank r's rows, in its local order
+  context.all_gather<float>(std::span<const float>(acts.logits.data<float>(), local * V), gathered);
+  std::vector<float> logits(S * V);
+  for (int64_t r = 0; r < cp; ++r) {
+    const std::vector<int64_t> rows = context_shard_indices(padded_len, cp, r, balance);
+    for (int64_t j = 0; j < local; ++j) {
+      if (rows[j] >= S) continue;  // padding
+      const float* src = gathered.data() + (r * local + j) * V;
+      std::copy(src, src + V, logits.data() + rows[j] * V);
+    }
+  }
+  return logits;
+}
+
+}  // namespace
+
+int run_check_logits(const Args& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    if (log::rank() == 0) std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const Config c = load_command_config(args, "check-logits");
+  log::info("{}", format_config(c));
+  if (c.golden_logits_path.empty()) {
+    fail("check-logits needs golden_logits_path=<golden.jsonl> (MaxText's format)");
+  }
+  if (!(c.max_kl_div >= 0.0) || !(c.atol >= 0.0) || !(c.rtol >= 0.0)) {
+    fail("max_kl_div, atol and rtol must be >= 0 (got {}, {}, {})", c.max_kl_div, c.atol, c.rtol);
+  }
+  const Mesh mesh(mesh_spec_from(c));
+  check_mesh(mesh);
+  ModelOnMesh m;
+  load_model(c, mesh, m);
+  const std::vector<io::GoldenPrompt> golden = io::read_golden_logits(c.golden_logits_path);
+  log::info("check-logits: {} prompts from {}; mesh context {} ({}, load balance {}), tensor {}",
+            golden.size(), c.golden_logits_path, mesh.axis_size(Axis::kContext),
+            c.context_parallel_strategy, c.context_parallel_load_balance ? "on" : "off",
+            mesh.axis_size(Axis::kTensor));
+
+  io::LogitComparison total;
+  size_t kl_prompt = 0, worst_prompt = 0;
+  for (size_t p = 0; p < golden.size(); ++p) {
+    const io::GoldenPrompt& g = golden[p];
+    if (g.vocab != m.config.vocab_size) {
+      fail("{}: prompt {} has logits over {} tokens; the model's vocabulary is {}",
+           c.golden_logits_path, p, g.vocab, m.config.vocab_size);
+    }
+    for (const int32_t t : g.tokens) {
+      if (t >= m.config.vocab_size) {
+        fail("{}: prompt {} holds token {}, outside the vocabulary of {}", c.golden_logits_path, p,
+             t, m.config.vocab_size);
+      }
+    }
+    int64_t padded = 0;
+    const std::vector<float> logits = forward_logits(c, mesh, m, g, padded);
+    const io::LogitComparison r =
+        io::compare_logits(g.logits, logits, g.seq(), g.vocab, c.atol, c.rtol);
+    log::info(
+        "prompt {}: {} tokens{}: max |model - golden| = {:.3e}, max KL(golden||model) = {:.3e} "
+        "(token {}), {} of {} logits outside atol + rtol*|golden|",
+        p, g.seq(),
+        padded == g.seq()
+            ? std::string()
+            : fmt::format(" (padded to {} for context {})", padded, mesh.axis_size(Axis::kContext)),
+        r.max_abs_diff, r.max_kl, r.max_kl_token, r.num_outside, r.logits);
+    total.tokens += r.tokens;
+    total.logits += r.logits;
+    total.max_abs_diff = std::max(total.max_abs_diff, r.max_abs_diff);
+    if (r.max_kl > total.max_kl || p == 0) {
+      total.max_kl = r.max_kl;
+      total.max_kl_token = r.max_kl_token;
+      kl_prompt = p;
+    }
+    if (r.num_outside > 0 && total.num_outside == 0) {
+      total.worst_token = r.worst_token;
+      total.worst_vocab = r.worst_vocab;
+      total.worst_model = r.worst_model;
+      total.worst_golden = r.worst_golden;
+      worst_prompt = p;
+    }
+    total.num_outside += r.num_outside;
+  }
+  log::info("Max absolute difference: {:.6e} (atol {} + rtol {} * |golden|)", total.max_abs_diff,
+            c.atol, c.rtol);
+  log::info("Max KL divergence for a single token: {:.6e} (max_kl_div {})", total.max_kl,
+            c.max_kl_div);
+
+  std::vector<std::string> failures;
+  if (total.num_outside > 0) {
+    failures.push_back(fmt::format(
+        "{} of {} logits outside |model - golden| <= atol {} + rtol {} * |golden| (first prompt "
+        "with any: {}, e.g. token {} id {}: model {} vs golden {})",
+        total.num_outside, total.logits, c.atol, c.rtol, worst_prompt, total.worst_token,
+        total.worst_vocab, total.worst_model, total.worst_golden));
+  }
+  if (!(total.max_kl <= c.max_kl_div)) {
+    failures.push_back(
+        fmt::format("max KL(golden||model) {:.3e} > max_kl_div {} (prompt {} token {})",
+                    total.max_kl, c.max_kl_div, kl_prompt, total.max_kl_token));
+  }
+  if (!failures.empty()) fail("check-logits failed: {}", fmt::join(failures, "; "));
+  log::info("check-logits: PASS ({} prompts, {} tokens)", golden.size(), total.tokens);
+  return 0;
+}
+
+}  // namespace maxctx::cli

@@ -1,0 +1,201 @@
+// `maxctx export <config> load_parameters_path=<checkpoint> base_output_directory=<out>
+//  [tokenizer_path=<file>]`: a trained maxctx checkpoint out as a Hugging Face Llama directory.
+//
+// <checkpoint> is one checkpoint (<run>/checkpoints/<step>) or a run directory (its latest
+// complete checkpoint). The model is the config's model keys (the same command line that trained
+// it); every tensor must be in the checkpoint with its shape, and the checkpoint must hold no
+// other, so a config that does not describe the checkpoint is an error, not a silent partial
+// export. Writes <out>/config.json (LlamaConfig form, MistralConfig with a sliding window) and
+// <out>/model.safetensors (F32, Hugging Face names), plus the tokenizer files when
+// tokenizer_path is set. What it writes loads back through llama_config_from_hf and
+// load_hf_weights bit-exactly. One process: it reads and writes whole files, nothing to shard.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "cli/common.h"
+#include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+#include "maxctx/io/safetensors.h"
+#include "maxctx/io/tokenizer.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/model/llama_config.h"
+#include "maxctx/model/weights.h"
+#include "maxctx/train/checkpoint.h"
+
+namespace maxctx::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: maxctx export <config.yml> load_parameters_path=<checkpoint> "
+    "base_output_directory=<out>\n"
+    "                     [tokenizer_path=<tokenizer file>] [model keys ...]\n\n"
+    "Writes a maxctx training checkpoint as a Hugging Face Llama directory <out>/: config.json,\n"
+    "model.safetensors (F32) and, with tokenizer_path, the tokenizer (tokenizer.model for\n"
+    "SentencePiece; tokenizer.json and tokenizer_config.json, or GPT-2's vocab.json +\n"
+    "merges.txt). <checkpoint> is <run>/checkpoints/<step> or a run directory (latest step).\n"
+    "The model keys must be the ones the checkpoint was trained with (same config and\n"
+    "overrides); a mismatch is an error naming the tensor. Runs as one process.\n";
+
+fs::path resolve_checkpoint(const std::string& path_text) {
+  if (path_text.empty()) {
+    fail("export needs load_parameters_path=<run>/checkpoints/<step> (or a run directory)");
+  }
+  const fs::path path(path_text);
+  if (fs::exists(path / "model.safetensors")) return path;
+  if (fs::is_directory(path / "checkpoints")) {
+    const std::optional<int64_t> step = train::latest_checkpoint_step(path);
+    if (!step) fail("load_parameters_path {}: the run has no complete checkpoint", path_text);
+    return train::checkpoint_directory(path, *step);
+  }
+  fail("load_parameters_path {}: neither a checkpoint (model.safetensors) nor a run directory",
+       path_text);
+}
+
+json hf_config(const Config& c, const model::LlamaConfig& m, const io::Tokenizer* tokenizer) {
+  const bool mistral = m.sliding_window > 0;
+  json j;
+  j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+  j["model_type"] = mistral ? "mistral" : "llama";
+  j["hidden_size"] = m.emb_dim;
+  j["intermediate_size"] = m.mlp_dim;
+  j["num_attention_heads"] = m.num_query_heads;
+  j["num_key_value_heads"] = m.num_kv_heads;
+  j["head_dim"] = m.head_dim;
+  j["num_hidden_layers"] = m.num_layers;
+  j["vocab_size"] = m.vocab_size;
+  // The config's double, not the model's float: HF rounds it to the same float when it loads.
+  j["rms_norm_eps"] = c.normalization_layer_epsilon;
+  j["rope_theta"] = m.rope.theta;
+  if (m.rope.scaling == kernels::RopeScaling::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", m.rope.factor},
+                         {"low_freq_factor", m.rope.low_freq_factor},
+                         {"high_freq_factor", m.rope.high_freq_factor},
+                         {"original_max_position_embeddings",
+                          static_cast<int64_t>(m.rope.original_max_position_embeddings)}};
+  } else {
+    j["rope_scaling"] = nullptr;
+  }
+  if (mistral) j["sliding_window"] = m.sliding_window;
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  j["max_position_embeddings"] = c.max_target_length;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["torch_dtype"] = "float32";
+  if (tokenizer != nullptr) {
+    if (tokenizer->bos_id() >= 0) j["bos_token_id"] = tokenizer->bos_id();
+    if (tokenizer->eos_id() >= 0) j["eos_token_id"] = tokenizer->eos_id();
+  }
+  return j;
+}
+
+// The tokenizer's files under the names a Hugging Face directory uses.
+std::vector<std::pair<fs::path, std::string>> tokenizer_files(const fs::path& path,
+                                                              const io::Tokenizer& tokenizer) {
+  if (fs::is_directory(path)) {
+    fail("tokenizer_path {}: export copies one tokenizer file; name the file", path.string());
+  }
+  if (tokenizer.kind() == "sentencepiece") return {{path, "tokenizer.model"}};
+  std::ifstream in(path);
+  const json root = json::parse(in);
+  if (root.contains("model")) {
+    std::vector<std::pair<fs::path, std::string>> files = {{path, "tokenizer.json"}};
+    const fs::path config = path.parent_path() / "tokenizer_config.json";
+    if (fs::exists(config)) files.emplace_back(config, "tokenizer_config.json");
+    return files;
+  }
+  for (const char* merges : {"vocab.bpe", "merges.txt"}) {
+    if (fs::exists(path.parent_path() / merges)) {
+      return {{path, "vocab.json"}, {path.parent_path() / merges, "merges.txt"}};
+    }
+  }
+  fail("tokenizer_path {}: cannot tell which files make up this tokenizer", path.string());
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!(out << text) || !out.flush()) fail("{}: cannot write", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+int run_export(const Args& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    if (log::rank() == 0) std::fputs(kUsage, stdout);
+    return 0;
+  }
+  int world_size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  if (world_size != 1) {
+    fail("export runs as one process (got {} ranks); run it without mpirun", world_size);
+  }
+  const Config c = load_command_config(args, "export");
+  if (c.base_output_directory.empty()) {
+    fail("export needs base_output_directory=<directory for config.json and model.safetensors>");
+  }
+  const fs::path checkpoint = resolve_checkpoint(c.load_parameters_path);
+  const fs::path out(c.base_output_directory);
+  const model::LlamaConfig m = model::llama_config_from(c);
+  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m);
+
+  // Every tensor of the model, and nothing else, must be in the checkpoint.
+  const io::SafetensorsCheckpoint files(checkpoint);
+  std::set<std::string> extra;
+  for (const std::string& name : files.tensor_names()) extra.insert(name);
+  for (const model::WeightSpec& s : specs) extra.erase(s.name);
+  if (!extra.empty()) {
+    fail(
+        "{}: the checkpoint holds {} tensors the config's model does not have (first: {}); the "
+        "model keys must be the ones it was trained with",
+        checkpoint.string(), extra.size(), *extra.begin());
+  }
+  std::vector<float> params(model::total_numel(specs));
+  model::load_hf_weights(specs, params.data(), checkpoint);
+
+  std::unique_ptr<io::Tokenizer> tokenizer;
+  if (!c.tokenizer_path.empty()) {
+    tokenizer = io::load_tokenizer(c.tokenizer_path);
+    if (tokenizer->vocab_size() > m.vocab_size) {
+      fail("tokenizer_path {} has {} tokens, more than the model's vocab_size {}", c.tokenizer_path,
+           tokenizer->vocab_size(), m.vocab_size);
+    }
+  }
+
+  fs::create_directories(out);
+  std::vector<io::TensorToWrite> tensors;
+  for (const model::WeightSpec& s : specs) {
+    std::vector<int64_t> shape =
+        s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
+    tensors.push_back(
+        io::tensor_to_write(s.name, io::StDType::kF32, std::move(shape),
+                            std::span<const float>(params.data() + s.offset, s.numel())));
+  }
+  io::write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
+  write_text(out / "config.json", hf_config(c, m, tokenizer.get()).dump(2) + "\n");
+  std::string copied;
+  if (tokenizer) {
+    for (const auto& [from, name] : tokenizer_files(c.tokenizer_path, *tokenizer)) {
+      fs::copy_file(from, out / name, fs::copy_options::overwrite_existing);
+      copied += ", " + name;
+    }
+  }
+  log::info("exported {} ({} tensors, {} parameters) to {}: config.json, model.safetensors{}",
+            checkpoint.string(), specs.size(), params.size(), out.string(), copied);
+  return 0;
+}
+
+}  // namespace maxctx::cli

@@ -1,0 +1,423 @@
+// Byte-level BPE: the model (merges over token ids) and its two file formats. See bpe.h.
+#include "maxctx/io/bpe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "maxctx/core/check.h"
+#include "maxctx/io/bpe_unicode.h"
+
+namespace maxctx::io {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
+}
+
+std::string read_file(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the {}", path.string(), what);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+json parse_json_file(const fs::path& path, const char* what) {
+  try {
+    return json::parse(read_file(path, what));
+  } catch (const json::exception& e) {
+    fail("{}: the {} is not valid JSON ({})", path.string(), what, e.what());
+  }
+}
+
+// The text of a token named in tokenizer_config.json: a string or {"content": ...}.
+std::string token_content(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content") && value.at("content").is_string()) {
+    return value.at("content").get<std::string>();
+  }
+  return {};
+}
+
+// The pre_tokenizer of a tokenizer.json: ByteLevel (use_regex: the GPT-2 pattern), or a
+// Sequence of one Split with a known pattern and a ByteLevel without its own regex.
+SplitPattern parse_pre_tokenizer(const json& pre, const fs::path& path) {
+  const auto check_byte_level = [&](const json& node) {
+    if (node.value("add_prefix_space", false)) {
+      fail("{}: pre_tokenizer ByteLevel add_prefix_space = true is not supported", path.string());
+    }
+  };
+  const std::string type = pre.is_object() ? pre.value("type", "") : "";
+  if (type == "ByteLevel") {
+    check_byte_level(pre);
+    if (!pre.value("use_regex", true)) {
+      fail("{}: a ByteLevel pre_tokenizer without a split pattern is not supported", path.string());
+    }
+    return SplitPattern::kGpt2;
+  }
+  if (type == "Sequence" && pre.contains("pretokenizers") && pre.at("pretokenizers").size() == 2) {
+    const json& split = pre.at("pretokenizers")[0];
+    const json& byte_level = pre.at("pretokenizers")[1];
+    if (split.value("type", "") == "Split" && byte_level.value("type", "") == "ByteLevel" &&
+        !byte_level.value("use_regex", true)) {
+      check_byte_level(byte_level);
+      if (split.value("behavior", "") != "Isolated" || split.value("invert", false)) {
+        fail("{}: pre_tokenizer Split must have behavior Isolated and invert false (got {})",
+             path.string(), split.dump());
+      }
+      const std::string regex =
+          split.contains("pattern") ? split.at("pattern").value("Regex", "") : "";
+      for (SplitPattern p : {SplitPattern::kGpt2, SplitPattern::kLlama3}) {
+        if (regex == split_pattern_regex(p)) return p;
+      }
+      fail(
+          "{}: pre_tokenizer split pattern {} is not implemented; maxctx knows the GPT-2 and "
+          "Llama 3 patterns",
+          path.string(), json(regex).dump());
+    }
+  }
+  fail(
+      "{}: pre_tokenizer {} is not supported; byte-level BPE needs ByteLevel, or Split + "
+      "ByteLevel (Llama 3). A SentencePiece-style tokenizer.json (Llama 2) is read from the "
+      "checkpoint's tokenizer.model instead",
+      path.string(), pre.dump());
+}
+
+}  // namespace
+
+const std::array<char32_t, 256>& byte_to_unicode() {
+  static const std::array<char32_t, 256> table = [] {
+    std::array<char32_t, 256> t{};
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+      t[b] = printable ? static_cast<char32_t>(b) : next++;
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::optional<std::string> unicode_to_bytes(std::string_view spelled) {
+  // Inverse map: code points 0..323 at most.
+  static const std::vector<int> inverse = [] {
+    std::vector<int> inv(512, -1);
+    for (int b = 0; b < 256; ++b) inv[byte_to_unicode()[b]] = b;
+    return inv;
+  }();
+  std::string bytes;
+  for (size_t at = 0; at < spelled.size();) {
+    const unicode::DecodedCodePoint d = unicode::decode_utf8(spelled, at);
+    if (d.cp == unicode::kInvalid || d.cp >= inverse.size() || inverse[d.cp] < 0) {
+      return std::nullopt;
+    }
+    bytes += static_cast<char>(inverse[d.cp]);
+    at += d.length;
+  }
+  return bytes;
+}
+
+ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
+    : pattern_(spec.pattern), ignore_merges_(spec.ignore_merges) {
+  int64_t size = 0;
+  for (const auto& [token, id] : spec.vocab) size = std::max<int64_t>(size, int64_t{id} + 1);
+  for (const AddedToken& t : spec.added_tokens) size = std::max<int64_t>(size, int64_t{t.id} + 1);
+  if (size > std::numeric_limits<int32_t>::max()) fail("{}: token id out of range", origin);
+  id_to_bytes_.assign(size, {});
+  is_special_.assign(size, 0);
+  std::vector<uint8_t> used(size, 0);
+  const auto claim = [&](int32_t id, std::string_view name) {
+    if (id < 0) fail("{}: token {} has the negative id {}", origin, json(name).dump(), id);
+    if (used[id])
+      fail("{}: id {} is given to two tokens (one is {})", origin, id, json(name).dump());
+    used[id] = 1;
+  };
+  for (const auto& [spelled, id] : spec.vocab) {
+    std::optional<std::string> bytes = unicode_to_bytes(spelled);
+    if (!bytes) {
+      fail("{}: vocabulary token {} is not in the byte-level alphabet (not a byte-level BPE)",
+           origin, json(spelled).dump());
+    }
+    claim(id, spelled);
+    id_to_bytes_[id] = *bytes;
+    bytes_to_id_.emplace(std::move(*bytes), id);
+  }
+  for (const AddedToken& t : spec.added_tokens) {
+    if (t.content.empty()) fail("{}: added token {} is empty", origin, t.id);
+    // An added token may repeat a vocabulary entry of the same id and text (GPT-2's
+    // <|endoftext|> is in both lists); any other reuse of an id is an error.
+    const bool repeats_vocab = t.id >= 0 && used[t.id] && id_to_bytes_[t.id] == t.content;
+    if (!repeats_vocab) claim(t.id, t.content);
+    id_to_bytes_[t.id] = t.content;
+    is_special_[t.id] = t.special;
+    added_.push_back(t);
+  }
+  std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& a, const AddedToken& b) {
+    return a.content.size() > b.content.size();
+  });
+  for (size_t i = 0; i < added_.size(); ++i) {
+    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(
+        static_cast<int32_t>(i));
+  }
+  for (int b = 0; b < 256; ++b) {
+    const int32_t id = token_id(std::string(1, static_cast<char>(b)));
+    if (id < 0) {
+      std::string spelled;
+      unicode::append_utf8(byte_to_unicode()[b], spelled);
+      fail("{}: byte 0x{:02X} has no single-byte token (spelled {}); not a byte-level vocabulary",
+           origin, b, json(spelled).dump());
+    }
+    byte_id_[b] = id;
+  }
+  const auto id_of = [&](const std::string& spelled, size_t rank) {
+    const std::optional<std::string> bytes = unicode_to_bytes(spelled);
+    const int32_t id = bytes ? token_id(*bytes) : -1;
+    if (id < 0) {
+      fail("{}: merge {} names {}, which is not in the vocabulary", origin, rank,
+           json(spelled).dump());
+    }
+    return id;
+  };
+  for (size_t rank = 0; rank < spec.merges.size(); ++rank) {
+    const auto& [left, right] = spec.merges[rank];
+    const int32_t l = id_of(left, rank);
+    const int32_t r = id_of(right, rank);
+    const int32_t merged = id_of(left + right, rank);
+    // A repeated merge keeps its first (lowest) rank, as the reference implementations do.
+    merges_.emplace(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
+  }
+  const auto special_id = [&](const std::string& content, const char* what) {
+    if (content.empty()) return int32_t{-1};
+    for (const AddedToken& t : added_) {
+      if (t.content == content) return t.id;
+    }
+    const int32_t id = token_id(content);
+    if (id < 0) fail("{}: the {} token {} is not in the vocabulary", origin, what, content);
+    return id;
+  };
+  bos_id_ = special_id(spec.bos_token, "BOS");
+  eos_id_ = special_id(spec.eos_token, "EOS");
+  // BOS and EOS decode to nothing even where the files list them as ordinary tokens (GPT-2).
+  if (bos_id_ >= 0) is_special_[bos_id_] = 1;
+  if (eos_id_ >= 0) is_special_[eos_id_] = 1;
+}
+
+int32_t ByteLevelBpe::token_id(std::string_view bytes) const {
+  const auto it = bytes_to_id_.find(std::string(bytes));
+  return it == bytes_to_id_.end() ? -1 : it->second;
+}
+
+std::vector<int32_t> ByteLevelBpe::encode_pretoken(std::string_view bytes) const {
+  std::vector<int32_t> ids;
+  encode_pretoken_into(bytes, ids);
+  return ids;
+}
+
+void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, std::vector<int32_t>& out) const {
+  if (bytes.empty()) return;
+  if (ignore_merges_) {
+    if (const int32_t whole = token_id(bytes); whole >= 0) {
+      out.push_back(whole);
+      return;
+    }
+  }
+  std::vector<int32_t> symbols(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) symbols[i] = byte_id_[static_cast<uint8_t>(bytes[i])];
+  // Merge the lowest-ranked adjacent pair, leftmost first, until no pair has a rank. Quadratic
+  // in the pre-token's length, which the split keeps short (words, digit groups, space runs).
+  while (symbols.size() > 1) {
+    int32_t best_rank = std::numeric_limits<int32_t>::max();
+    size_t best = 0;
+    int32_t best_id = -1;
+    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
+      const auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
+      if (it != merges_.end() && it->second.rank < best_rank) {
+        best_rank = it->second.rank;
+        best = i;
+        best_id = it->second.merged_id;
+      }
+    }
+    if (best_id < 0) break;
+    symbols[best] = best_id;
+    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+}
+
+void ByteLevelBpe::encode_span(std::string_view text, std::vector<int32_t>& out) const {
+  for (std::string_view piece : split_pretokens(text, pattern_)) encode_pretoken_into(piece, out);
+}
+
+std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_bos) const {
+  std::vector<int32_t> ids;
+  if (add_bos) {
+    if (bos_id_ < 0) fail("this byte-level BPE tokenizer has no BOS token; set add_bos=false");
+    ids.push_back(bos_id_);
+  }
+  // Cut out added tokens (leftmost; the longest where several start at the same byte).
+  size_t span_begin = 0;
+  for (size_t at = 0; at < text.size();) {
+    const AddedToken* found = nullptr;
+    for (const int32_t index : added_by_first_byte_[static_cast<uint8_t>(text[at])]) {
+      const AddedToken& t = added_[index];
+      if (text.compare(at, t.content.size(), t.content) == 0) {
+        found = &t;
+        break;
+      }
+    }
+    if (!found) {
+      ++at;
+      continue;
+    }
+    encode_span(text.substr(span_begin, at - span_begin), ids);
+    ids.push_back(found->id);
+    at += found->content.size();
+    span_begin = at;
+  }
+  encode_span(text.substr(span_begin), ids);
+  return ids;
+}
+
+std::string ByteLevelBpe::decode(std::span<const int32_t> ids) const {
+  std::string text;
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      fail("token id {} is outside the vocabulary [0, {})", id, vocab_size());
+    }
+    if (!is_special_[id]) text += id_to_bytes_[id];
+  }
+  return text;
+}
+
+std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& path) {
+  const json root = parse_json_file(path, "tokenizer.json");
+  if (!root.is_object() || !root.contains("model") || !root.at("model").is_object()) {
+    fail("{}: not a Hugging Face tokenizer.json (no \"model\" object)", path.string());
+  }
+  const json& model = root.at("model");
+  const std::string origin = path.string();
+  if (model.value("type", "BPE") != "BPE") {
+    fail("{}: tokenizer model type '{}' is not supported; maxctx reads byte-level BPE", origin,
+         model.value("type", ""));
+  }
+  if (root.contains("normalizer") && !root.at("normalizer").is_null()) {
+    fail("{}: tokenizer normalizer {} is not supported (byte-level BPE tokenizers have none)",
+         origin, root.at("normalizer").dump());
+  }
+  for (const char* field : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (model.contains(field) && !model.at(field).is_null() &&
+        !(model.at(field).is_string() && model.at(field).get<std::string>().empty())) {
+      fail("{}: tokenizer model field '{}' = {} is not supported", origin, field,
+           model.at(field).dump());
+    }
+  }
+  if (model.value("byte_fallback", false)) {
+    fail("{}: byte_fallback is a SentencePiece-style BPE; use the checkpoint's tokenizer.model",
+         origin);
+  }
+  BpeModelSpec spec;
+  spec.pattern = parse_pre_tokenizer(root.value("pre_tokenizer", json()), path);
+  spec.ignore_merges = model.value("ignore_merges", false);
+  try {
+    for (const auto& [token, id] : model.at("vocab").items()) {
+      spec.vocab.emplace_back(token, id.get<int32_t>());
+    }
+    for (const json& merge : model.at("merges")) {
+      if (merge.is_array() && merge.size() == 2) {
+        spec.merges.emplace_back(merge[0].get<std::string>(), merge[1].get<std::string>());
+        continue;
+      }
+      const std::string line = merge.get<std::string>();
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+        fail("{}: merge {} is not two tokens separated by one space", origin, json(line).dump());
+      }
+      spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+    }
+    if (root.contains("added_tokens")) {
+      for (const json& t : root.at("added_tokens")) {
+        for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
+          if (t.value(flag, false)) {
+            fail("{}: added token {} has {} = true, which is not supported", origin,
+                 t.at("content").dump(), flag);
+          }
+        }
+        spec.added_tokens.push_back(AddedToken{t.at("content").get<std::string>(),
+                                               t.at("id").get<int32_t>(),
+                                               t.value("special", false)});
+      }
+    }
+  } catch (const json::exception& e) {
+    fail("{}: malformed vocab, merges or added_tokens ({})", origin, e.what());
+  }
+
+  // BOS/EOS: tokenizer_config.json, then the post-processor's template, then the usual names.
+  const fs::path config_path = path.parent_path() / "tokenizer_config.json";
+  if (fs::exists(config_path)) {
+    const json config = parse_json_file(config_path, "tokenizer_config.json");
+    if (config.contains("bos_token")) spec.bos_token = token_content(config.at("bos_token"));
+    if (config.contains("eos_token")) spec.eos_token = token_content(config.at("eos_token"));
+  }
+  const json post = root.value("post_processor", json());
+  if (spec.bos_token.empty() && post.is_object() &&
+      post.value("type", "") == "TemplateProcessing") {
+    const json single = post.value("single", json::array());
+    if (!single.empty() && single[0].contains("SpecialToken")) {
+      spec.bos_token = single[0].at("SpecialToken").value("id", "");
+    }
+  }
+  const auto known = [&](std::initializer_list<const char*> names) {
+    for (const char* name : names) {
+      for (const AddedToken& t : spec.added_tokens) {
+        if (t.content == name) return std::string(name);
+      }
+    }
+    return std::string();
+  };
+  if (spec.bos_token.empty()) spec.bos_token = known({"<|begin_of_text|>", "<s>", "<|endoftext|>"});
+  if (spec.eos_token.empty()) spec.eos_token = known({"<|end_of_text|>", "</s>", "<|endoftext|>"});
+  return std::make_unique<ByteLevelBpe>(std::move(spec), origin);
+}
+
+std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& encoder_json,
+                                                            const fs::path& vocab_bpe) {
+  const json encoder = parse_json_file(encoder_json, "GPT-2 encoder.json");
+  if (!encoder.is_object()) fail("{}: encoder.json must map tokens to ids", encoder_json.string());
+  BpeModelSpec spec;
+  spec.pattern = SplitPattern::kGpt2;
+  for (const auto& [token, id] : encoder.items()) {
+    if (!id.is_number_integer()) {
+      fail("{}: token {} maps to {}, not an id", encoder_json.string(), json(token).dump(),
+           id.dump());
+    }
+    spec.vocab.emplace_back(token, id.get<int32_t>());
+  }
+  std::istringstream lines(read_file(vocab_bpe, "GPT-2 vocab.bpe"));
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (line_number == 1 && line.rfind("#version", 0) == 0)) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      fail("{}:{}: a merge is two tokens separated by one space, got {}", vocab_bpe.string(),
+           line_number, json(line).dump());
+    }
+    spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
+  }
+  for (const auto& [token, id] : spec.vocab) {
+    if (token == "<|endoftext|>") spec.bos_token = spec.eos_token = token;
+  }
+  return std::make_unique<ByteLevelBpe>(std::move(spec), encoder_json.string());
+}
+
+}  // namespace maxctx::io

@@ -1,0 +1,120 @@
+// Byte-level BPE (GPT-2, Llama 3): the pre-tokenizer split, the byte-to-unicode map and the
+// merges, written out by hand (no regex library here has lookahead or \p{L}).
+//
+// Encoding, as Hugging Face tokenizers and tiktoken do it: added (special) tokens are cut out of
+// the text first (leftmost, longest); each remaining span is split into pre-tokens by the
+// model's pattern (split_pretokens); each pre-token's UTF-8 bytes start as one symbol per byte
+// and the adjacent pair with the lowest merge rank is merged until no pair has a rank (with
+// ignore_merges, a pre-token that is itself in the vocabulary is taken whole first). Internally
+// every token is its raw bytes; the byte-to-unicode map is only the spelling of the files.
+// Not supported, and refused at load with the field named: normalizers, add_prefix_space,
+// dropout, byte_fallback, subword prefixes/suffixes, other split patterns, added tokens that
+// strip whitespace or match single words.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "maxctx/io/tokenizer.h"
+
+namespace maxctx::io {
+
+// The split patterns maxctx implements; split_pattern_regex is the pattern's text exactly as
+// tokenizer.json spells it (how the loader recognises it).
+enum class SplitPattern {
+  // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  kGpt2,
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+  // \s*[\r\n]+|\s+(?!\S)|\s+   (the contractions' case-insensitivity is ASCII only)
+  kLlama3,
+};
+std::string_view split_pattern_regex(SplitPattern pattern);
+
+// The pre-tokens of UTF-8 `text`: the matches of the pattern's find-all, in order; they
+// concatenate to `text`. Bytes that are not valid UTF-8 count as one non-letter, non-number,
+// non-space character each.
+std::vector<std::string_view> split_pretokens(std::string_view text, SplitPattern pattern);
+
+// GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to
+// U+0100.. in byte order, so every token is spelled in visible characters.
+const std::array<char32_t, 256>& byte_to_unicode();
+// The bytes a token spelled that way stands for; nullopt when a character is outside the map.
+std::optional<std::string> unicode_to_bytes(std::string_view spelled);
+
+struct AddedToken {
+  std::string content;  // matched verbatim in the text
+  int32_t id = 0;
+  bool special = false;  // special tokens decode to nothing (BOS, EOS, chat markers)
+};
+
+// What a byte-level BPE tokenizer is made of, with token strings in the files' spelling
+// (byte_to_unicode). The loaders fill it; ByteLevelBpe validates it.
+struct BpeModelSpec {
+  std::vector<std::pair<std::string, int32_t>> vocab;
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  std::vector<AddedToken> added_tokens;
+  SplitPattern pattern = SplitPattern::kGpt2;
+  bool ignore_merges = false;
+  std::string bos_token;  // contents of the BOS/EOS tokens; empty: none
+  std::string eos_token;
+};
+
+class ByteLevelBpe final : public Tokenizer {
+ public:
+  // Every error names `origin` (the file the spec came from): a vocabulary token outside the
+  // byte map, a duplicate id, a merge whose parts or result are not in the vocabulary, a byte
+  // with no single-byte token, a BOS/EOS that is no token.
+  ByteLevelBpe(BpeModelSpec spec, const std::string& origin);
+
+  // A Hugging Face tokenizer.json (model.type BPE, ByteLevel pre-tokenizer, optionally after a
+  // Split with one of the known patterns). BOS/EOS come from tokenizer_config.json next to it
+  // when present, else the post-processor's template, else the usual names
+  // (<|begin_of_text|>/<|end_of_text|>, <s>/</s>, <|endoftext|>).
+  static std::unique_ptr<ByteLevelBpe> from_tokenizer_json(const std::filesystem::path& path);
+  // GPT-2's encoder.json (token -> id) and vocab.bpe (a "#version" line, then one "a b" merge
+  // per line); the GPT-2 pattern, <|endoftext|> as BOS and EOS (decoded to nothing), and no
+  // added tokens (as OpenAI's encoder.py: "<|endoftext|>" in the text is ordinary text).
+  static std::unique_ptr<ByteLevelBpe> from_gpt2_files(const std::filesystem::path& encoder_json,
+                                                       const std::filesystem::path& vocab_bpe);
+
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
+  std::string decode(std::span<const int32_t> ids) const override;
+  int32_t bos_id() const override { return bos_id_; }
+  int32_t eos_id() const override { return eos_id_; }
+  int64_t vocab_size() const override { return static_cast<int64_t>(id_to_bytes_.size()); }
+  std::string_view kind() const override { return "byte-level BPE"; }
+
+  SplitPattern pattern() const { return pattern_; }
+  // The ids of one pre-token's bytes through the merges alone (no split, no added tokens).
+  std::vector<int32_t> encode_pretoken(std::string_view bytes) const;
+  // The id of a token given by its raw bytes; -1 when absent.
+  int32_t token_id(std::string_view bytes) const;
+
+ private:
+  struct Merge {
+    int32_t rank;
+    int32_t merged_id;
+  };
+  void encode_span(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_pretoken_into(std::string_view bytes, std::vector<int32_t>& out) const;
+
+  SplitPattern pattern_;
+  bool ignore_merges_;
+  std::unordered_map<std::string, int32_t> bytes_to_id_;
+  std::vector<std::string> id_to_bytes_;        // raw bytes of every id ("" for unused ids)
+  std::vector<uint8_t> is_special_;             // per id: decodes to nothing
+  std::array<int32_t, 256> byte_id_{};          // the single-byte token of each byte
+  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
+  std::vector<AddedToken> added_;               // longest first
+  std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indices into added_, in order
+  int32_t bos_id_ = -1;
+  int32_t eos_id_ = -1;
+};
+
+}  // namespace maxctx::io

@@ -1,0 +1,173 @@
+#include "maxctx/io/golden_logits.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "maxctx/core/check.h"
+
+namespace maxctx::io {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+GoldenPrompt parse_line(const std::string& line, const fs::path& path, int64_t line_number) {
+  const std::string where = fmt::format("{}:{}", path.string(), line_number);
+  json object;
+  try {
+    object = json::parse(line);
+  } catch (const json::exception& e) {
+    fail("{}: not a JSON object ({})", where, e.what());
+  }
+  if (!object.is_object()) fail("{}: each line must be a JSON object", where);
+  for (const char* key : {"tokens", "logits"}) {
+    if (!object.contains(key) || !object.at(key).is_array()) {
+      fail("{}: needs \"{}\" as a list (MaxText's format: prompt, tokens, logits)", where, key);
+    }
+  }
+  GoldenPrompt g;
+  if (object.contains("prompt")) {
+    if (!object.at("prompt").is_string()) fail("{}: \"prompt\" must be a string", where);
+    g.prompt = object.at("prompt").get<std::string>();
+  }
+  for (const json& t : object.at("tokens")) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      fail("{}: token {} is not a token id", where, t.dump());
+    }
+    g.tokens.push_back(t.get<int32_t>());
+  }
+  if (g.tokens.empty()) fail("{}: \"tokens\" is empty", where);
+  const json& rows = object.at("logits");
+  if (static_cast<int64_t>(rows.size()) != g.seq()) {
+    fail("{}: {} rows of logits for {} tokens; there must be one row per token", where, rows.size(),
+         g.seq());
+  }
+  for (size_t t = 0; t < rows.size(); ++t) {
+    const json& row = rows[t];
+    if (!row.is_array() || row.empty()) fail("{}: logits row {} is not a non-empty list", where, t);
+    if (t == 0) g.vocab = static_cast<int64_t>(row.size());
+    if (static_cast<int64_t>(row.size()) != g.vocab) {
+      fail("{}: logits row {} has {} values, row 0 has {}", where, t, row.size(), g.vocab);
+    }
+    for (const json& value : row) {
+      if (!value.is_number()) {
+        fail("{}: logits row {} holds {}, not a number", where, t, value.dump());
+      }
+      g.logits.push_back(value.get<float>());
+    }
+  }
+  return g;
+}
+
+// The shortest text that reads back as the same float; integral values get ".0" so that JSON
+// readers take them as floats (nlohmann reads "-0" as the integer 0 and loses the sign).
+void append_float(float value, std::string& out) {
+  if (!std::isfinite(value)) fail("golden logits must be finite, got {}", value);
+  const size_t start = out.size();
+  fmt::format_to(std::back_inserter(out), "{}", value);
+  if (out.find_first_of(".e", start) == std::string::npos) out += ".0";
+}
+
+}  // namespace
+
+std::vector<GoldenPrompt> read_golden_logits(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) fail("golden_logits_path {}: cannot open the file", path.string());
+  std::vector<GoldenPrompt> prompts;
+  std::string line;
+  for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    prompts.push_back(parse_line(line, path, line_number));
+  }
+  if (prompts.empty()) fail("golden_logits_path {}: the file holds no prompts", path.string());
+  return prompts;
+}
+
+void write_golden_logits(const fs::path& path, std::span<const GoldenPrompt> prompts) {
+  std::string text;
+  for (const GoldenPrompt& g : prompts) {
+    MAXCTX_CHECK_EQ(static_cast<int64_t>(g.logits.size()), g.seq() * g.vocab,
+                    "logits must be (seq, vocab)");
+    text += fmt::format(R"({{"prompt": {}, "tokens": [{}], "logits": [)", json(g.prompt).dump(),
+                        fmt::join(g.tokens, ", "));
+    for (int64_t t = 0; t < g.seq(); ++t) {
+      text += t == 0 ? "[" : ", [";
+      for (int64_t v = 0; v < g.vocab; ++v) {
+        if (v > 0) text += ',';
+        append_float(g.logits[t * g.vocab + v], text);
+      }
+      text += ']';
+    }
+    text += "]}\n";
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!(out << text) || !out.flush()) fail("{}: cannot write the golden logits", path.string());
+}
+
+double kl_divergence_of_logits(std::span<const float> golden, std::span<const float> model) {
+  MAXCTX_CHECK_EQ(golden.size(), model.size(), "one row of logits each");
+  const auto log_sum_exp = [](std::span<const float> x) {
+    double max = -kInf;
+    for (const float v : x) max = std::max(max, double(v));
+    double sum = 0.0;
+    for (const float v : x) sum += std::exp(double(v) - max);
+    return max + std::log(sum);
+  };
+  const double lse_golden = log_sum_exp(golden);
+  const double lse_model = log_sum_exp(model);
+  double kl = 0.0;
+  for (size_t v = 0; v < golden.size(); ++v) {
+    const double log_p = double(golden[v]) - lse_golden;
+    const double log_q = double(model[v]) - lse_model;
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  // Rounding can leave a tiny negative sum for equal distributions; KL itself is >= 0.
+  return std::isnan(kl) ? kl : std::max(kl, 0.0);
+}
+
+LogitComparison compare_logits(std::span<const float> golden, std::span<const float> model,
+                               int64_t seq, int64_t vocab, double atol, double rtol) {
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(golden.size()), seq * vocab, "golden is (seq, vocab)");
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(model.size()), seq * vocab, "model is (seq, vocab)");
+  LogitComparison c;
+  c.tokens = seq;
+  c.logits = seq * vocab;
+  double worst_excess = -kInf;
+  for (int64_t t = 0; t < seq; ++t) {
+    const std::span<const float> g = golden.subspan(t * vocab, vocab);
+    const std::span<const float> m = model.subspan(t * vocab, vocab);
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double diff = std::fabs(double(m[v]) - double(g[v]));
+      const double excess = diff - (atol + rtol * std::fabs(double(g[v])));
+      c.max_abs_diff = std::max(c.max_abs_diff, std::isnan(diff) ? kInf : diff);
+      if (!(excess <= 0.0)) {  // written so that NaN is outside
+        ++c.num_outside;
+        const double key = std::isnan(excess) ? kInf : excess;
+        if (key > worst_excess) {
+          worst_excess = key;
+          c.worst_token = t;
+          c.worst_vocab = v;
+          c.worst_model = m[v];
+          c.worst_golden = g[v];
+        }
+      }
+    }
+    const double kl = kl_divergence_of_logits(g, m);
+    if (std::isnan(kl) || kl > c.max_kl) {
+      c.max_kl = std::isnan(kl) ? kInf : kl;
+      c.max_kl_token = t;
+    }
+  }
+  return c;
+}
+
+}  // namespace maxctx::io

@@ -1,0 +1,149 @@
+// load_tokenizer's choice of format, and the SentencePiece tokenizer over libsentencepiece.
+#include "maxctx/io/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "maxctx/core/check.h"
+#include "maxctx/io/bpe.h"
+
+namespace maxctx::io {
+namespace {
+
+namespace fs = std::filesystem;
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const fs::path& path) {
+    const sentencepiece::util::Status status = processor_.Load(path.string());
+    if (!status.ok()) {
+      fail("{}: not a SentencePiece model, tokenizer.json or GPT-2 encoder.json ({})",
+           path.string(), status.ToString());
+    }
+  }
+
+  std::vector<int32_t> encode(std::string_view text, bool add_bos) const override {
+    std::vector<int> pieces;
+    const sentencepiece::util::Status status =
+        processor_.Encode(absl::string_view(text.data(), text.size()), &pieces);
+    if (!status.ok()) fail("SentencePiece could not encode the text: {}", status.ToString());
+    std::vector<int32_t> ids;
+    ids.reserve(pieces.size() + 1);
+    if (add_bos) {
+      if (bos_id() < 0) fail("this SentencePiece model has no BOS piece; set add_bos=false");
+      ids.push_back(bos_id());
+    }
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+    return ids;
+  }
+
+  std::string decode(std::span<const int32_t> ids) const override {
+    std::vector<int> pieces(ids.begin(), ids.end());
+    for (const int id : pieces) {
+      if (id < 0 || id >= vocab_size()) {
+        fail("token id {} is outside the vocabulary [0, {})", id, vocab_size());
+      }
+    }
+    std::string text;
+    const sentencepiece::util::Status status = processor_.Decode(pieces, &text);
+    if (!status.ok()) fail("SentencePiece could not decode the ids: {}", status.ToString());
+    return text;
+  }
+
+  int32_t bos_id() const override { return processor_.bos_id(); }
+  int32_t eos_id() const override { return processor_.eos_id(); }
+  int64_t vocab_size() const override { return processor_.GetPieceSize(); }
+  std::string_view kind() const override { return "sentencepiece"; }
+
+ private:
+  sentencepiece::SentencePieceProcessor processor_;
+};
+
+std::string file_head(const fs::path& path, size_t bytes) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open the tokenizer file", path.string());
+  std::string head(bytes, '\0');
+  in.read(head.data(), static_cast<std::streamsize>(bytes));
+  head.resize(static_cast<size_t>(in.gcount()));
+  return head;
+}
+
+bool looks_like_json(const std::string& head) {
+  const size_t first = head.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && head[first] == '{';
+}
+
+// tiktoken rank files are lines of "<base64 token> <rank>".
+bool looks_like_tiktoken(const std::string& head) {
+  const size_t newline = head.find('\n');
+  const std::string line = head.substr(0, newline);
+  const size_t space = line.find(' ');
+  if (newline == std::string::npos || space == std::string::npos || space == 0) return false;
+  for (size_t i = 0; i < space; ++i) {
+    const char c = line[i];
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/' && c != '=') {
+      return false;
+    }
+  }
+  for (size_t i = space + 1; i < line.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(line[i]))) return false;
+  }
+  return space + 1 < line.size();
+}
+
+std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
+  const std::string head = file_head(path, 4096);
+  if (looks_like_json(head)) {
+    std::ifstream in(path);
+    nlohmann::json root;
+    try {
+      root = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: the tokenizer file is not valid JSON ({})", path.string(), e.what());
+    }
+    if (root.is_object() && root.contains("model")) return ByteLevelBpe::from_tokenizer_json(path);
+    for (const char* merges : {"vocab.bpe", "merges.txt"}) {
+      const fs::path merges_path = path.parent_path() / merges;
+      if (fs::exists(merges_path)) return ByteLevelBpe::from_gpt2_files(path, merges_path);
+    }
+    fail(
+        "{}: a JSON tokenizer is a Hugging Face tokenizer.json (with a \"model\") or GPT-2's "
+        "encoder.json with vocab.bpe or merges.txt next to it; neither was found",
+        path.string());
+  }
+  if (looks_like_tiktoken(head)) {
+    fail(
+        "{}: this is a tiktoken rank file (Meta's original Llama 3 tokenizer.model), which "
+        "maxctx does not read; use the Hugging Face checkpoint's tokenizer.json",
+        path.string());
+  }
+  return std::make_unique<SentencePieceTokenizer>(path);
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path_text) {
+  if (path_text.empty()) {
+    fail("tokenizer_path is empty; set it to a tokenizer.model, a tokenizer.json or a directory");
+  }
+  const fs::path path(path_text);
+  if (!fs::exists(path)) fail("tokenizer_path {}: no such file or directory", path_text);
+  if (!fs::is_directory(path)) return load_file(path);
+  const fs::path sp_model = path / "tokenizer.model";
+  if (fs::exists(sp_model) && !looks_like_tiktoken(file_head(sp_model, 4096))) {
+    return load_file(sp_model);
+  }
+  for (const char* name : {"tokenizer.json", "encoder.json", "vocab.json"}) {
+    if (fs::exists(path / name)) return load_file(path / name);
+  }
+  fail(
+      "tokenizer_path {}: the directory has no tokenizer.model (SentencePiece), tokenizer.json "
+      "or encoder.json",
+      path_text);
+}
+
+}  // namespace maxctx::io

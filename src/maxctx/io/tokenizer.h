@@ -1,0 +1,48 @@
+// Tokenizers: text to token ids and back, for prompts (decode) and text data.
+//
+// Two kinds, chosen by the file (load_tokenizer): SentencePiece models (Llama 1/2, Mistral,
+// through libsentencepiece) and byte-level BPE (Llama 3, GPT-2: a Hugging Face tokenizer.json,
+// or GPT-2's encoder.json + vocab.bpe pair; see bpe.h). BOS and EOS follow Llama: encode
+// prepends BOS when asked and never appends EOS (generation stops at eos_id()); decode drops
+// control/special tokens (BOS, EOS, ...) and concatenates the rest's bytes, so its result is
+// exactly the encoded text for ids that came from encode.
+// Invariant: every id encode returns is in [0, vocab_size()); decode rejects any other id with
+// a maxctx::Error naming it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace maxctx::io {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // The ids of `text`, with bos_id() first when add_bos (an error when the model has no BOS).
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_bos) const = 0;
+  virtual std::string decode(std::span<const int32_t> ids) const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 when the model defines none
+  virtual int32_t eos_id() const = 0;  // -1 when the model defines none
+  virtual int64_t vocab_size() const = 0;
+  // "sentencepiece" or "byte-level BPE", for messages.
+  virtual std::string_view kind() const = 0;
+};
+
+// Chooses by content, not by name:
+//  - a directory: its tokenizer.model when that is a SentencePiece model, else its
+//    tokenizer.json, else its encoder.json (+ vocab.bpe);
+//  - a JSON file with a "model" object: a Hugging Face tokenizer.json (byte-level BPE only);
+//  - any other JSON object of token -> id: GPT-2's encoder.json (or vocab.json), with vocab.bpe
+//    (or merges.txt) next to it;
+//  - anything else: a SentencePiece model proto. A tiktoken rank file (Meta's original Llama 3
+//    tokenizer.model) is recognised and refused with a pointer to the checkpoint's
+//    tokenizer.json.
+// Every problem is a maxctx::Error naming the path and what was expected.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+}  // namespace maxctx::io

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The maxctx binary's check-logits and export as a user runs them: exit 0 and PASS on the torch
+# fixture with 1, 2 and 4 ranks (context = ranks), exit 1 with one error line on a copy of the
+# golden file with one logit changed, and the commands' --help.
+#   check_logits_cli.sh <build dir> <source dir>
+set -euo pipefail
+build=$1
+src=$2
+maxctx=$build/maxctx
+fixture=$src/tests/fixtures/tiny_llama
+work=$build/tests/check_logits/cli
+mkdir -p "$work"
+mpirun=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
+
+check() {  # check <ranks> <golden file> [key=value ...] > output
+  local np=$1 golden=$2
+  shift 2
+  "${mpirun[@]}" -np "$np" "$maxctx" check-logits "$src/configs/base.yml" \
+    load_parameters_path="$fixture" golden_logits_path="$golden" \
+    ici_context_parallelism="$np" max_kl_div=1e-6 atol=1e-5 rtol=0 "$@"
+}
+
+for np in 1 2 4; do
+  if ! check "$np" "$fixture/golden_logits.jsonl" > "$work/np$np.log" 2>&1; then
+    echo "FAIL: check-logits on $np ranks exited non-zero:"; tail -20 "$work/np$np.log"; exit 1
+  fi
+  grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/np$np.log"
+  grep -E "^(Max|prompt)" "$work/np$np.log" | sed "s/^/np $np: /"
+done
+
+# Row 0's first logit of prompt 0 set to 9: far outside atol.
+sed -E '1s/"logits": \[\[[^,]*,/"logits": [[9.0,/' "$fixture/golden_logits.jsonl" > "$work/perturbed.jsonl"
+if check 2 "$work/perturbed.jsonl" > "$work/perturbed.log" 2>&1; then
+  echo "FAIL: check-logits passed on perturbed logits"; exit 1
+fi
+grep -q "maxctx: error: check-logits failed: 1 of 2112 logits outside" "$work/perturbed.log"
+[[ $(grep -c "maxctx: error" "$work/perturbed.log") == 1 ]]  # printed once, by rank 0
+grep "maxctx: error" "$work/perturbed.log"
+
+"$maxctx" --help | grep -q "check-logits"
+"$maxctx" --help | grep -q "export"
+"$maxctx" check-logits --help | grep -q "atol + rtol\*|golden|"
+"$maxctx" export --help | grep -q "base_output_directory=<out>"
+echo "check_logits_cli: OK"

@@ -1,0 +1,222 @@
+// Byte-level BPE by hand: the split patterns on cases worked out from the regex semantics, the
+// byte map, the merge order, ignore_merges, added tokens, BOS/EOS discovery and the loader's
+// errors, on small tokenizer.json files written here. (The comparison with an outside
+// implementation on real GPT-2 files is bpe_reference_test.)
+#include "maxctx/io/bpe.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/temp_dir.h"
+#include "maxctx/core/check.h"
+#include "maxctx/io/bpe_unicode.h"
+
+namespace maxctx::io {
+namespace {
+
+using nlohmann::json;
+using Pieces = std::vector<std::string>;
+
+Pieces split(std::string_view text, SplitPattern pattern) {
+  const std::vector<std::string_view> pieces = split_pretokens(text, pattern);
+  return {pieces.begin(), pieces.end()};
+}
+
+std::string spelled(std::string_view bytes) {
+  std::string out;
+  for (const char b : bytes) unicode::append_utf8(byte_to_unicode()[static_cast<uint8_t>(b)], out);
+  return out;
+}
+
+TEST(SplitPretokens, Gpt2Pattern) {
+  const SplitPattern p = SplitPattern::kGpt2;
+  EXPECT_EQ(split("Hello world", p), (Pieces{"Hello", " world"}));
+  EXPECT_EQ(split("I'm  here", p), (Pieces{"I", "'m", " ", " here"}));
+  EXPECT_EQ(split("a   b", p), (Pieces{"a", "  ", " b"}));
+  EXPECT_EQ(split("end   ", p), (Pieces{"end", "   "}));
+  EXPECT_EQ(split("x\n\ny", p), (Pieces{"x", "\n", "\n", "y"}));
+  EXPECT_EQ(split("123abc 42", p), (Pieces{"123", "abc", " 42"}));
+  EXPECT_EQ(split("don't DON'T", p), (Pieces{"don", "'t", " DON", "'", "T"}));
+  EXPECT_EQ(split(" 's!?", p), (Pieces{" '", "s", "!?"}));
+  EXPECT_EQ(split("caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC", p),
+            (Pieces{"caf\xC3\xA9", " \xE6\x97\xA5\xE6\x9C\xAC"}));
+  // Invalid UTF-8 bytes are "other" characters, one per byte.
+  EXPECT_EQ(split("\xFF\xFE"
+                  "ab",
+                  p),
+            (Pieces{"\xFF\xFE", "ab"}));
+  EXPECT_TRUE(split("", p).empty());
+}
+
+TEST(SplitPretokens, Llama3Pattern) {
+  const SplitPattern p = SplitPattern::kLlama3;
+  EXPECT_EQ(split("DON'T we'LL", p), (Pieces{"DON", "'T", " we", "'LL"}));
+  EXPECT_EQ(split("1234567", p), (Pieces{"123", "456", "7"}));
+  EXPECT_EQ(split("x 42", p), (Pieces{"x", " ", "42"}));
+  EXPECT_EQ(split("hello\n\nworld", p), (Pieces{"hello", "\n\n", "world"}));
+  EXPECT_EQ(split("a  \n  b", p), (Pieces{"a", "  \n", " ", " b"}));
+  EXPECT_EQ(split("!abc ...abc", p), (Pieces{"!abc", " ...", "abc"}));
+  EXPECT_EQ(split("end,\n\tfoo", p), (Pieces{"end", ",\n", "\tfoo"}));
+  EXPECT_EQ(split("'sup", p), (Pieces{"'s", "up"}));
+  EXPECT_EQ(split("trailing  ", p), (Pieces{"trailing", "  "}));
+}
+
+TEST(ByteToUnicode, Gpt2Map) {
+  const auto& map = byte_to_unicode();
+  EXPECT_EQ(map[' '], U'\u0120');   // Ġ
+  EXPECT_EQ(map['\n'], U'\u010A');  // Ċ
+  EXPECT_EQ(map['A'], U'A');
+  EXPECT_EQ(map[0xAD], U'\u0143');  // the last of the 68 remapped bytes
+  EXPECT_EQ(map[0xFF], U'\u00FF');
+  for (int b = 0; b < 256; ++b) {
+    const std::string bytes(1, static_cast<char>(b));
+    EXPECT_EQ(unicode_to_bytes(spelled(bytes)), bytes);
+  }
+  EXPECT_FALSE(unicode_to_bytes("\xE2\x82\xAC").has_value());  // € is outside the map
+}
+
+// A tokenizer.json with the 256 byte tokens (ids 0..255 in byte order), a few merges and added
+// tokens, in the Llama 3 layout.
+json tiny_tokenizer_json() {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[spelled(std::string(1, static_cast<char>(b)))] = b;
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab["hell"] = 258;
+  vocab["hello"] = 259;
+  vocab[spelled(" w")] = 260;
+  vocab["lo"] = 261;  // reachable only through ignore_merges
+  json root;
+  root["version"] = "1.0";
+  root["normalizer"] = nullptr;
+  root["added_tokens"] = json::array({
+      {{"id", 300}, {"content", "<|begin_of_text|>"}, {"special", true}},
+      {{"id", 301}, {"content", "<|end_of_text|>"}, {"special", true}},
+      {{"id", 302}, {"content", "<tool>"}, {"special", false}},
+  });
+  root["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array(
+           {{{"type", "Split"},
+             {"pattern", {{"Regex", std::string(split_pattern_regex(SplitPattern::kLlama3))}}},
+             {"behavior", "Isolated"},
+             {"invert", false}},
+            {{"type", "ByteLevel"},
+             {"add_prefix_space", false},
+             {"trim_offsets", true},
+             {"use_regex", false}}})}};
+  root["model"] = {{"type", "BPE"},
+                   {"dropout", nullptr},
+                   {"byte_fallback", false},
+                   {"ignore_merges", false},
+                   {"vocab", vocab},
+                   {"merges", json::array({"h e", "l l", "he ll", "hell o", spelled(" ") + " w"})}};
+  return root;
+}
+
+std::filesystem::path write_json(const std::filesystem::path& path, const json& value) {
+  std::ofstream(path) << value.dump();
+  return path;
+}
+
+TEST(ByteLevelBpe, MergesInRankOrder) {
+  TempDir dir;
+  const auto bpe = ByteLevelBpe::from_tokenizer_json(
+      write_json(dir.path() / "tokenizer.json", tiny_tokenizer_json()));
+  EXPECT_EQ(bpe->vocab_size(), 303);
+  EXPECT_EQ(bpe->pattern(), SplitPattern::kLlama3);
+  EXPECT_EQ(bpe->encode("hello", false), (std::vector<int32_t>{259}));
+  EXPECT_EQ(bpe->encode(" wow", false), (std::vector<int32_t>{260, 'o', 'w'}));
+  // (h, e) ranks before (l, l): "llhe" -> l l he -> ll he.
+  EXPECT_EQ(bpe->encode_pretoken("llhe"), (std::vector<int32_t>{257, 256}));
+  EXPECT_EQ(bpe->encode("hell", false), (std::vector<int32_t>{258}));
+  // Without ignore_merges, "lo" is never formed.
+  EXPECT_EQ(bpe->encode("lo", false), (std::vector<int32_t>{'l', 'o'}));
+  const std::string text = "hello wow, 1234 \xF0\x9F\x99\x82\n";
+  EXPECT_EQ(bpe->decode(bpe->encode(text, false)), text);
+}
+
+TEST(ByteLevelBpe, IgnoreMergesTakesWholeVocabularyWords) {
+  TempDir dir;
+  json root = tiny_tokenizer_json();
+  root["model"]["ignore_merges"] = true;
+  const auto bpe =
+      ByteLevelBpe::from_tokenizer_json(write_json(dir.path() / "tokenizer.json", root));
+  EXPECT_EQ(bpe->encode("lo", false), (std::vector<int32_t>{261}));
+  EXPECT_EQ(bpe->encode("hello", false), (std::vector<int32_t>{259}));
+  EXPECT_EQ(bpe->encode("helo", false), (std::vector<int32_t>{256, 'l', 'o'}));
+}
+
+TEST(ByteLevelBpe, AddedTokensBosAndEos) {
+  TempDir dir;
+  const auto bpe = ByteLevelBpe::from_tokenizer_json(
+      write_json(dir.path() / "tokenizer.json", tiny_tokenizer_json()));
+  EXPECT_EQ(bpe->bos_id(), 300);  // by name: no tokenizer_config.json, no template
+  EXPECT_EQ(bpe->eos_id(), 301);
+  const std::vector<int32_t> ids = bpe->encode("<|begin_of_text|>hi<tool>x<|end_of_text|>", true);
+  EXPECT_EQ(ids, (std::vector<int32_t>{300, 300, 'h', 'i', 302, 'x', 301}));
+  // Special tokens decode to nothing, ordinary added tokens to their text.
+  EXPECT_EQ(bpe->decode(ids), "hi<tool>x");
+  EXPECT_THROW(bpe->decode(std::vector<int32_t>{303}), Error);
+  EXPECT_THROW(bpe->decode(std::vector<int32_t>{-1}), Error);
+}
+
+TEST(ByteLevelBpe, BosEosFromTokenizerConfigAndTemplate) {
+  TempDir dir;
+  json root = tiny_tokenizer_json();
+  root["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<tool>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})}};
+  const auto from_template =
+      ByteLevelBpe::from_tokenizer_json(write_json(dir.path() / "tokenizer.json", root));
+  EXPECT_EQ(from_template->bos_id(), 302);
+  write_json(dir.path() / "tokenizer_config.json",
+             {{"bos_token", "<|end_of_text|>"}, {"eos_token", {{"content", "<tool>"}}}});
+  const auto from_config = ByteLevelBpe::from_tokenizer_json(dir.path() / "tokenizer.json");
+  EXPECT_EQ(from_config->bos_id(), 301);
+  EXPECT_EQ(from_config->eos_id(), 302);
+}
+
+void expect_load_error(const json& root, const std::string& fragment) {
+  TempDir dir;
+  const auto path = write_json(dir.path() / "tokenizer.json", root);
+  try {
+    ByteLevelBpe::from_tokenizer_json(path);
+    ADD_FAILURE() << "expected an error containing '" << fragment << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+TEST(ByteLevelBpe, LoaderErrorsNameTheProblem) {
+  json unknown_pattern = tiny_tokenizer_json();
+  unknown_pattern["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{N}+";
+  expect_load_error(unknown_pattern, "is not implemented");
+  json normalizer = tiny_tokenizer_json();
+  normalizer["normalizer"] = {{"type", "NFC"}};
+  expect_load_error(normalizer, "normalizer");
+  json bad_merge = tiny_tokenizer_json();
+  bad_merge["model"]["merges"].push_back("he zz");
+  expect_load_error(bad_merge, "\"zz\", which is not in the vocabulary");
+  json missing_byte = tiny_tokenizer_json();
+  missing_byte["model"]["vocab"].erase(spelled("\n"));
+  expect_load_error(missing_byte, "byte 0x0A has no single-byte token");
+  json not_byte_level = tiny_tokenizer_json();
+  not_byte_level["model"]["vocab"]["\xE2\x96\x81the"] = 290;  // ▁the: SentencePiece spelling
+  expect_load_error(not_byte_level, "not in the byte-level alphabet");
+  json duplicate = tiny_tokenizer_json();
+  duplicate["model"]["vocab"]["xyz"] = 5;
+  expect_load_error(duplicate, "id 5 is given to two tokens");
+  json lstrip = tiny_tokenizer_json();
+  lstrip["added_tokens"][2]["lstrip"] = true;
+  expect_load_error(lstrip, "lstrip = true");
+}
+
+}  // namespace
+}  // namespace maxctx::io
