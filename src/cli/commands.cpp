@@ -15,6 +15,8 @@ int run_config(const Args& args);
 int run_config_doc(const Args& args);
 int run_check_logits(const Args& args);
 int run_export(const Args& args);
+int run_decode(const Args& args);
+int run_bench_inference(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -24,6 +26,11 @@ const std::vector<Command>& commands() {
        "compare a checkpoint's logits with golden JSONL (MaxText's forward_pass_logit_checker)",
        run_check_logits},
       {"export", "write a training checkpoint as a Hugging Face Llama directory", run_export},
+      {"decode",
+       "generate from a prompt (MaxText's decode.py) over the context_autoregressive axis",
+       run_decode},
+      {"bench-inference", "prefill and decode microbenchmark (MaxText's inference_microbenchmark)",
+       run_bench_inference},
       {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
       {"config", "print the resolved config (every key, then the derived values)", run_config},
       {"config-doc", "print the documentation of every config key (docs/config.md)",

@@ -141,6 +141,8 @@ using StringList = std::vector<std::string>;
   X(double, decode_sampling_temperature, 1.0, "", "Sampling temperature")                       \
   X(int64_t, decode_sampling_top_k, 0, "", "k for topk sampling")                               \
   X(double, decode_sampling_nucleus_p, -1.0, "", "p for nucleus sampling")                      \
+  X(int64_t, decode_sampling_seed, 0, "",                                                       \
+    "maxctx: seed of sampling; a token's draw depends only on it, its slot and its position")   \
   X(std::string, prompt, "I love to", "", "Prompt for decode")                                  \
   X(std::string, tokenizer_path, "", "", "SentencePiece model or Hugging Face tokenizer.json")  \
   X(bool, add_bos, true, "", "Prepend BOS when tokenizing")                                     \

@@ -1,0 +1,37 @@
+// `maxctx bench-inference <config> [key=value ...]`: MaxText's inference_microbenchmark.
+// For each length in inference_microbenchmark_prefill_lengths: prefill time and TFLOP/s per
+// device; then the autoregressive step after a prefill of the last length: step time, time per
+// sequence, throughput and bandwidth per device; model and cache sizes. Prints MaxText's lines
+// and the JSON from rank 0, and writes the JSON to inference_microbenchmark_log_file_path when set.
+#include <fstream>
+
+#include "cli/common.h"
+#include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+#include "maxctx/infer/engine.h"
+#include "maxctx/infer/microbenchmark.h"
+#include "maxctx/infer/model_source.h"
+
+namespace maxctx::cli {
+
+int run_bench_inference(const Args& args) {
+  const Config config = load_command_config(args, "bench-inference");
+  log::info("{}", format_config(config));
+  const Mesh mesh(mesh_spec_from(config));
+  const infer::InferenceSettings settings = infer::inference_settings_from(config, mesh);
+  const infer::MicrobenchmarkOptions options = infer::microbenchmark_options(config);
+  infer::InferenceModel model = infer::load_inference_model(config);
+  log::info("model: {}", model.source);
+  infer::InferenceEngine engine(settings, model.config, std::move(model.weights), mesh);
+  const nlohmann::json results = infer::run_inference_microbenchmark(engine, options);
+  const std::string& path = config.inference_microbenchmark_log_file_path;
+  if (mesh.world_rank() == 0 && !path.empty()) {
+    std::ofstream out(path);
+    if (!out) fail("inference_microbenchmark_log_file_path = '{}' cannot be written", path);
+    out << results.dump(2) << "\n";
+  }
+  log::info("{}", results.dump(2));
+  return 0;
+}
+
+}  // namespace maxctx::cli

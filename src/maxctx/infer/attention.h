@@ -1,0 +1,78 @@
+// Attention over the `context_autoregressive` axis (size ca) for the two inference phases
+// (DESIGN.md §6), as model::InferenceAttention implementations.
+//
+//  - PrefillAttention: this rank holds a contiguous 1/ca of every prompt; queries attend through
+//    parallel::AllGatherContextAttention (K/V of the KV heads all-gathered, exactly the training
+//    path), then the K/V go to the cache: with decode sharding `sequence` each rank keeps its own
+//    rows; with `batch` the rows are all-gathered once more and each rank keeps the whole prompt
+//    of the slots it decodes (MaxText's insert, which reshards sequence to batch).
+//  - DecodeAttention, `sequence`: every rank has the new token of every slot; its K/V are
+//    stored by one owner (position % ca, round-robin, so shards stay within one row of each
+//    other); each rank attends the query to its shard, giving (o_r, lse_r), lse_r = −inf where
+//    the shard has nothing visible; one all-gather of the partials, merged in rank order with
+//    attention_merge (lse = log Σ exp lse_r, o = Σ exp(lse_r − lse)·o_r), so every rank holds
+//    the same bits. `batch`: this rank holds its slots' whole caches; no collective.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "maxctx/infer/kv_cache.h"
+#include "maxctx/mesh/communicator.h"
+#include "maxctx/model/inference.h"
+#include "maxctx/parallel/context_attention.h"
+
+namespace maxctx::infer {
+
+enum class DecodeSharding {
+  kSequence,  // KV cache sharded along the sequence, partials merged (the default)
+  kBatch,     // decode slots split over the axis (MaxText)
+};
+
+// The rank of `context_autoregressive` that stores the decode token at `position`.
+inline int decode_owner(int32_t position, int ca) { return static_cast<int>(position % ca); }
+
+// tokens: (B = every slot, S = this rank's share of the padded prompt). Layer 0 also records
+// the rows' positions and segment ids in the cache.
+class PrefillAttention final : public model::InferenceAttention {
+ public:
+  PrefillAttention(const Communicator& ca, DecodeSharding sharding, KvCache& cache);
+  void forward(int64_t layer, float* out, const float* q, const float* k, const float* v,
+               const parallel::TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+
+ private:
+  void store_batch_sharded(int64_t layer, const float* k, const float* v,
+                           const parallel::TokenLayout& tokens, int64_t row_elements);
+
+  const Communicator& ca_;
+  DecodeSharding sharding_;
+  KvCache& cache_;
+  parallel::AllGatherContextAttention attention_;
+  std::vector<float> lse_;                    // (B, Hq, S)
+  std::vector<float> send_, recv_;            // batch sharding: K | V of every rank
+  std::vector<int32_t> send_ids_, recv_ids_;  // batch sharding: positions | segments
+};
+
+// tokens: (B = the cache's slots, S = 1), each slot's new token at its position.
+class DecodeAttention final : public model::InferenceAttention {
+ public:
+  DecodeAttention(const Communicator& ca, DecodeSharding sharding, KvCache& cache);
+  // Before a step's forward: slot b's new token sits at positions[b]; inactive slots (finished)
+  // are computed but their K/V are not kept.
+  void begin_step(std::span<const int32_t> positions, std::span<const uint8_t> active);
+  void forward(int64_t layer, float* out, const float* q, const float* k, const float* v,
+               const parallel::TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+
+ private:
+  const Communicator& ca_;
+  DecodeSharding sharding_;
+  KvCache& cache_;
+  std::vector<int64_t> rows_;    // (slots) where this rank stores the new K/V, −1: not here
+  std::vector<int32_t> q_seg_;   // (slots) all 1: a decode query is a token
+  std::vector<float> partial_;   // (B, Hq, D) then (B, Hq): this rank's out and lse
+  std::vector<float> gathered_;  // ca × partial_
+  std::vector<float> lse_;       // (B, Hq)
+};
+
+}  // namespace maxctx::infer

@@ -1,0 +1,317 @@
+#include "maxctx/infer/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "maxctx/core/check.h"
+#include "maxctx/core/rng.h"
+
+namespace maxctx::infer {
+namespace {
+
+int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
+
+void check_settings(const InferenceSettings& s, int ca) {
+  if (s.max_prefill_length < 1) {
+    fail("max_prefill_predict_length = {}: allowed >= 1", s.max_prefill_length);
+  }
+  if (s.max_target_length <= s.max_prefill_length) {
+    fail(
+        "max_target_length = {} must exceed max_prefill_predict_length = {}: a sequence is the "
+        "prompt plus at least one generated token",
+        s.max_target_length, s.max_prefill_length);
+  }
+  if (s.max_prefill_length % ca != 0) {
+    fail(
+        "max_prefill_predict_length = {} does not split over context_autoregressive = {}: make "
+        "it a multiple of {}",
+        s.max_prefill_length, ca, ca);
+  }
+  if (s.slots < 1) fail("{} decode slots: allowed >= 1 (per_device_batch_size x devices)", s.slots);
+  if (s.decode == DecodeSharding::kBatch && s.slots % ca != 0) {
+    fail(
+        "context_autoregressive_decode=batch splits the {} decode slots over "
+        "context_autoregressive = {}: make per_device_batch_size x devices a multiple of {}, or "
+        "use context_autoregressive_decode=sequence",
+        s.slots, ca, ca);
+  }
+}
+
+}  // namespace
+
+void check_inference_mesh(const Mesh& mesh) {
+  const int64_t context = mesh.axis_size(Axis::kContext);
+  if (context != 1) {
+    fail(
+        "context = {} is the training axis; inference shards the prompt and the KV cache over "
+        "context_autoregressive: set ici_context_parallelism=1 and "
+        "ici_context_autoregressive_parallelism={}",
+        context, context * mesh.axis_size(Axis::kContextAutoregressive));
+  }
+  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor, Axis::kExpert}) {
+    if (mesh.axis_size(axis) != 1) {
+      fail(
+          "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "
+          "and dcn_{}_parallelism=1",
+          axis_name(axis), mesh.axis_size(axis), axis_name(axis), axis_name(axis));
+    }
+  }
+}
+
+InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
+  check_inference_mesh(mesh);
+  InferenceSettings s;
+  s.max_prefill_length = c.max_prefill_predict_length;
+  s.max_target_length = c.max_target_length;
+  s.decode = c.context_autoregressive_decode == "batch" ? DecodeSharding::kBatch
+                                                        : DecodeSharding::kSequence;
+  s.quantize_kvcache = c.quantize_kvcache;
+  s.int8_weights = c.quantization == "int8";
+  s.sampling = sampling_params(c.decode_sampling_strategy, c.decode_sampling_temperature,
+                               c.decode_sampling_top_k, c.decode_sampling_nucleus_p,
+                               static_cast<uint64_t>(c.decode_sampling_seed));
+  s.eos_id = static_cast<int32_t>(c.eos_id);
+  const double slots = c.per_device_batch_size * double(c.derived.num_devices);
+  if (slots < 1.0 || slots != std::floor(slots)) {
+    fail(
+        "per_device_batch_size = {} x {} devices = {} decode slots: the global batch must be a "
+        "whole number >= 1",
+        c.per_device_batch_size, c.derived.num_devices, slots);
+  }
+  s.slots = static_cast<int64_t>(slots);
+  check_settings(s, static_cast<int>(mesh.axis_size(Axis::kContextAutoregressive)));
+  return s;
+}
+
+InferenceEngine::InferenceEngine(const InferenceSettings& settings, const model::LlamaConfig& model,
+                                 std::vector<float> weights, const Mesh& mesh)
+    : settings_(settings),
+      model_(model),
+      flat_(std::move(weights)),
+      ca_(mesh.axis(Axis::kContextAutoregressive)),
+      sampler_(settings.sampling) {
+  check_inference_mesh(mesh);
+  const int ca = ca_.size();
+  check_settings(settings_, ca);
+  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(model_);
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(flat_.size()), model::total_numel(specs),
+                  "weights of another model");
+  llama_weights_ = model::bind_weights(specs, flat_.data());
+  inference_weights_ =
+      std::make_unique<model::InferenceWeights>(model_, llama_weights_, settings_.int8_weights);
+
+  KvCacheShape shape;
+  shape.layers = model_.num_layers;
+  shape.heads_kv = model_.num_kv_heads;
+  shape.head_dim = model_.head_dim;
+  shape.int8 = settings_.quantize_kvcache;
+  if (settings_.decode == DecodeSharding::kSequence) {
+    shape.slots = settings_.slots;
+    shape.prefill_rows = settings_.max_prefill_length / ca;
+    // Decode tokens go round-robin, so a rank owns at most ceil(T / ca) of a sequence's.
+    shape.decode_rows = ceil_div(settings_.max_target_length, ca);
+  } else {
+    shape.slots = settings_.slots / ca;
+    shape.prefill_rows = settings_.max_prefill_length;
+    shape.decode_rows = settings_.max_target_length;
+  }
+  cache_ = std::make_unique<KvCache>(shape);
+  prefill_attention_ = std::make_unique<PrefillAttention>(ca_, settings_.decode, *cache_);
+  decode_attention_ = std::make_unique<DecodeAttention>(ca_, settings_.decode, *cache_);
+  const int64_t prefill_rows = settings_.slots * (settings_.max_prefill_length / ca);
+  ws_ = model::allocate_inference_workspace(model_, std::max(prefill_rows, local_slots()));
+  length_.assign(static_cast<size_t>(settings_.slots), 0);
+  logits_.assign(static_cast<size_t>(settings_.slots * model_.vocab_size), 0.0f);
+}
+
+InferenceEngine::~InferenceEngine() = default;
+
+int64_t InferenceEngine::local_slots() const {
+  return settings_.decode == DecodeSharding::kBatch ? settings_.slots / ca_.size()
+                                                    : settings_.slots;
+}
+
+int64_t InferenceEngine::first_local_slot() const {
+  return settings_.decode == DecodeSharding::kBatch ? ca_.rank() * local_slots() : 0;
+}
+
+const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector<int32_t>>& prompts,
+                                                   std::vector<float>* local_logits) {
+  const int64_t B = settings_.slots, V = model_.vocab_size;
+  const int64_t ca = ca_.size(), rank = ca_.rank();
+  if (static_cast<int64_t>(prompts.size()) != B) {
+    fail("{} prompts for {} decode slots: give one prompt per slot", prompts.size(), B);
+  }
+  int64_t longest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t p = static_cast<int64_t>(prompts[b].size());
+    if (p < 1) fail("prompt {} is empty: a prompt needs at least one token", b);
+    if (p > settings_.max_prefill_length) {
+      fail("prompt {} has {} tokens, more than max_prefill_predict_length = {}", b, p,
+           settings_.max_prefill_length);
+    }
+    for (int32_t id : prompts[b]) {
+      if (id < 0 || id >= V) fail("prompt {} holds token id {}: allowed 0..{}", b, id, V - 1);
+    }
+    longest = std::max(longest, p);
+  }
+  const int64_t S = ceil_div(longest, ca);  // this rank's columns of the padded prompts
+  tokens_.resize(static_cast<size_t>(B * S));
+  positions_.resize(tokens_.size());
+  segments_.resize(tokens_.size());
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t p = static_cast<int64_t>(prompts[b].size());
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t position = rank * S + s;
+      const bool real = position < p;
+      tokens_[b * S + s] = real ? prompts[b][position] : 0;
+      positions_[b * S + s] = static_cast<int32_t>(position);
+      segments_[b * S + s] = real ? 1 : 0;
+    }
+  }
+  // The logit rows: all of them when asked for, else the last prompt token of each slot whose
+  // last token is here. logit_slots_[i] is the slot of row i's logits, or −1.
+  logit_rows_.clear();
+  logit_slots_.clear();
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t last = static_cast<int64_t>(prompts[b].size()) - 1;
+    for (int64_t s = 0; s < S; ++s) {
+      const bool is_last = rank * S + s == last;
+      if (local_logits == nullptr && !is_last) continue;
+      logit_rows_.push_back(b * S + s);
+      logit_slots_.push_back(is_last ? b : -1);
+    }
+  }
+  row_logits_.resize(logit_rows_.size() * static_cast<size_t>(V));
+  cache_->reset();
+  model::TokenBatch batch;
+  batch.batch = B;
+  batch.seq = S;
+  batch.tokens = tokens_.data();
+  batch.positions = positions_.data();
+  batch.segment_ids = segments_.data();
+  model::llama_inference_forward(model_, *inference_weights_, batch, *prefill_attention_, ws_,
+                                 logit_rows_, row_logits_.data());
+  // Exactly one rank holds each slot's last row; the others add zeros, which is exact.
+  std::fill(logits_.begin(), logits_.end(), 0.0f);
+  for (size_t i = 0; i < logit_slots_.size(); ++i) {
+    if (logit_slots_[i] < 0) continue;
+    std::copy_n(row_logits_.begin() + static_cast<int64_t>(i) * V, V,
+                logits_.begin() + logit_slots_[i] * V);
+  }
+  if (ca > 1) ca_.all_reduce(std::span<float>(logits_), ReduceOp::kSum);
+  if (local_logits != nullptr) *local_logits = row_logits_;
+  for (int64_t b = 0; b < B; ++b) length_[b] = static_cast<int64_t>(prompts[b].size());
+  return logits_;
+}
+
+const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> tokens,
+                                                       std::span<const uint8_t> active) {
+  const int64_t B = settings_.slots, V = model_.vocab_size;
+  MAXCTX_CHECK(static_cast<int64_t>(tokens.size()) == B && static_cast<int64_t>(active.size()) == B,
+               "a decode step takes one token and one flag per slot ({} slots), got {} and {}", B,
+               tokens.size(), active.size());
+  const int64_t local = local_slots(), first = first_local_slot();
+  tokens_.resize(static_cast<size_t>(local));
+  positions_.resize(tokens_.size());
+  segments_.assign(tokens_.size(), 1);
+  std::vector<uint8_t> local_active(static_cast<size_t>(local));
+  for (int64_t j = 0; j < local; ++j) {
+    const int64_t b = first + j;
+    if (active[b] && length_[b] + 1 >= settings_.max_target_length) {
+      fail(
+          "slot {}: a token at position {} would make the sequence longer than "
+          "max_target_length = {}",
+          b, length_[b] + 1, settings_.max_target_length);
+    }
+    if (tokens[b] < 0 || tokens[b] >= V) {
+      fail("slot {}: token id {} outside the vocabulary 0..{}", b, tokens[b], V - 1);
+    }
+    tokens_[j] = tokens[b];
+    positions_[j] = static_cast<int32_t>(length_[b]);
+    local_active[j] = active[b];
+  }
+  decode_attention_->begin_step(positions_, local_active);
+  logit_rows_.resize(static_cast<size_t>(local));
+  std::iota(logit_rows_.begin(), logit_rows_.end(), 0);
+  row_logits_.resize(static_cast<size_t>(local * V));
+  model::TokenBatch batch;
+  batch.batch = local;
+  batch.seq = 1;
+  batch.tokens = tokens_.data();
+  batch.positions = positions_.data();
+  batch.segment_ids = segments_.data();
+  model::llama_inference_forward(model_, *inference_weights_, batch, *decode_attention_, ws_,
+                                 logit_rows_, row_logits_.data());
+  if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
+    ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(logits_));
+  } else {
+    std::copy(row_logits_.begin(), row_logits_.end(), logits_.begin());
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    if (active[b]) ++length_[b];
+  }
+  return logits_;
+}
+
+GenerateResult InferenceEngine::generate(const std::vector<std::vector<int32_t>>& prompts,
+                                         bool keep_logits) {
+  const int64_t B = settings_.slots, V = model_.vocab_size;
+  GenerateResult result;
+  result.tokens.resize(static_cast<size_t>(B));
+  std::vector<int32_t> next(static_cast<size_t>(B), 0);
+  std::vector<uint8_t> active(static_cast<size_t>(B), 1);
+  const std::vector<float>* logits = &prefill(prompts);
+  while (true) {
+    if (keep_logits) result.logits.push_back(*logits);
+    bool any = false;
+    for (int64_t b = 0; b < B; ++b) {
+      if (!active[b]) continue;
+      // The drawn token sits at position length_[b]; the sequence is then length_[b] + 1 long.
+      const int32_t t = sampler_.sample(logits->data() + b * V, V, b, length_[b]);
+      result.tokens[b].push_back(t);
+      next[b] = t;
+      active[b] = t != settings_.eos_id && length_[b] + 1 < settings_.max_target_length;
+      any = any || active[b];
+    }
+    if (!any) break;
+    logits = &decode_step(next, active);
+  }
+  return result;
+}
+
+void InferenceEngine::fill_synthetic(int64_t context) {
+  if (context < 1 || context > settings_.max_prefill_length) {
+    fail("a synthetic context of {} tokens: allowed 1..max_prefill_predict_length = {}", context,
+         settings_.max_prefill_length);
+  }
+  const int64_t ca = ca_.size(), rank = ca_.rank();
+  const KvCacheShape& shape = cache_->shape();
+  const bool sequence = settings_.decode == DecodeSharding::kSequence;
+  // Rows in the prefill layout: contiguous 1/ca shares (sequence) or whole prompts (batch).
+  const int64_t S = sequence ? ceil_div(context, ca) : context;
+  const int64_t first_position = sequence ? rank * S : 0;
+  std::vector<int32_t> positions(static_cast<size_t>(S)), segments(static_cast<size_t>(S));
+  for (int64_t s = 0; s < S; ++s) {
+    positions[s] = static_cast<int32_t>(first_position + s);
+    segments[s] = first_position + s < context ? 1 : 0;
+  }
+  cache_->reset();
+  const int64_t row = shape.row_elements();
+  std::vector<float> k(static_cast<size_t>(S * row)), v(k.size());
+  const uint64_t stream = rng::stream_id("synthetic_kv");
+  for (int64_t j = 0; j < shape.slots; ++j) {
+    cache_->set_rows(j, 0, S, positions.data(), segments.data());
+    for (int64_t l = 0; l < shape.layers; ++l) {
+      const uint64_t first =
+          static_cast<uint64_t>(((l * shape.slots + j) * 2) * shape.rows() * row);
+      rng::fill_normal(k, 0, stream, first, 0.0f, 1.0f);
+      rng::fill_normal(v, 0, stream, first + static_cast<uint64_t>(shape.rows() * row), 0.0f, 1.0f);
+      cache_->store(l, j, 0, S, k.data(), v.data());
+    }
+  }
+  std::fill(length_.begin(), length_.end(), context);
+}
+
+}  // namespace maxctx::infer

@@ -1,0 +1,117 @@
+// The inference engine: prefill, decode steps and generation over the `context_autoregressive`
+// axis (DESIGN.md §6), on this rank's shard of the KV cache.
+//
+// Slots are MaxText's decode slots: a fixed batch of requests decoded together, each with its
+// own prompt length and positions. With decode sharding `sequence` every rank computes every
+// slot's token (weights replicated over the axis) and holds 1/ca of every slot's cache; with
+// `batch` rank r decodes slots [r·slots/ca, (r+1)·slots/ca) on whole caches. Either way every
+// rank ends each call with the same (slots, V) logits, so sampling (seeded per slot and
+// position) picks the same tokens everywhere and matches the single-device run.
+//
+// The prompt layout of a prefill: every prompt is padded to S = round_up(longest, ca) tokens
+// (padding is segment 0, invisible to real tokens), rank r holds columns [r·S/ca, (r+1)·S/ca).
+// A sequence of a slot never exceeds max_target_length tokens, prompt included.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "maxctx/config/config.h"
+#include "maxctx/infer/attention.h"
+#include "maxctx/infer/kv_cache.h"
+#include "maxctx/infer/sampler.h"
+#include "maxctx/mesh/mesh.h"
+#include "maxctx/model/inference.h"
+
+namespace maxctx::infer {
+
+struct InferenceSettings {
+  int64_t max_prefill_length = 64;  // max_prefill_predict_length: the longest prompt
+  int64_t max_target_length = 128;  // the longest sequence, prompt + generated
+  DecodeSharding decode = DecodeSharding::kSequence;
+  bool quantize_kvcache = false;
+  bool int8_weights = false;  // quantization=int8
+  SamplingParams sampling;
+  int32_t eos_id = -1;  // generation stops at it; -1: only at max_target_length
+  int64_t slots = 1;    // decode slots, all ranks together
+};
+
+// The settings of a resolved config on `mesh`, checked: context must be 1 (inference shards over
+// context_autoregressive), the other axes 1, max_target_length > max_prefill_predict_length,
+// ca divides max_prefill_predict_length (and, for batch decode, the slots). Slots =
+// per_device_batch_size × devices (MaxText's global batch). maxctx::Error on every rank alike.
+InferenceSettings inference_settings_from(const Config& config, const Mesh& mesh);
+// The mesh checks alone (also used by callers that build settings by hand).
+void check_inference_mesh(const Mesh& mesh);
+
+struct GenerateResult {
+  std::vector<std::vector<int32_t>> tokens;  // per slot: generated ids (EOS included if drawn)
+  // With keep_logits: per step the (slots, V) logits the tokens were drawn from, step 0 from
+  // the prefill; a finished slot's rows are still filled (and unused).
+  std::vector<std::vector<float>> logits;
+};
+
+class InferenceEngine {
+ public:
+  // `weights`: every parameter in llama_weight_specs(model) layout (tensor size 1), as loaded or
+  // initialised; the engine keeps it. Collective only in that every rank must build one.
+  InferenceEngine(const InferenceSettings& settings, const model::LlamaConfig& model,
+                  std::vector<float> weights, const Mesh& mesh);
+  ~InferenceEngine();
+
+  // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
+  // max_prefill_length tokens and shorter than max_target_length). Returns every slot's
+  // last-prompt-token logits (slots, V). With local_logits, also every row this rank computed,
+  // (slots, S/ca, V) in its token layout: the rows llama_forward gives for the same tokens.
+  const std::vector<float>& prefill(const std::vector<std::vector<int32_t>>& prompts,
+                                    std::vector<float>* local_logits = nullptr);
+
+  // Feeds tokens[b] to every slot with active[b] at its next position; returns (slots, V).
+  const std::vector<float>& decode_step(std::span<const int32_t> tokens,
+                                        std::span<const uint8_t> active);
+
+  // Prefill, then sample and decode until every slot drew eos_id or reached max_target_length.
+  GenerateResult generate(const std::vector<std::vector<int32_t>>& prompts,
+                          bool keep_logits = false);
+
+  // As after a prefill of `context` tokens in every slot, with random K/V (a decode step's cost
+  // does not depend on the values): for microbenchmarks of long contexts.
+  void fill_synthetic(int64_t context);
+
+  const InferenceSettings& settings() const { return settings_; }
+  const model::LlamaConfig& model_config() const { return model_; }
+  const model::InferenceWeights& weights() const { return *inference_weights_; }
+  const KvCache& cache() const { return *cache_; }
+  int64_t slots() const { return settings_.slots; }
+  int64_t ca() const { return ca_.size(); }
+  const Communicator& axis() const { return ca_; }  // context_autoregressive
+  // Tokens in slot b's sequence so far (the next position to feed).
+  int64_t length(int64_t slot) const { return length_[slot]; }
+
+ private:
+  int64_t local_slots() const;
+  int64_t first_local_slot() const;
+
+  InferenceSettings settings_;
+  model::LlamaConfig model_;
+  std::vector<float> flat_;  // (total_numel) the fp32 parameters
+  model::LlamaWeights llama_weights_;
+  std::unique_ptr<model::InferenceWeights> inference_weights_;
+  const Communicator& ca_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<PrefillAttention> prefill_attention_;
+  std::unique_ptr<DecodeAttention> decode_attention_;
+  model::InferenceWorkspace ws_;
+  Sampler sampler_;
+
+  std::vector<int64_t> length_;    // (slots) tokens in each sequence
+  std::vector<float> logits_;      // (slots, V)
+  std::vector<float> row_logits_;  // (rows, V) logits of this rank's rows
+  // Token batches of this rank: (B, S) tokens, positions, segment ids, and the logit rows.
+  std::vector<int32_t> tokens_, positions_, segments_;
+  std::vector<int64_t> logit_rows_, logit_slots_;
+};
+
+}  // namespace maxctx::infer

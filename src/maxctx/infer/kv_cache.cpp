@@ -1,0 +1,130 @@
+#include "maxctx/infer/kv_cache.h"
+
+#include <algorithm>
+
+#include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/int8.h"
+
+namespace maxctx::infer {
+
+KvCache::KvCache(const KvCacheShape& s) : shape_(s) {
+  MAXCTX_CHECK(s.layers > 0 && s.slots > 0 && s.heads_kv > 0 && s.head_dim > 0 && s.rows() > 0,
+               "KV cache shape (L={}, slots={}, Hkv={}, D={}, rows={}) must be positive", s.layers,
+               s.slots, s.heads_kv, s.head_dim, s.rows());
+  const DType dtype = s.int8 ? DType::kI8 : DType::kF32;
+  const Shape kv_shape{s.layers, s.slots, s.rows(), s.heads_kv, s.head_dim};
+  k_ = Tensor(kv_shape, dtype);
+  v_ = Tensor(kv_shape, dtype);
+  if (s.int8) {
+    k_scale_ = Tensor({s.layers, s.slots, s.rows()});
+    v_scale_ = Tensor({s.layers, s.slots, s.rows()});
+  }
+  positions_.assign(static_cast<size_t>(s.slots * s.rows()), 0);
+  segments_.assign(static_cast<size_t>(s.slots * s.rows()), 0);
+  decode_length_.assign(static_cast<size_t>(s.slots), 0);
+}
+
+void KvCache::reset() {
+  std::fill(positions_.begin(), positions_.end(), 0);
+  std::fill(segments_.begin(), segments_.end(), 0);
+  std::fill(decode_length_.begin(), decode_length_.end(), 0);
+}
+
+void KvCache::set_rows(int64_t slot, int64_t row, int64_t n, const int32_t* positions,
+                       const int32_t* segments) {
+  MAXCTX_CHECK(slot >= 0 && slot < shape_.slots && row >= 0 && row + n <= shape_.rows(),
+               "rows [{}, {}) of slot {} outside the cache's {} slots x {} rows", row, row + n,
+               slot, shape_.slots, shape_.rows());
+  std::copy(positions, positions + n, positions_.begin() + slot * shape_.rows() + row);
+  std::copy(segments, segments + n, segments_.begin() + slot * shape_.rows() + row);
+}
+
+int64_t KvCache::append_decode_row(int64_t slot, int32_t position) {
+  MAXCTX_CHECK(decode_length_[slot] < shape_.decode_rows,
+               "slot {} has used all {} decode rows of this rank's cache", slot,
+               shape_.decode_rows);
+  const int64_t row = shape_.prefill_rows + decode_length_[slot]++;
+  const int32_t segment = 1;
+  set_rows(slot, row, 1, &position, &segment);
+  return row;
+}
+
+int64_t KvCache::rows_in_use() const {
+  const int64_t longest = *std::max_element(decode_length_.begin(), decode_length_.end());
+  return shape_.prefill_rows + longest;
+}
+
+void KvCache::store(int64_t layer, int64_t slot, int64_t row, int64_t n, const float* k,
+                    const float* v) {
+  MAXCTX_CHECK(layer >= 0 && layer < shape_.layers && slot >= 0 && slot < shape_.slots &&
+                   row >= 0 && row + n <= shape_.rows(),
+               "store of rows [{}, {}) of slot {} layer {} outside the cache", row, row + n, slot,
+               layer);
+  const int64_t at = offset(layer, slot, row);
+  const int64_t count = n * shape_.row_elements();
+  if (!shape_.int8) {
+    std::copy(k, k + count, k_.data<float>() + at);
+    std::copy(v, v + count, v_.data<float>() + at);
+    return;
+  }
+  const int64_t scale_at = (layer * shape_.slots + slot) * shape_.rows() + row;
+  kernels::cpu::quantize_rows_int8(k_.data<int8_t>() + at, k_scale_.data<float>() + scale_at, k, n,
+                                   shape_.row_elements(), kernels::kInt8KvLevels);
+  kernels::cpu::quantize_rows_int8(v_.data<int8_t>() + at, v_scale_.data<float>() + scale_at, v, n,
+                                   shape_.row_elements(), kernels::kInt8KvLevels);
+}
+
+KvView KvCache::view(int64_t layer) {
+  const int64_t all_rows = shape_.rows();
+  const int64_t used = rows_in_use();
+  const int64_t row_elements = shape_.row_elements();
+  KvView view;
+  if (!shape_.int8) {
+    // One slot's rows in use are a prefix of its layer block; with several slots the rows keep
+    // the cache's stride, and attention skips the empty tiles.
+    view.rows = shape_.slots == 1 ? used : all_rows;
+    view.k = k_.data<float>() + offset(layer, 0, 0);
+    view.v = v_.data<float>() + offset(layer, 0, 0);
+    view.positions = positions_.data();
+    view.segments = segments_.data();
+    return view;
+  }
+  k_f32_.resize(static_cast<size_t>(shape_.slots * used * row_elements));
+  v_f32_.resize(k_f32_.size());
+  positions_in_use_.resize(static_cast<size_t>(shape_.slots * used));
+  segments_in_use_.resize(positions_in_use_.size());
+  for (int64_t slot = 0; slot < shape_.slots; ++slot) {
+    const int64_t at = offset(layer, slot, 0);
+    const int64_t scale_at = (layer * shape_.slots + slot) * all_rows;
+    float* k_out = k_f32_.data() + slot * used * row_elements;
+    float* v_out = v_f32_.data() + slot * used * row_elements;
+    kernels::cpu::dequantize_rows_int8(k_out, k_.data<int8_t>() + at,
+                                       k_scale_.data<float>() + scale_at, used, row_elements);
+    kernels::cpu::dequantize_rows_int8(v_out, v_.data<int8_t>() + at,
+                                       v_scale_.data<float>() + scale_at, used, row_elements);
+    std::copy_n(positions_.begin() + slot * all_rows, used,
+                positions_in_use_.begin() + slot * used);
+    std::copy_n(segments_.begin() + slot * all_rows, used, segments_in_use_.begin() + slot * used);
+  }
+  view.rows = used;
+  view.k = k_f32_.data();
+  view.v = v_f32_.data();
+  view.positions = positions_in_use_.data();
+  view.segments = segments_in_use_.data();
+  return view;
+}
+
+int64_t KvCache::bytes() const {
+  const int64_t scales = shape_.int8 ? 2 * k_scale_.numel() * int64_t{sizeof(float)} : 0;
+  const int64_t ids = 2 * static_cast<int64_t>(positions_.size()) * int64_t{sizeof(int32_t)};
+  return static_cast<int64_t>(k_.view().bytes() + v_.view().bytes()) + scales + ids;
+}
+
+int64_t KvCache::bytes_in_use() const {
+  const int64_t element = shape_.int8 ? 1 : int64_t{sizeof(float)};
+  const int64_t per_row =
+      2 * shape_.row_elements() * element + (shape_.int8 ? 2 * int64_t{sizeof(float)} : 0);
+  return shape_.layers * shape_.slots * rows_in_use() * per_row;
+}
+
+}  // namespace maxctx::infer

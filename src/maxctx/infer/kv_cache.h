@@ -1,0 +1,90 @@
+// This rank's shard of the KV cache: per layer K and V of the KV heads only, preallocated.
+//
+// Layout per slot: a prefill region (the prompt's rows this rank keeps after a sharded prefill)
+// followed by a decode region (generated tokens this rank owns). A row carries its token's
+// position and a segment id, 1 for a token and 0 for an empty or padding row, so attention
+// masks come from the rows themselves: a decode query (segment 1, position p) sees exactly the
+// filled rows with position <= p, wherever the sharding put them. Rows are never compacted or
+// reordered.
+//
+// int8 (quantize_kvcache): one scale per token over heads × head_dim, the KV rule of
+// kernels/ref/int8.h (q = rint(x·127.5/max|x|) clamped to [−127, 127], scale = max|x|/127.5).
+// Attention reads fp32 K/V: fp32 caches in place, int8 ones dequantized per layer into a
+// scratch holding only the rows in use.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "maxctx/core/tensor.h"
+
+namespace maxctx::infer {
+
+struct KvCacheShape {
+  int64_t layers = 0;
+  int64_t slots = 0;         // decode slots held by this rank
+  int64_t heads_kv = 0;      // Hkv
+  int64_t head_dim = 0;      // D
+  int64_t prefill_rows = 0;  // per slot: this rank's share of the longest prompt
+  int64_t decode_rows = 0;   // per slot: generated tokens this rank may own
+  bool int8 = false;
+
+  int64_t rows() const { return prefill_rows + decode_rows; }
+  int64_t row_elements() const { return heads_kv * head_dim; }
+};
+
+// K and V of one layer as attention reads them: (slots, rows, Hkv, D) fp32 with positions and
+// segment ids (slots, rows). `rows` may be less than the cache's (only rows in use).
+struct KvView {
+  int64_t rows = 0;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* segments = nullptr;
+};
+
+class KvCache {
+ public:
+  explicit KvCache(const KvCacheShape& shape);
+
+  const KvCacheShape& shape() const { return shape_; }
+
+  // Marks every row empty and forgets the decode rows (the K/V bytes are left as they are).
+  void reset();
+
+  // Metadata of rows [row, row + n) of `slot`, the same for every layer.
+  void set_rows(int64_t slot, int64_t row, int64_t n, const int32_t* positions,
+                const int32_t* segments);
+  // Reserves the next decode row of `slot` for a token at `position`; returns its row.
+  int64_t append_decode_row(int64_t slot, int32_t position);
+  int64_t decode_length(int64_t slot) const { return decode_length_[slot]; }
+  // Rows in use: the prefill region and the longest decode region of any slot.
+  int64_t rows_in_use() const;
+
+  // k, v (n, Hkv, D) into rows [row, row + n) of `slot` in `layer`.
+  void store(int64_t layer, int64_t slot, int64_t row, int64_t n, const float* k, const float* v);
+
+  // The layer's K/V for attention (dequantized rows in use when int8; valid until the next view).
+  KvView view(int64_t layer);
+
+  int64_t bytes() const;  // everything allocated: K, V, scales, positions, segments
+  // Bytes attention reads from this cache per step: rows in use of every slot and layer.
+  int64_t bytes_in_use() const;
+
+ private:
+  int64_t offset(int64_t layer, int64_t slot, int64_t row) const {
+    return ((layer * shape_.slots + slot) * shape_.rows() + row) * shape_.row_elements();
+  }
+
+  KvCacheShape shape_;
+  Tensor k_, v_;                        // (L, slots, rows, Hkv, D) f32 or int8
+  Tensor k_scale_, v_scale_;            // (L, slots, rows) int8 only
+  std::vector<int32_t> positions_;      // (slots, rows)
+  std::vector<int32_t> segments_;       // (slots, rows) 1 = a token, 0 = empty
+  std::vector<int64_t> decode_length_;  // (slots) decode rows used
+  // int8 only: the dequantized rows in use of one layer and their metadata.
+  std::vector<float> k_f32_, v_f32_;
+  std::vector<int32_t> positions_in_use_, segments_in_use_;
+};
+
+}  // namespace maxctx::infer

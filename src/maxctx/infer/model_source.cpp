@@ -1,0 +1,46 @@
+#include "maxctx/infer/model_source.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "maxctx/core/check.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/model/weights.h"
+
+namespace maxctx::infer {
+
+InferenceModel load_inference_model(const Config& c) {
+  namespace fs = std::filesystem;
+  InferenceModel m;
+  const std::string& dir = c.load_parameters_path;
+  if (dir.empty()) {
+    m.config = model::llama_config_from(c);
+    const auto specs = model::llama_weight_specs(m.config);
+    m.weights.resize(static_cast<size_t>(model::total_numel(specs)));
+    model::init_weights(specs, m.weights.data(), static_cast<uint64_t>(c.init_weights_seed));
+    m.source = fmt::format(
+        "random init (init_weights_seed {}; set load_parameters_path for a "
+        "checkpoint)",
+        c.init_weights_seed);
+    return m;
+  }
+  if (!fs::is_directory(dir)) {
+    fail(
+        "load_parameters_path = '{}' is not a directory: give a checkpoint directory holding "
+        "model.safetensors",
+        dir);
+  }
+  const fs::path config_json = fs::path(dir) / "config.json";
+  m.config = fs::exists(config_json) ? model::llama_config_from_hf(config_json)
+                                     : model::llama_config_from(c);
+  const auto specs = model::llama_weight_specs(m.config);
+  m.weights.resize(static_cast<size_t>(model::total_numel(specs)));
+  model::load_hf_weights(specs, m.weights.data(), dir);
+  m.source = fs::exists(config_json)
+                 ? fmt::format("{} (dimensions from its config.json)", dir)
+                 : fmt::format("{} (dimensions from model '{}')", dir, c.model_name);
+  return m;
+}
+
+}  // namespace maxctx::infer

@@ -1,0 +1,28 @@
+// Where inference's model comes from: a checkpoint directory or the config's model keys.
+//
+// load_parameters_path = a directory holding model.safetensors (or a sharded index) with Hugging
+// Face tensor names: a Hugging Face checkpoint, or a maxctx training checkpoint
+// (runs/<run>/checkpoints/<step>/). The model's dimensions come from its config.json when there
+// is one (llama_config_from_hf), else from the config's model keys (model_name, base_*), which
+// must then describe the checkpoint (a shape mismatch is an error naming the tensor). Empty:
+// the counter-based random initialisation of training (init_weights_seed), for tests and
+// benchmarks, which says so in `source`.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "maxctx/config/config.h"
+#include "maxctx/model/llama_config.h"
+
+namespace maxctx::infer {
+
+struct InferenceModel {
+  model::LlamaConfig config;
+  std::vector<float> weights;  // llama_weight_specs(config) layout, tensor size 1
+  std::string source;          // for the log: the directory, or "random init (seed N)"
+};
+
+InferenceModel load_inference_model(const Config& config);
+
+}  // namespace maxctx::infer

@@ -1,0 +1,72 @@
+// Fast int8 kernels: the KV-cache row quantizer and the int8 matmul (AVX-512 VNNI).
+//
+// Same rule and same bits as kernels/ref/int8.h, which defines it: codes are exact integers and
+// the int32 sums are exact, so the cpu matmul equals ref::int8_matmul_forward bit for bit
+// whatever the blocking or thread count.
+//
+// The matmul works on weights quantized once per output channel and packed for vpdpbusd, which
+// multiplies unsigned by signed bytes: activations are stored offset by +128 (u = q + 128, in
+// 1..255) and Σ u·w = Σ q·w + 128·Σ w, so each output subtracts 128·row_sum. Packed layout:
+// blocks of 16 output rows, and in a block one 64-byte vector per quad of input columns (row r's
+// four bytes at r·4), so a broadcast quad of one token times one vector updates 16 outputs with
+// no horizontal sums. The VNNI code is compiled for that target with a function attribute (the
+// baseline is AVX2) and chosen at run time; without VNNI a portable loop computes the same bits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "maxctx/core/buffer.h"
+#include "maxctx/kernels/ref/int8.h"
+
+namespace maxctx::kernels::cpu {
+
+inline constexpr int64_t kInt8BlockRows = 16;  // output rows per packed block (one zmm of int32)
+
+// A (out_dim, in_dim) weight matrix, quantized per output row (levels 127) and packed.
+struct Int8Weights {
+  int64_t out_dim = 0;
+  int64_t in_dim = 0;
+  int64_t quads = 0;             // ceil(in_dim / 4)
+  int64_t blocks = 0;            // ceil(out_dim / 16)
+  AlignedBuffer packed;          // (blocks, quads, 16, 4) int8; padding rows and columns are 0
+  std::vector<float> scale;      // (out_dim) w ≈ q · scale
+  std::vector<int32_t> row_sum;  // (out_dim) Σ_k q[o, k]
+};
+
+// Quantizes and packs `w` (out_dim, in_dim) float, as ref::quantize_rows_int8 with levels 127.
+Int8Weights int8_pack_weights(const float* w, int64_t out_dim, int64_t in_dim);
+
+// Rows of activations quantized per row (levels 127) for int8_matmul_forward.
+struct Int8Rows {
+  int64_t rows = 0;
+  int64_t quads = 0;
+  std::vector<uint8_t> codes;  // (rows, quads·4) q + 128; padding columns hold 128 (q = 0)
+  std::vector<float> scale;    // (rows)
+};
+
+// Resizes `out` (keeping its capacity) and fills it from in (N, in_dim).
+void int8_quantize_rows(Int8Rows& out, const float* in, int64_t N, int64_t in_dim);
+
+enum class Int8Path {
+  kBest,      // VNNI when the CPU has it, else portable
+  kPortable,  // plain loops over the packed layout (tests compare the two)
+};
+
+bool int8_vnni_available();
+
+// out (in.rows, w.out_dim) = dequantized Σ_k q_in[n, k] · q_w[o, k]; in.quads must equal w.quads.
+void int8_matmul_forward(float* out, const Int8Rows& in, const Int8Weights& w,
+                         Int8Path path = Int8Path::kBest);
+
+// The KV-cache rule (levels 127.5) over rows, threaded over rows; same bits as the reference.
+void quantize_rows_int8(int8_t* q,       // (rows, cols)
+                        float* scale,    // (rows)
+                        const float* x,  // (rows, cols)
+                        int64_t rows, int64_t cols, float levels);
+void dequantize_rows_int8(float* x,            // (rows, cols)
+                          const int8_t* q,     // (rows, cols)
+                          const float* scale,  // (rows)
+                          int64_t rows, int64_t cols);
+
+}  // namespace maxctx::kernels::cpu

@@ -1,0 +1,105 @@
+// Shared by the inference tests: the tiny models, meshes over the context_autoregressive axis,
+// prompts of unequal lengths, and the error measures.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "maxctx/core/rng.h"
+#include "maxctx/infer/engine.h"
+#include "maxctx/mesh/mesh.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/model/weights.h"
+
+namespace maxctx::infer::testing {
+
+// maxctx-tiny's dimensions (configs/models/maxctx-tiny.yml), GQA with 2 query heads per kv head.
+inline model::LlamaConfig tiny_config() {
+  model::LlamaConfig c;
+  c.vocab_size = 256;
+  c.emb_dim = 64;
+  c.num_query_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.mlp_dim = 192;
+  c.num_layers = 2;
+  return c;
+}
+
+// Counter-based init (the training init); `logit_gain` scales the output head so that the
+// next-token distributions are peaked like a trained model's rather than near uniform.
+inline std::vector<float> init_weights(const model::LlamaConfig& c, uint64_t seed,
+                                       float logit_gain = 1.0f) {
+  const auto specs = model::llama_weight_specs(c);
+  std::vector<float> flat(static_cast<size_t>(model::total_numel(specs)));
+  model::init_weights(specs, flat.data(), seed);
+  if (logit_gain != 1.0f) {
+    const model::LlamaWeights w = model::bind_weights(specs, flat.data());
+    for (int64_t i = 0; i < c.vocab_size * c.emb_dim; ++i) w.lm_head[i] *= logit_gain;
+  }
+  return flat;
+}
+
+inline const char* fixture_dir() { return MAXCTX_TEST_FIXTURES "/tiny_llama"; }
+
+inline std::vector<float> fixture_weights(const model::LlamaConfig& c) {
+  const auto specs = model::llama_weight_specs(c);
+  std::vector<float> flat(static_cast<size_t>(model::total_numel(specs)));
+  model::load_hf_weights(specs, flat.data(), fixture_dir());
+  return flat;
+}
+
+// A mesh whose context_autoregressive axis holds every rank of `base`.
+inline Mesh ca_mesh(Communicator base) {
+  MeshSpec spec;
+  spec.ici[axis_index(Axis::kContextAutoregressive)] = -1;
+  return Mesh(spec, std::move(base));
+}
+
+// One prompt per slot, lengths cycling through 1..max_length (unequal on purpose), ids drawn
+// from the counter RNG so every rank builds the same prompts.
+inline std::vector<std::vector<int32_t>> make_prompts(int64_t slots, int64_t max_length,
+                                                      int64_t vocab, uint64_t seed) {
+  std::vector<std::vector<int32_t>> prompts;
+  const int64_t lengths[] = {max_length, 1, max_length / 2 + 1, 3, max_length - 1, 7};
+  for (int64_t b = 0; b < slots; ++b) {
+    const int64_t n = std::clamp<int64_t>(lengths[b % 6], 1, max_length);
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    rng::fill_uniform_int(ids, seed, rng::stream_id("prompts"), static_cast<uint64_t>(b) << 20,
+                          static_cast<uint32_t>(vocab));
+    prompts.push_back(ids);
+  }
+  return prompts;
+}
+
+// max |a − b| / max |b| over one row (the norm-relative error of the model tests).
+inline double relative_error(const float* a, const float* b, int64_t n) {
+  double diff = 0.0, scale = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - double(b[i])));
+    scale = std::max(scale, std::fabs(double(b[i])));
+  }
+  return scale == 0.0 ? diff : diff / scale;
+}
+
+// KL(softmax(p) || softmax(q)) in nats, in double.
+inline double kl_divergence(const float* p_logits, const float* q_logits, int64_t n) {
+  const double p_max = *std::max_element(p_logits, p_logits + n);
+  const double q_max = *std::max_element(q_logits, q_logits + n);
+  double p_sum = 0.0, q_sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    p_sum += std::exp(p_logits[i] - p_max);
+    q_sum += std::exp(q_logits[i] - q_max);
+  }
+  const double p_lse = p_max + std::log(p_sum), q_lse = q_max + std::log(q_sum);
+  double kl = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double lp = p_logits[i] - p_lse, lq = q_logits[i] - q_lse;
+    kl += std::exp(lp) * (lp - lq);
+  }
+  return kl;
+}
+
+}  // namespace maxctx::infer::testing

@@ -1,0 +1,230 @@
+// Inference over context_autoregressive = the number of ranks (ctest: 1, 2, 3, 4) against the
+// single-device run of the same engine (a one-rank mesh over Communicator::self() on every
+// rank), one table of cases: model (random-init maxctx-tiny, the tiny_llama fixture) × decode
+// sharding (sequence, batch) × int8 (KV cache, weights) × sampling. Every case decodes 12
+// prompts of unequal lengths (1 .. 24 tokens) to max_target_length = 48 and checks that every
+// slot draws the same tokens and that every step's logits agree within 1e-4 norm-relative
+// (DESIGN.md §6's bar; int8 cases see Case). Also: prefill logits equal the training forward's, and
+// stopping at EOS.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "infer/infer_test_util.h"
+#include "maxctx/model/activations.h"
+#include "maxctx/model/llama.h"
+#include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/local_attention.h"
+
+namespace maxctx::infer {
+namespace {
+
+using testing::ca_mesh;
+using testing::make_prompts;
+using testing::relative_error;
+
+constexpr int64_t kSlots = 12;  // divisible by every ca in 1..4 (batch sharding)
+constexpr int64_t kPrefill = 24;
+constexpr int64_t kTarget = 48;
+
+enum class ModelKind { kTinyRandom, kFixture };
+
+struct Case {
+  const char* name;
+  ModelKind model;
+  DecodeSharding decode;
+  bool int8_kv = false;
+  bool int8_weights = false;
+  const char* sampling = "greedy";
+
+  // fp32: DESIGN.md's 1e-4. int8: a last-bit difference upstream (the merge order of the
+  // partial attention, a GEMM's row blocking) can move a value across a rounding boundary of
+  // the quantizer, one int8 step; measured up to 5e-4 (int8 KV, ca = 3) and 1.4e-2 (int8 KV and
+  // weights, ca = 4). The int8 paths' accuracy bar is the KL bound of quantized_test.cpp.
+  double logit_tolerance() const { return int8_kv || int8_weights ? 5e-2 : 1e-4; }
+};
+
+const Case kCases[] = {
+    {"tiny_sequence", ModelKind::kTinyRandom, DecodeSharding::kSequence},
+    {"tiny_batch", ModelKind::kTinyRandom, DecodeSharding::kBatch},
+    {"fixture_sequence", ModelKind::kFixture, DecodeSharding::kSequence},
+    {"fixture_batch", ModelKind::kFixture, DecodeSharding::kBatch},
+    {"tiny_sequence_int8", ModelKind::kTinyRandom, DecodeSharding::kSequence, true, true},
+    {"tiny_batch_int8_kv", ModelKind::kTinyRandom, DecodeSharding::kBatch, true, false},
+    {"tiny_sequence_topk", ModelKind::kTinyRandom, DecodeSharding::kSequence, false, false, "topk"},
+    {"tiny_batch_nucleus", ModelKind::kTinyRandom, DecodeSharding::kBatch, false, false, "nucleus"},
+};
+
+model::LlamaConfig model_config(ModelKind kind) {
+  return kind == ModelKind::kFixture
+             ? model::llama_config_from_hf(std::string(testing::fixture_dir()) + "/config.json")
+             : testing::tiny_config();
+}
+
+std::vector<float> model_weights(ModelKind kind, const model::LlamaConfig& c) {
+  return kind == ModelKind::kFixture ? testing::fixture_weights(c)
+                                     : testing::init_weights(c, 7, 4.0f);
+}
+
+InferenceSettings settings_for(const Case& c) {
+  InferenceSettings s;
+  s.max_prefill_length = kPrefill;
+  s.max_target_length = kTarget;
+  s.decode = c.decode;
+  s.quantize_kvcache = c.int8_kv;
+  s.int8_weights = c.int8_weights;
+  s.sampling = sampling_params(c.sampling, 0.8, 5, 0.9, 11);
+  s.slots = kSlots;
+  return s;
+}
+
+class InferenceEquality : public ::testing::TestWithParam<Case> {};
+
+TEST_P(InferenceEquality, TokensAndLogitsMatchSingleDevice) {
+  const Case& c = GetParam();
+  const model::LlamaConfig mc = model_config(c.model);
+  const std::vector<float> weights = model_weights(c.model, mc);
+  const InferenceSettings s = settings_for(c);
+  const Mesh single = ca_mesh(Communicator::self());
+  const Mesh sharded = ca_mesh(Communicator::world());
+  InferenceEngine reference(s, mc, weights, single);
+  InferenceEngine engine(s, mc, weights, sharded);
+  const auto prompts = make_prompts(kSlots, kPrefill, mc.vocab_size, 3);
+
+  const GenerateResult want = reference.generate(prompts, true);
+  const GenerateResult got = engine.generate(prompts, true);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (int64_t b = 0; b < kSlots; ++b) {
+    EXPECT_EQ(got.tokens[b], want.tokens[b]) << "slot " << b;
+    // Without EOS every sequence runs to max_target_length.
+    EXPECT_EQ(static_cast<int64_t>(prompts[b].size() + want.tokens[b].size()), kTarget);
+  }
+  double worst = 0.0;
+  for (size_t step = 0; step < want.logits.size(); ++step) {
+    for (int64_t b = 0; b < kSlots; ++b) {
+      const int64_t V = mc.vocab_size;
+      worst = std::max(worst, relative_error(got.logits[step].data() + b * V,
+                                             want.logits[step].data() + b * V, V));
+    }
+  }
+  EXPECT_LE(worst, c.logit_tolerance()) << c.name << ": worst step logits error";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, InferenceEquality, ::testing::ValuesIn(kCases),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// Prefill is the training forward: this rank's prefill logits are bit-identical to
+// llama_forward over the same tokens with the same all-gather attention plan, and equal the
+// single-device forward over the whole padded batch within 1e-5 (fp32).
+TEST(InferencePrefill, LogitsEqualTrainingForward) {
+  const model::LlamaConfig mc = testing::tiny_config();
+  std::vector<float> weights = testing::init_weights(mc, 5);
+  const Mesh sharded = ca_mesh(Communicator::world());
+  const int64_t ca = sharded.axis_size(Axis::kContextAutoregressive);
+  const int64_t rank = sharded.coord(Axis::kContextAutoregressive);
+  InferenceSettings s;
+  s.max_prefill_length = kPrefill;
+  s.max_target_length = kTarget;
+  s.slots = 4;
+  InferenceEngine engine(s, mc, weights, sharded);
+  const auto prompts = make_prompts(s.slots, kPrefill - 2, mc.vocab_size, 9);
+  std::vector<float> local_logits;
+  engine.prefill(prompts, &local_logits);
+
+  // The padded batch the engine prefilled: S_pad = round_up(longest = 22, ca) columns.
+  const int64_t B = s.slots, S_pad = (kPrefill - 2 + ca - 1) / ca * ca, S = S_pad / ca;
+  const int64_t V = mc.vocab_size;
+  std::vector<int32_t> tokens, positions, segments;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < S_pad; ++t) {
+      const bool real = t < static_cast<int64_t>(prompts[b].size());
+      tokens.push_back(real ? prompts[b][t] : 0);
+      positions.push_back(static_cast<int32_t>(t));
+      segments.push_back(real ? 1 : 0);
+    }
+  }
+  ASSERT_EQ(static_cast<int64_t>(local_logits.size()), B * S * V);
+
+  const auto specs = model::llama_weight_specs(mc);
+  const model::LlamaWeights w = model::bind_weights(specs, weights.data());
+  parallel::NoTensorReduction no_reduction;
+
+  // Single device, whole batch.
+  parallel::LocalAttention local;
+  parallel::ModelPlan plan{&local, &no_reduction, nullptr, 1, 0};
+  model::LlamaActivations full = model::allocate_activations(mc, B, S_pad);
+  model::TokenBatch whole{B,      S_pad, tokens.data(), nullptr, positions.data(), segments.data(),
+                          nullptr};
+  model::llama_forward(mc, w, whole, plan, full);
+
+  // This rank's columns through the training path over the same axis.
+  std::vector<int32_t> my_tokens, my_positions, my_segments;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = rank * S; t < (rank + 1) * S; ++t) {
+      my_tokens.push_back(tokens[b * S_pad + t]);
+      my_positions.push_back(positions[b * S_pad + t]);
+      my_segments.push_back(segments[b * S_pad + t]);
+    }
+  }
+  parallel::AllGatherContextAttention gathered(sharded.axis(Axis::kContextAutoregressive));
+  parallel::ModelPlan cp_plan{&gathered, &no_reduction, nullptr, 1, 0};
+  model::LlamaActivations mine = model::allocate_activations(mc, B, S);
+  model::TokenBatch my_batch{
+      B, S, my_tokens.data(), nullptr, my_positions.data(), my_segments.data(), nullptr};
+  model::llama_forward(mc, w, my_batch, cp_plan, mine);
+
+  const float* cp_logits = mine.logits.data<float>();
+  const float* full_logits = full.logits.data<float>();
+  double worst = 0.0;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s_local = 0; s_local < S; ++s_local) {
+      const int64_t row = b * S + s_local;
+      const int64_t full_row = b * S_pad + rank * S + s_local;
+      for (int64_t i = 0; i < V; ++i) {
+        ASSERT_EQ(local_logits[row * V + i], cp_logits[row * V + i])
+            << "row " << row << " vocab " << i;
+      }
+      worst = std::max(
+          worst, relative_error(local_logits.data() + row * V, full_logits + full_row * V, V));
+    }
+  }
+  EXPECT_LE(worst, 1e-5);
+}
+
+// Generation stops at EOS for the slot that draws it and runs the others to max_target_length,
+// identically on the sharded run.
+TEST(InferenceGenerate, StopsAtEos) {
+  const model::LlamaConfig mc = testing::tiny_config();
+  const std::vector<float> weights = testing::init_weights(mc, 7, 4.0f);
+  const Mesh single = ca_mesh(Communicator::self());
+  const Mesh sharded = ca_mesh(Communicator::world());
+  for (DecodeSharding decode : {DecodeSharding::kSequence, DecodeSharding::kBatch}) {
+    InferenceSettings s;
+    s.max_prefill_length = kPrefill;
+    s.max_target_length = kTarget;
+    s.slots = kSlots;
+    s.decode = decode;
+    const auto prompts = make_prompts(kSlots, kPrefill, mc.vocab_size, 3);
+    const GenerateResult free_run = InferenceEngine(s, mc, weights, single).generate(prompts);
+    s.eos_id = free_run.tokens[0][2];  // slot 0's third token
+    const GenerateResult want = InferenceEngine(s, mc, weights, single).generate(prompts);
+    const GenerateResult got = InferenceEngine(s, mc, weights, sharded).generate(prompts);
+    ASSERT_LE(want.tokens[0].size(), 3u);
+    EXPECT_EQ(want.tokens[0].back(), s.eos_id);
+    int64_t ran_to_the_end = 0;
+    for (int64_t b = 0; b < kSlots; ++b) {
+      EXPECT_EQ(got.tokens[b], want.tokens[b]) << "slot " << b;
+      const bool stopped = want.tokens[b].back() == s.eos_id;
+      const int64_t length = static_cast<int64_t>(prompts[b].size() + want.tokens[b].size());
+      if (!stopped) {
+        EXPECT_EQ(length, kTarget) << "slot " << b;
+        ++ran_to_the_end;
+      }
+      EXPECT_LE(length, kTarget);
+    }
+    EXPECT_GT(ran_to_the_end, 0);
+  }
+}
+
+}  // namespace
+}  // namespace maxctx::infer
