@@ -98,6 +98,17 @@ TEST_F(InferenceErrors, AxisMustDividePrefillAndBatchSlots) {
                                ca + 1, ca)),
             std::string::npos)
       << e;
+  // The dual chunk swap cuts the prompt into 2·ca chunks; 3·ca tokens split only without it.
+  s.max_prefill_length = 3 * ca;
+  const std::string e_lb = error_of([&] { InferenceEngine(s, mc, weights, mesh); });
+  EXPECT_NE(e_lb.find(fmt::format("max_prefill_predict_length = {} does not split over "
+                                  "context_autoregressive = {} with context_parallel_load_balance "
+                                  "(2·ca chunks): make it a multiple of {}",
+                                  3 * ca, ca, 2 * ca)),
+            std::string::npos)
+      << e_lb;
+  s.load_balance = false;
+  EXPECT_EQ(error_of([&] { InferenceEngine(s, mc, weights, mesh); }), "");
   InferenceSettings b = small_settings();
   b.max_prefill_length = 12 * ca;
   b.max_target_length = 13 * ca;

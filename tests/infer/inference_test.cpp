@@ -14,6 +14,7 @@
 #include "maxctx/model/activations.h"
 #include "maxctx/model/llama.h"
 #include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/local_attention.h"
 
 namespace maxctx::infer {
@@ -36,6 +37,7 @@ struct Case {
   bool int8_kv = false;
   bool int8_weights = false;
   const char* sampling = "greedy";
+  bool load_balance = true;  // the prefill's dual chunk swap
 
   // fp32: DESIGN.md's 1e-4. int8: a last-bit difference upstream (the merge order of the
   // partial attention, a GEMM's row blocking) can move a value across a rounding boundary of
@@ -53,6 +55,10 @@ const Case kCases[] = {
     {"tiny_batch_int8_kv", ModelKind::kTinyRandom, DecodeSharding::kBatch, true, false},
     {"tiny_sequence_topk", ModelKind::kTinyRandom, DecodeSharding::kSequence, false, false, "topk"},
     {"tiny_batch_nucleus", ModelKind::kTinyRandom, DecodeSharding::kBatch, false, false, "nucleus"},
+    {"tiny_sequence_contiguous", ModelKind::kTinyRandom, DecodeSharding::kSequence, false, false,
+     "greedy", false},
+    {"fixture_batch_contiguous", ModelKind::kFixture, DecodeSharding::kBatch, false, false,
+     "greedy", false},
 };
 
 model::LlamaConfig model_config(ModelKind kind) {
@@ -75,6 +81,7 @@ InferenceSettings settings_for(const Case& c) {
   s.int8_weights = c.int8_weights;
   s.sampling = sampling_params(c.sampling, 0.8, 5, 0.9, 11);
   s.slots = kSlots;
+  s.load_balance = c.load_balance;
   return s;
 }
 
@@ -114,9 +121,13 @@ INSTANTIATE_TEST_SUITE_P(Cases, InferenceEquality, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // Prefill is the training forward: this rank's prefill logits are bit-identical to
-// llama_forward over the same tokens with the same all-gather attention plan, and equal the
-// single-device forward over the whole padded batch within 1e-5 (fp32).
-TEST(InferencePrefill, LogitsEqualTrainingForward) {
+// llama_forward over the same tokens, split as training splits them, with the same all-gather
+// attention plan, and equal the single-device forward over the whole padded batch within 1e-5
+// (fp32). With and without the dual chunk swap.
+class InferencePrefill : public ::testing::TestWithParam<bool> {};
+
+TEST_P(InferencePrefill, LogitsEqualTrainingForward) {
+  const bool load_balance = GetParam();
   const model::LlamaConfig mc = testing::tiny_config();
   std::vector<float> weights = testing::init_weights(mc, 5);
   const Mesh sharded = ca_mesh(Communicator::world());
@@ -126,13 +137,17 @@ TEST(InferencePrefill, LogitsEqualTrainingForward) {
   s.max_prefill_length = kPrefill;
   s.max_target_length = kTarget;
   s.slots = 4;
+  s.load_balance = load_balance;
   InferenceEngine engine(s, mc, weights, sharded);
   const auto prompts = make_prompts(s.slots, kPrefill - 2, mc.vocab_size, 9);
   std::vector<float> local_logits;
   engine.prefill(prompts, &local_logits);
 
-  // The padded batch the engine prefilled: S_pad = round_up(longest = 22, ca) columns.
-  const int64_t B = s.slots, S_pad = (kPrefill - 2 + ca - 1) / ca * ca, S = S_pad / ca;
+  // The padded batch the engine prefilled: S_pad = round_up(longest = 22, chunks) columns.
+  const int64_t chunks = load_balance && ca > 1 ? 2 * ca : ca;
+  const int64_t B = s.slots, S_pad = (kPrefill - 2 + chunks - 1) / chunks * chunks;
+  const int64_t S = S_pad / ca;
+  const std::vector<int64_t> columns = context_shard_indices(S_pad, ca, rank, load_balance);
   const int64_t V = mc.vocab_size;
   std::vector<int32_t> tokens, positions, segments;
   for (int64_t b = 0; b < B; ++b) {
@@ -160,7 +175,7 @@ TEST(InferencePrefill, LogitsEqualTrainingForward) {
   // This rank's columns through the training path over the same axis.
   std::vector<int32_t> my_tokens, my_positions, my_segments;
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t t = rank * S; t < (rank + 1) * S; ++t) {
+    for (int64_t t : columns) {
       my_tokens.push_back(tokens[b * S_pad + t]);
       my_positions.push_back(positions[b * S_pad + t]);
       my_segments.push_back(segments[b * S_pad + t]);
@@ -179,7 +194,7 @@ TEST(InferencePrefill, LogitsEqualTrainingForward) {
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s_local = 0; s_local < S; ++s_local) {
       const int64_t row = b * S + s_local;
-      const int64_t full_row = b * S_pad + rank * S + s_local;
+      const int64_t full_row = b * S_pad + columns[s_local];
       for (int64_t i = 0; i < V; ++i) {
         ASSERT_EQ(local_logits[row * V + i], cp_logits[row * V + i])
             << "row " << row << " vocab " << i;
@@ -190,6 +205,9 @@ TEST(InferencePrefill, LogitsEqualTrainingForward) {
   }
   EXPECT_LE(worst, 1e-5);
 }
+
+INSTANTIATE_TEST_SUITE_P(Split, InferencePrefill, ::testing::Bool(),
+                         [](const auto& split) { return split.param ? "balanced" : "contiguous"; });
 
 // Generation stops at EOS for the slot that draws it and runs the others to max_target_length,
 // identically on the sharded run.

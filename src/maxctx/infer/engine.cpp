@@ -6,11 +6,17 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
+#include "maxctx/parallel/load_balance.h"
 
 namespace maxctx::infer {
 namespace {
 
 int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
+
+// The prompt is cut into this many equal chunks: 2·ca with the dual chunk swap, else ca.
+int64_t prefill_chunks(const InferenceSettings& s, int64_t ca) {
+  return s.load_balance && ca > 1 ? 2 * ca : ca;
+}
 
 void check_settings(const InferenceSettings& s, int ca) {
   if (s.max_prefill_length < 1) {
@@ -22,11 +28,13 @@ void check_settings(const InferenceSettings& s, int ca) {
         "prompt plus at least one generated token",
         s.max_target_length, s.max_prefill_length);
   }
-  if (s.max_prefill_length % ca != 0) {
+  const int64_t chunks = prefill_chunks(s, ca);
+  if (s.max_prefill_length % chunks != 0) {
     fail(
-        "max_prefill_predict_length = {} does not split over context_autoregressive = {}: make "
+        "max_prefill_predict_length = {} does not split over context_autoregressive = {}{}: make "
         "it a multiple of {}",
-        s.max_prefill_length, ca, ca);
+        s.max_prefill_length, ca,
+        chunks == ca ? "" : " with context_parallel_load_balance (2·ca chunks)", chunks);
   }
   if (s.slots < 1) fail("{} decode slots: allowed >= 1 (per_device_batch_size x devices)", s.slots);
   if (s.decode == DecodeSharding::kBatch && s.slots % ca != 0) {
@@ -68,6 +76,7 @@ InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
                                                         : DecodeSharding::kSequence;
   s.quantize_kvcache = c.quantize_kvcache;
   s.int8_weights = c.quantization == "int8";
+  s.load_balance = c.context_parallel_load_balance;
   s.sampling = sampling_params(c.decode_sampling_strategy, c.decode_sampling_temperature,
                                c.decode_sampling_top_k, c.decode_sampling_nucleus_p,
                                static_cast<uint64_t>(c.decode_sampling_seed));
@@ -156,14 +165,19 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
     }
     longest = std::max(longest, p);
   }
-  const int64_t S = ceil_div(longest, ca);  // this rank's columns of the padded prompts
+  // The padded prompt length and this rank's columns of it, training's split.
+  const int64_t chunks = prefill_chunks(settings_, ca);
+  const int64_t S_pad = ceil_div(longest, chunks) * chunks;
+  const int64_t S = S_pad / ca;
+  const std::vector<int64_t> columns =
+      context_shard_indices(S_pad, ca, rank, settings_.load_balance);
   tokens_.resize(static_cast<size_t>(B * S));
   positions_.resize(tokens_.size());
   segments_.resize(tokens_.size());
   for (int64_t b = 0; b < B; ++b) {
     const int64_t p = static_cast<int64_t>(prompts[b].size());
     for (int64_t s = 0; s < S; ++s) {
-      const int64_t position = rank * S + s;
+      const int64_t position = columns[s];
       const bool real = position < p;
       tokens_[b * S + s] = real ? prompts[b][position] : 0;
       positions_[b * S + s] = static_cast<int32_t>(position);
@@ -177,7 +191,7 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   for (int64_t b = 0; b < B; ++b) {
     const int64_t last = static_cast<int64_t>(prompts[b].size()) - 1;
     for (int64_t s = 0; s < S; ++s) {
-      const bool is_last = rank * S + s == last;
+      const bool is_last = columns[s] == last;
       if (local_logits == nullptr && !is_last) continue;
       logit_rows_.push_back(b * S + s);
       logit_slots_.push_back(is_last ? b : -1);

@@ -8,8 +8,11 @@
 // rank ends each call with the same (slots, V) logits, so sampling (seeded per slot and
 // position) picks the same tokens everywhere and matches the single-device run.
 //
-// The prompt layout of a prefill: every prompt is padded to S = round_up(longest, ca) tokens
-// (padding is segment 0, invisible to real tokens), rank r holds columns [r·S/ca, (r+1)·S/ca).
+// The prompt layout of a prefill: every prompt is padded to S = round_up(longest, 2·ca) tokens
+// (padding is segment 0, invisible to real tokens) and split as training splits a sequence
+// (parallel/load_balance.h): with load_balance rank r holds chunks r and 2·ca−1−r of 2·ca, so
+// the causal work is even; without it, S = round_up(longest, ca) and rank r holds columns
+// [r·S/ca, (r+1)·S/ca). The cache keeps each row's position, so decode does not care which.
 // A sequence of a slot never exceeds max_target_length tokens, prompt included.
 #pragma once
 
@@ -33,6 +36,9 @@ struct InferenceSettings {
   DecodeSharding decode = DecodeSharding::kSequence;
   bool quantize_kvcache = false;
   bool int8_weights = false;  // quantization=int8
+  // context_parallel_load_balance: the prefill's dual chunk swap (rank r holds chunks r and
+  // 2·ca−1−r of 2·ca), so every rank does the same causal work, as in training.
+  bool load_balance = true;
   SamplingParams sampling;
   int32_t eos_id = -1;  // generation stops at it; -1: only at max_target_length
   int64_t slots = 1;    // decode slots, all ranks together

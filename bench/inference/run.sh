@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Inference benchmark on 2 ranks vs 1 (one per core, one OpenMP/BLAS thread each), fp32 unless
+# said otherwise, every figure from the user-facing `maxctx bench-inference` (MaxText's
+# inference_microbenchmark keys and JSON):
+#   - AR step at a 32K-token context, sequence-sharded KV (maxctx-small): ca = 2 vs ca = 1;
+#   - prefill of 8K tokens (maxctx-small): ca = 2 vs ca = 1, strong-scaling efficiency;
+#   - batch-1 decode of maxctx-100m (425 MB of fp32 weights, past the L3): int8 weights vs fp32;
+#   - AR bandwidth as a fraction of the DRAM read bandwidth measured here by dram_bandwidth.
+# The global batch is one sequence on both meshes (per_device_batch_size 1 and 0.5).
+# combine.py merges the pieces into BUILD_DIR/bench/inference.json. About 2 minutes.
+set -euo pipefail
+build_dir=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+config="$here/../../configs/inference.yml"
+pieces="$build_dir/bench/inference_pieces"
+rm -rf "$pieces"
+mkdir -p "$pieces"
+mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
+
+bench() {  # bench <ranks> <piece name> [key=value ...]
+  local np=$1 name=$2
+  shift 2
+  local batch=1
+  [[ $np == 2 ]] && batch=0.5
+  echo "-- $name: $np rank(s): $*"
+  cut -d' ' -f1 /proc/loadavg > "$pieces/$name.load"
+  "${mpi[@]}" -np "$np" "$build_dir/maxctx" bench-inference "$config" \
+    per_device_batch_size="$batch" inference_microbenchmark_log_file_path="$pieces/$name.json" \
+    "$@" > "$pieces/$name.log" 2>&1 || { tail -20 "$pieces/$name.log"; exit 1; }
+  grep -E "step average time|TFLOPs/sec|bandwidth per device" "$pieces/$name.log" || true
+}
+
+for np in 1 2; do
+  "${mpi[@]}" -np "$np" "$build_dir/bench/dram_bandwidth" --out "$pieces/dram_np$np.json"
+done
+
+long=(model_name=maxctx-small max_prefill_predict_length=32768 max_target_length=32832
+  inference_microbenchmark_prefill_lengths=32768 inference_microbenchmark_stages=generate
+  inference_microbenchmark_loop_iters=20 context_autoregressive_decode=sequence)
+bench 1 ar32k_ca1 "${long[@]}"
+bench 2 ar32k_ca2 "${long[@]}"
+
+prefill=(model_name=maxctx-small max_prefill_predict_length=8192 max_target_length=8256
+  inference_microbenchmark_prefill_lengths=8192 inference_microbenchmark_stages=prefill
+  inference_microbenchmark_loop_iters=3)
+bench 1 prefill8k_ca1 "${prefill[@]}"
+bench 2 prefill8k_ca2 "${prefill[@]}"
+
+decode=(model_name=maxctx-100m max_prefill_predict_length=64 max_target_length=256
+  inference_microbenchmark_prefill_lengths=64 inference_microbenchmark_stages=generate
+  inference_microbenchmark_loop_iters=40)
+bench 1 decode_fp32 "${decode[@]}"
+bench 1 decode_int8 "${decode[@]}" quantization=int8
+
+/usr/bin/python3 "$here/combine.py" "$pieces" "$build_dir/bench/inference.json"
