@@ -4,6 +4,11 @@
 // that peak, plus the reference kernel and (from a JSON file written by attention_torch.py in
 // the same run) torch 1.13 as ratios. Writes one JSON object to --out.
 //
+// Decode attention (one query per slot against a KV cache; B = 1, Hq = 8, Hkv = 2, D = 32) is
+// memory-bound: it is rated in GB/s of K and V read, single_query_attention beside the general
+// kernel at seq_q = 1, for a 32K cache read repeatedly (it fits in L3), the same cycled over
+// separate per-layer caches (as a model's layers read them: from DRAM), and a 128K cache.
+//
 // Run it through run.sh, which pins it to one core with one OpenMP/BLAS thread. Rates use the
 // process CPU time of the best of a few repetitions: the machine is shared, and CPU time counts
 // only the time this process ran (wall times are reported beside them). Useful FLOPs for causal
@@ -17,6 +22,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/fma_peak.h"
@@ -24,6 +30,7 @@
 #include "maxctx/kernels/cpu/attention.h"
 #include "maxctx/kernels/cpu/attention_tiles.h"
 #include "maxctx/kernels/cpu/sgemm.h"
+#include "maxctx/kernels/cpu/single_query_attention.h"
 #include "maxctx/kernels/ref/attention.h"
 #include "nlohmann/json.hpp"
 
@@ -270,14 +277,75 @@ json attention(double peak, const std::string& torch_path) {
   return result;
 }
 
+// Decode attention over a cache of seq_k rows (positions 0..seq_k-1, the query at the last one,
+// so every row is visible), `layers` separate caches read in turn, one call per layer.
+json decode_attention_case(int64_t seq_k, int64_t layers, int reps) {
+  namespace cpu = maxctx::kernels::cpu;
+  AttentionParams p;
+  p.batch = 1;
+  p.seq_q = 1;
+  p.seq_k = seq_k;
+  p.heads_q = 8;
+  p.heads_kv = 2;
+  p.head_dim = 32;
+  const int64_t kv_numel = p.seq_k * p.heads_kv * p.head_dim;
+  const auto q = normal(p.heads_q * p.head_dim, "decode_q");
+  std::vector<std::vector<float>> k, v;  // per layer (Sk, Hkv, D)
+  for (int64_t l = 0; l < layers; ++l) {
+    k.push_back(normal(kv_numel, "decode_k"));
+    v.push_back(normal(kv_numel, "decode_v"));
+  }
+  std::vector<int32_t> k_pos(static_cast<size_t>(seq_k)), k_seg(k_pos.size(), 1);
+  for (size_t j = 0; j < k_pos.size(); ++j) k_pos[j] = static_cast<int32_t>(j);
+  const int32_t q_pos = static_cast<int32_t>(seq_k - 1), q_seg = 1;
+  std::vector<float> out(q.size()), lse(static_cast<size_t>(p.heads_q));
+  const double bytes = 2.0 * static_cast<double>(kv_numel) * sizeof(float);
+  auto measure = [&](const auto& forward) {
+    for (int64_t l = 0; l < layers; ++l) forward(l);  // warm-up: page faults, caches
+    const Timing t = best_of(reps, [&] {
+      for (int64_t l = 0; l < layers; ++l) forward(l);
+    });
+    const double calls = static_cast<double>(layers);
+    return json{{"cpu_seconds_per_call", t.cpu_seconds / calls},
+                {"wall_seconds_per_call", t.wall_seconds / calls},
+                {"gb_per_s", bytes * calls / t.cpu_seconds / 1e9}};
+  };
+  const json decode = measure([&](int64_t l) {
+    cpu::single_query_attention(out.data(), lse.data(), q.data(), k[l].data(), v[l].data(), &q_pos,
+                                &q_seg, k_pos.data(), k_seg.data(), p);
+  });
+  const json general = measure([&](int64_t l) {
+    cpu::attention_forward(out.data(), lse.data(), q.data(), k[l].data(), v[l].data(), &q_pos,
+                           &q_seg, k_pos.data(), k_seg.data(), p);
+  });
+  return {{"seq_k", seq_k},
+          {"layers_cycled", layers},
+          {"kv_mib_per_call", bytes / (1 << 20)},
+          {"decode", decode},
+          {"general_seq_q1", general},
+          {"speedup", general["cpu_seconds_per_call"].get<double>() /
+                          decode["cpu_seconds_per_call"].get<double>()}};
+}
+
+json decode_attention() {
+  json cases = json::array();
+  cases.push_back(decode_attention_case(32768, 1, 20));
+  cases.push_back(decode_attention_case(32768, 4, 5));
+  cases.push_back(decode_attention_case(131072, 1, 5));
+  return {{"shape", {{"batch", 1}, {"heads_q", 8}, {"heads_kv", 2}, {"head_dim", 32}}},
+          {"kernel", "single_query_attention against attention_forward at seq_q = 1"},
+          {"cases", cases}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out_path = "kernels.json", torch_path;
+  std::string out_path = "kernels.json", torch_path, only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--out") out_path = argv[i + 1];
     if (flag == "--torch-json") torch_path = argv[i + 1];
+    if (flag == "--only") only = argv[i + 1];  // one section's key, e.g. decode_attention
   }
   json result;
   result["load_average_1min_at_start"] = load_average();
@@ -287,10 +355,16 @@ int main(int argc, char** argv) {
   result["fma_target"] = maxctx::bench::fma_target_name();
   result["fma_vector_lanes_f32"] = maxctx::bench::fma_vector_lanes();
   result["attention_simd_target"] = maxctx::kernels::cpu::attention_simd_target();
-  result["sgemm_1024"] = gemm_product(1024, 1024, 1024, false, false, 7, peak);
-  result["sgemm_model_products"] = model_products(peak);
-  result["tile_products"] = tile_products(peak);
-  result["attention_causal"] = attention(peak, torch_path);
+  const std::pair<const char*, std::function<json()>> sections[] = {
+      {"sgemm_1024", [&] { return gemm_product(1024, 1024, 1024, false, false, 7, peak); }},
+      {"sgemm_model_products", [&] { return model_products(peak); }},
+      {"tile_products", [&] { return tile_products(peak); }},
+      {"attention_causal", [&] { return attention(peak, torch_path); }},
+      {"decode_attention", [] { return decode_attention(); }},
+  };
+  for (const auto& [name, run] : sections) {
+    if (only.empty() || only == name) result[name] = run();
+  }
   result["load_average_1min_at_end"] = load_average();
   std::ofstream(out_path) << result.dump(2) << "\n";
   std::printf("%s\n", result.dump(2).c_str());

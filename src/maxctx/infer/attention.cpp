@@ -4,6 +4,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/attention.h"
+#include "maxctx/kernels/cpu/single_query_attention.h"
 
 namespace maxctx::infer {
 
@@ -111,15 +112,16 @@ void DecodeAttention::forward(int64_t layer, float* out, const float* q, const f
   const int ca = ca_.size();
   lse_.resize(static_cast<size_t>(B * Hq));
   if (sharding_ == DecodeSharding::kBatch || ca == 1) {
-    kernels::cpu::attention_forward(out, lse_.data(), q, kv.k, kv.v, tokens.positions,
-                                    q_seg_.data(), kv.positions, kv.segments, p);
+    kernels::cpu::single_query_attention(out, lse_.data(), q, kv.k, kv.v, tokens.positions,
+                                         q_seg_.data(), kv.positions, kv.segments, p);
     return;
   }
   const int64_t out_numel = B * Hq * D;
   const int64_t part = out_numel + B * Hq;
   partial_.resize(static_cast<size_t>(part));
-  kernels::cpu::attention_forward(partial_.data(), partial_.data() + out_numel, q, kv.k, kv.v,
-                                  tokens.positions, q_seg_.data(), kv.positions, kv.segments, p);
+  kernels::cpu::single_query_attention(partial_.data(), partial_.data() + out_numel, q, kv.k, kv.v,
+                                       tokens.positions, q_seg_.data(), kv.positions, kv.segments,
+                                       p);
   gathered_.resize(static_cast<size_t>(ca * part));
   ca_.all_gather(std::span<const float>(partial_), std::span<float>(gathered_));
   std::copy(gathered_.begin(), gathered_.begin() + out_numel, out);

@@ -1,0 +1,393 @@
+// Single-query attention: per batch row, blocks of kBlockRows cache rows. A block's visible rows
+// are listed first (the mask per row; hidden rows are never read, an empty row may hold NaN).
+// Then per kv head, for each query head of its GQA group: the scores of the listed rows (the
+// query pre-scaled, one vector of partial products per row, sixteen rows' sums gathered into
+// one vector by RowSums), the online-softmax update (running max and sum, accumulator rescaled
+// once per block, exp in vector lanes), and the V rows added into the group's accumulators,
+// which stay in registers over the block with each V row loaded once for up to four heads.
+// Blocks outer and kv heads inner read each block of K and V as one span. Head dims that are
+// not whole vectors take plain per-row dot products and adds.
+//
+// Work is split over (batch row, kv-head range) items, each computed by one thread in row
+// order: the bits never depend on the thread count.
+#include "maxctx/kernels/cpu/single_query_attention.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/threading.h"
+
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // Highway 1.0.3 workaround, see elementwise.cpp
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "maxctx/kernels/cpu/single_query_attention.cpp"
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace maxctx::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr int64_t kBlockRows = 128;  // a multiple of every vector width
+constexpr int64_t kHeadTile = 4;     // query heads whose V accumulators share a V row load
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The head-dim fast path needs D to be whole vectors and a target with 4-lane blocks.
+bool FastPath(int64_t head_dim) {
+#if HWY_TARGET == HWY_SCALAR
+  (void)head_dim;
+  return false;
+#else
+  const DF d;
+  return hn::Lanes(d) >= 4 && head_dim % static_cast<int64_t>(hn::Lanes(d)) == 0;
+#endif
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// Lane i of the result = the sum of the lanes of p[i], for N = Lanes(d) vectors. In three folds
+// that each halve the vectors while doubling what a lane holds: 32-bit interleave, 64-bit
+// interleave (now each 128-bit block holds four rows' block sums), then across blocks. About
+// three shuffles or adds per row instead of a full horizontal sum per row.
+template <class D>
+HWY_INLINE hn::Vec<D> RowSums(D d, const hn::Vec<D>* p) {
+  constexpr size_t kN = hn::MaxLanes(D());
+  const hn::Repartition<uint64_t, D> du;
+  auto fold32 = [&](hn::Vec<D> a, hn::Vec<D> b) {  // per block [a0+a2, b0+b2, a1+a3, b1+b3]
+    return hn::Add(hn::InterleaveLower(d, a, b), hn::InterleaveUpper(d, a, b));
+  };
+  auto fold64 = [&](hn::Vec<D> x, hn::Vec<D> y) {  // per block [a, b, c, e] block sums
+    const auto xu = hn::BitCast(du, x), yu = hn::BitCast(du, y);
+    return hn::Add(hn::BitCast(d, hn::InterleaveLower(du, xu, yu)),
+                   hn::BitCast(d, hn::InterleaveUpper(du, xu, yu)));
+  };
+  hn::Vec<D> quad[kN / 4];  // quad[k] block j lane i: block j's sum of p[4k + i]
+  for (size_t k = 0; k < kN / 4; ++k) {
+    quad[k] = fold64(fold32(p[4 * k], p[4 * k + 1]), fold32(p[4 * k + 2], p[4 * k + 3]));
+  }
+  if constexpr (kN == 4) {
+    return quad[0];
+  } else {
+    // Block k of the result gathers quad[k]'s blocks: adjacent blocks first, then halves.
+    auto fold_blocks = [&](hn::Vec<D> even, hn::Vec<D> odd) {
+      return hn::Add(hn::OddEvenBlocks(odd, even),
+                     hn::OddEvenBlocks(hn::SwapAdjacentBlocks(odd), hn::SwapAdjacentBlocks(even)));
+    };
+    if constexpr (kN == 8) {
+      return fold_blocks(quad[0], quad[1]);
+    } else {
+      static_assert(kN == 16, "vectors of 4, 8 or 16 floats");
+      const auto low = fold_blocks(quad[0], quad[1]), high = fold_blocks(quad[2], quad[3]);
+      return hn::Add(hn::ConcatLowerLower(d, high, low), hn::ConcatUpperUpper(d, high, low));
+    }
+  }
+}
+
+// s[i] = q · k_row(rows[i]) for i < n (q already scaled), −inf up to the next whole vector.
+// kVecs = D / Lanes is a template argument so that the query and one vector of partial sums
+// per row of the group stay in registers.
+template <int kVecs>
+void ScoresFast(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
+                int64_t row_stride) {
+  const DF d;
+  constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
+  VF qv[kVecs];
+  for (int c = 0; c < kVecs; ++c) qv[c] = hn::LoadU(d, q + c * kN);
+  auto row_dot = [&](const float* kr) {
+    VF sum = hn::Mul(qv[0], hn::LoadU(d, kr));
+    for (int c = 1; c < kVecs; ++c) sum = hn::MulAdd(qv[c], hn::LoadU(d, kr + c * kN), sum);
+    return sum;
+  };
+  VF p[kN];
+  int64_t i0 = 0;
+  for (; i0 + kN <= n; i0 += kN) {
+    for (int64_t j = 0; j < kN; ++j) p[j] = row_dot(k + rows[i0 + j] * row_stride);
+    hn::StoreU(RowSums(d, p), d, s + i0);
+  }
+  if (i0 < n) {  // past n, repeat the last row: its lanes are overwritten with −inf below
+    for (int64_t j = 0; j < kN; ++j) p[j] = row_dot(k + rows[std::min(i0 + j, n - 1)] * row_stride);
+    hn::StoreU(RowSums(d, p), d, s + i0);
+    for (int64_t i = n; i < i0 + kN; ++i) s[i] = kNegInf;
+  }
+}
+
+// The vector counts of head dims 16..256 at 4, 8 or 16 lanes; false for any other.
+bool ScoresFastAnyVecs(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
+                       int64_t D, int64_t row_stride) {
+  switch (D / static_cast<int64_t>(hn::Lanes(DF()))) {
+    case 1:
+      ScoresFast<1>(s, q, k, rows, n, row_stride);
+      return true;
+    case 2:
+      ScoresFast<2>(s, q, k, rows, n, row_stride);
+      return true;
+    case 3:
+      ScoresFast<3>(s, q, k, rows, n, row_stride);
+      return true;
+    case 4:
+      ScoresFast<4>(s, q, k, rows, n, row_stride);
+      return true;
+    case 6:
+      ScoresFast<6>(s, q, k, rows, n, row_stride);
+      return true;
+    case 8:
+      ScoresFast<8>(s, q, k, rows, n, row_stride);
+      return true;
+    case 16:
+      ScoresFast<16>(s, q, k, rows, n, row_stride);
+      return true;
+    default:
+      return false;
+  }
+}
+
+// acc (kHeads, D) += Σ_i w[t · kBlockRows + i] · v_row(rows[i]): two vectors of every head's
+// accumulator stay in registers over the block's rows, each V row loaded once for the heads.
+template <int kHeads>
+void AccumulateFast(float* acc, const float* w, const float* v, const int32_t* rows, int64_t n,
+                    int64_t D, int64_t row_stride) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  for (int64_t c = 0; c < D; c += 2 * N) {
+    const bool pair = c + N < D;
+    VF a0[kHeads], a1[kHeads];
+    for (int t = 0; t < kHeads; ++t) {
+      a0[t] = hn::LoadU(d, acc + t * D + c);
+      a1[t] = pair ? hn::LoadU(d, acc + t * D + c + N) : hn::Zero(d);
+    }
+    if (pair) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float* vr = v + rows[i] * row_stride + c;
+        const VF v0 = hn::LoadU(d, vr), v1 = hn::LoadU(d, vr + N);
+        for (int t = 0; t < kHeads; ++t) {
+          const VF wt = hn::Set(d, w[t * kBlockRows + i]);
+          a0[t] = hn::MulAdd(wt, v0, a0[t]);
+          a1[t] = hn::MulAdd(wt, v1, a1[t]);
+        }
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        const VF v0 = hn::LoadU(d, v + rows[i] * row_stride + c);
+        for (int t = 0; t < kHeads; ++t)
+          a0[t] = hn::MulAdd(hn::Set(d, w[t * kBlockRows + i]), v0, a0[t]);
+      }
+    }
+    for (int t = 0; t < kHeads; ++t) {
+      hn::StoreU(a0[t], d, acc + t * D + c);
+      if (pair) hn::StoreU(a1[t], d, acc + t * D + c + N);
+    }
+  }
+}
+#endif  // HWY_TARGET != HWY_SCALAR
+
+// Any head dim: one dot product per row and head, one scaled add per row and head.
+float Dot(const float* a, const float* b, int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto sum = hn::Zero(d);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) sum = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), sum);
+  float total = hn::GetLane(hn::SumOfLanes(d, sum));
+  for (; i < n; ++i) total += a[i] * b[i];
+  return total;
+}
+
+void ScoresAnyDim(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
+                  int64_t D, int64_t row_stride) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  for (int64_t i = 0; i < n; ++i) s[i] = Dot(q, k + rows[i] * row_stride, D);
+  for (int64_t i = n; i % N != 0; ++i) s[i] = kNegInf;
+}
+
+void AccumulateAnyDim(float* acc, const float* w, const float* v, const int32_t* rows, int64_t n,
+                      int64_t heads, int64_t D, int64_t row_stride) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float* vr = v + rows[i] * row_stride;
+    for (int64_t t = 0; t < heads; ++t) {
+      const float wt = w[t * kBlockRows + i];
+      float* a = acc + t * D;
+      for (int64_t e = 0; e < D; ++e) a[e] += wt * vr[e];
+    }
+  }
+}
+
+// p[0, n) = exp(s − m) in place (0 where s is −inf); returns Σ p. n is whole vectors.
+float ExpShifted(float* s, float m, int64_t n) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, m);
+  auto sum = hn::Zero(d);
+  for (int64_t i = 0; i < n; i += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), vm));
+    hn::StoreU(e, d, s + i);
+    sum = hn::Add(sum, e);
+  }
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+float MaxOf(const float* s, int64_t n) {  // n is whole vectors
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  auto m = hn::Set(d, kNegInf);
+  for (int64_t i = 0; i < n; i += N) m = hn::Max(m, hn::LoadU(d, s + i));
+  return hn::GetLane(hn::MaxOfLanes(d, m));
+}
+
+// One batch row, kv heads [h0, h0 + heads): blocks of rows outer and kv heads inner, so the
+// block's K and V rows are read as one contiguous span (each cache row holds every kv head).
+// q, out: the row's (Hq, D); k, v: the row's (Sk, Hkv, D) starting at kv head h0.
+void SingleQueryRow(float* out, float* lse, const float* q, const float* k, const float* v,
+                    int32_t q_pos, int32_t q_seg, const int32_t* k_pos, const int32_t* k_seg,
+                    int64_t Sk, int64_t heads, int64_t G, int64_t D, int64_t row_stride,
+                    float scale, int32_t window) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const bool fast = FastPath(D);
+  const int64_t HG = heads * G;  // query heads of this item, contiguous in q, out and lse
+  thread_local std::vector<float> scratch;
+  // one kv head's scores, then weights, (G, kBlockRows); per query head the running max and
+  // sum, the accumulator and the scaled query (D each)
+  const size_t need = static_cast<size_t>(G * kBlockRows + 2 * HG + 2 * HG * D);
+  if (scratch.size() < need) scratch.resize(need);
+  float* scores = scratch.data();
+  float* running_max = scores + G * kBlockRows;
+  float* running_sum = running_max + HG;
+  float* acc = running_sum + HG;
+  float* q_scaled = acc + HG * D;
+  std::fill(running_max, running_max + HG, kNegInf);
+  std::fill(running_sum, running_sum + HG, 0.0f);
+  std::fill(acc, acc + HG * D, 0.0f);
+  for (int64_t e = 0; e < HG * D; ++e) q_scaled[e] = q[e] * scale;
+  int32_t rows[kBlockRows];  // the block's visible rows: hidden rows are never read
+  for (int64_t r0 = 0; r0 < Sk; r0 += kBlockRows) {
+    const int64_t block = std::min(kBlockRows, Sk - r0);
+    int64_t n = 0;
+    for (int64_t r = r0; r < r0 + block; ++r) {
+      if (attention_visible(q_pos, q_seg, k_pos[r], k_seg[r], window)) {
+        rows[n++] = static_cast<int32_t>(r);
+      }
+    }
+    if (n == 0) continue;
+    const int64_t padded = (n + N - 1) / N * N;
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* kh = k + h * D;
+      const float* vh = v + h * D;
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t head = h * G + g;
+        float* s = scores + g * kBlockRows;
+#if HWY_TARGET != HWY_SCALAR
+        if (!fast || !ScoresFastAnyVecs(s, q_scaled + head * D, kh, rows, n, D, row_stride)) {
+          ScoresAnyDim(s, q_scaled + head * D, kh, rows, n, D, row_stride);
+        }
+#else
+        ScoresAnyDim(s, q_scaled + head * D, kh, rows, n, D, row_stride);
+#endif
+        // Online softmax: the running sum and the accumulator are rescaled to the new max.
+        const float m = std::max(running_max[head], MaxOf(s, padded));
+        const float alpha = running_max[head] == kNegInf ? 0.0f : std::exp(running_max[head] - m);
+        running_max[head] = m;
+        running_sum[head] = running_sum[head] * alpha + ExpShifted(s, m, padded);
+        if (alpha != 1.0f) {
+          for (int64_t e = 0; e < D; ++e) acc[head * D + e] *= alpha;
+        }
+      }
+      for (int64_t g0 = 0; g0 < G; g0 += kHeadTile) {
+        const int64_t tile = std::min(kHeadTile, G - g0);
+        float* a = acc + (h * G + g0) * D;
+        const float* w = scores + g0 * kBlockRows;
+#if HWY_TARGET != HWY_SCALAR
+        if (fast) {
+          switch (tile) {
+            case 4:
+              AccumulateFast<4>(a, w, vh, rows, n, D, row_stride);
+              break;
+            case 3:
+              AccumulateFast<3>(a, w, vh, rows, n, D, row_stride);
+              break;
+            case 2:
+              AccumulateFast<2>(a, w, vh, rows, n, D, row_stride);
+              break;
+            default:
+              AccumulateFast<1>(a, w, vh, rows, n, D, row_stride);
+              break;
+          }
+          continue;
+        }
+#endif
+        AccumulateAnyDim(a, w, vh, rows, n, tile, D, row_stride);
+      }
+    }
+  }
+  for (int64_t head = 0; head < HG; ++head) {
+    float* o = out + head * D;
+    if (running_sum[head] == 0.0f) {
+      std::fill(o, o + D, 0.0f);
+      lse[head] = kNegInf;
+      continue;
+    }
+    const float inv = 1.0f / running_sum[head];
+    for (int64_t e = 0; e < D; ++e) o[e] = acc[head * D + e] * inv;
+    lse[head] = running_max[head] + std::log(running_sum[head]);
+  }
+}
+
+int64_t TargetId() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace maxctx::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace maxctx::kernels::cpu {
+
+HWY_EXPORT(SingleQueryRow);
+HWY_EXPORT(TargetId);
+
+const char* single_query_attention_simd_target() {
+  return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)());
+}
+
+void single_query_attention(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                            const int32_t* k_seg, const AttentionParams& p) {
+  check_attention_params(p);
+  MAXCTX_CHECK(p.seq_q == 1, "single_query_attention takes one query row per batch row, got {}",
+               p.seq_q);
+  const int64_t B = p.batch, Sk = p.seq_k, Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
+  const int64_t G = p.group_size();
+  const float scale = static_cast<float>(p.softmax_scale());
+  // Items are (batch row, range of kv heads): whole rows when there are enough batch rows for
+  // the threads, else heads split so every thread has work. A head's arithmetic is the same in
+  // any item, so the bits never depend on the thread count.
+  const int64_t threads = omp_get_max_threads();
+  const int64_t splits = std::clamp<int64_t>((threads + B - 1) / B, 1, Hkv);
+  const int64_t heads_per_item = (Hkv + splits - 1) / splits;
+  const int64_t items_per_row = (Hkv + heads_per_item - 1) / heads_per_item;
+  auto& row = HWY_DYNAMIC_DISPATCH(SingleQueryRow);
+  parallel_for(B * items_per_row, items_per_task(2 * Sk * heads_per_item * D),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t item = begin; item < end; ++item) {
+                   const int64_t b = item / items_per_row;
+                   const int64_t h0 = item % items_per_row * heads_per_item;
+                   const int64_t heads = std::min(heads_per_item, Hkv - h0);
+                   const int64_t q0 = (b * Hq + h0 * G) * D;
+                   // lse is (B, Hq, Sq = 1): the item's heads are contiguous there too.
+                   row(out + q0, lse + b * Hq + h0 * G, q + q0, k + (b * Sk * Hkv + h0) * D,
+                       v + (b * Sk * Hkv + h0) * D, q_pos[b], q_seg[b], k_pos + b * Sk,
+                       k_seg + b * Sk, Sk, heads, G, D, Hkv * D, scale, p.sliding_window);
+                 }
+               });
+}
+
+}  // namespace maxctx::kernels::cpu
+#endif  // HWY_ONCE

@@ -1,0 +1,29 @@
+// Attention of one query token per batch row against a KV cache: the decode step's attention.
+//
+// The same contract as attention_forward (kernels/ref/attention.h) at p.seq_q == 1, and tested
+// against it: q, out (B, 1, Hq, D); k, v (B, Sk, Hkv, D) in any row order, masked row by row
+// through attention_visible (positions, segment ids, sliding window); lse (B, Hq) natural
+// log-sum-exp; a query that sees no key gets out = 0 and lse = -inf.
+//
+// Why a separate kernel: decode is memory-bound, one pass over the cache per step. The blocked
+// flash kernel is built for query tiles: at seq_q = 1 it pads the query to a tile and re-packs K
+// per call. This one streams each K and V row once for the whole GQA group of query heads, the
+// rows staying in L1 while the group's dot products and accumulations use them. On this machine
+// (bench/kernels, decode_attention: B = 1, Hq = 8, Hkv = 2, D = 32, 4 per-layer 32K caches from
+// DRAM) it reads about 13 GB/s against the general kernel's 4 to 5.
+#pragma once
+
+#include <cstdint>
+
+#include "maxctx/kernels/ref/attention.h"
+
+namespace maxctx::kernels::cpu {
+
+void single_query_attention(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                            const int32_t* k_seg, const AttentionParams& params);
+
+// The Highway target single_query_attention runs on ("AVX3_DL", "AVX2", ...).
+const char* single_query_attention_simd_target();
+
+}  // namespace maxctx::kernels::cpu
