@@ -107,8 +107,13 @@ InferenceEngine::InferenceEngine(const InferenceSettings& settings, const model:
   MAXCTX_CHECK_EQ(static_cast<int64_t>(flat_.size()), model::total_numel(specs),
                   "weights of another model");
   llama_weights_ = model::bind_weights(specs, flat_.data());
-  inference_weights_ =
-      std::make_unique<model::InferenceWeights>(model_, llama_weights_, settings_.int8_weights);
+  // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
+  if (settings_.decode == DecodeSharding::kSequence && ca > 1) {
+    row_split_ = std::make_unique<AxisRowSplit>(ca_);
+  }
+  inference_weights_ = std::make_unique<model::InferenceWeights>(
+      model_, llama_weights_, settings_.int8_weights,
+      row_split_ ? row_split_->part() : model::RowSplitPart{});
 
   KvCacheShape shape;
   shape.layers = model_.num_layers;
@@ -257,7 +262,7 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   batch.positions = positions_.data();
   batch.segment_ids = segments_.data();
   model::llama_inference_forward(model_, *inference_weights_, batch, *decode_attention_, ws_,
-                                 logit_rows_, row_logits_.data());
+                                 logit_rows_, row_logits_.data(), row_split_.get());
   if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
     ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(logits_));
   } else {

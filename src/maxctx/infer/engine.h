@@ -24,6 +24,7 @@
 #include "maxctx/config/config.h"
 #include "maxctx/infer/attention.h"
 #include "maxctx/infer/kv_cache.h"
+#include "maxctx/infer/row_split.h"
 #include "maxctx/infer/sampler.h"
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/inference.h"
@@ -90,6 +91,8 @@ class InferenceEngine {
   const model::LlamaConfig& model_config() const { return model_; }
   const model::InferenceWeights& weights() const { return *inference_weights_; }
   const KvCache& cache() const { return *cache_; }
+  // Whether decode steps split the MLP and head rows over the axis (sequence sharding, ca > 1).
+  bool decode_row_split() const { return row_split_ != nullptr; }
   int64_t slots() const { return settings_.slots; }
   int64_t ca() const { return ca_.size(); }
   const Communicator& axis() const { return ca_; }  // context_autoregressive
@@ -104,8 +107,9 @@ class InferenceEngine {
   model::LlamaConfig model_;
   std::vector<float> flat_;  // (total_numel) the fp32 parameters
   model::LlamaWeights llama_weights_;
-  std::unique_ptr<model::InferenceWeights> inference_weights_;
   const Communicator& ca_;
+  std::unique_ptr<AxisRowSplit> row_split_;  // sequence-sharded decode over ca > 1, else null
+  std::unique_ptr<model::InferenceWeights> inference_weights_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<PrefillAttention> prefill_attention_;
   std::unique_ptr<DecodeAttention> decode_attention_;

@@ -13,6 +13,7 @@
 #include "maxctx/kernels/cpu/rmsnorm.h"
 #include "maxctx/kernels/cpu/rope.h"
 #include "maxctx/kernels/cpu/swiglu.h"
+#include "maxctx/mesh/communicator.h"
 
 namespace maxctx::model {
 namespace {
@@ -50,6 +51,19 @@ void project(InferenceWorkspace& ws, const float* in, int64_t N,
   }
 }
 
+// Rows [first, first + count) of the (out_dim, in_dim) fp32 matrix w.
+InferenceLinear rows_of(const float* w, int64_t first, int64_t count, int64_t in_dim) {
+  return linear_of(w + first * in_dim, count, in_dim);
+}
+
+// A row split's part of a projection: its rows, then the gather of every rank's rows.
+void project_split(InferenceWorkspace& ws, RowSplit& split, const float* in, int64_t N,
+                   const InferenceLinear& part, float* out, int64_t out_dim) {
+  ws.part.resize(static_cast<size_t>(N * part.out_dim));
+  project(ws, in, N, {{&part, ws.part.data()}});
+  split.gather(out, ws.part.data(), N, out_dim);
+}
+
 int64_t linear_bytes(const InferenceLinear& l) {
   if (l.i8 != nullptr) return l.out_dim * l.in_dim + 2 * l.out_dim * int64_t{sizeof(float)};
   return l.out_dim * l.in_dim * int64_t{sizeof(float)};
@@ -57,17 +71,30 @@ int64_t linear_bytes(const InferenceLinear& l) {
 
 }  // namespace
 
-InferenceWeights::InferenceWeights(const LlamaConfig& c, const LlamaWeights& w,
-                                   bool quantize_int8) {
-  const int64_t E = c.emb_dim, F = c.mlp_dim;
+InferenceWeights::InferenceWeights(const LlamaConfig& c, const LlamaWeights& w, bool quantize_int8,
+                                   RowSplitPart part)
+    : split(part) {
+  const int64_t E = c.emb_dim, F = c.mlp_dim, V = c.vocab_size;
+  MAXCTX_CHECK(part.ranks >= 1 && part.rank >= 0 && part.rank < part.ranks,
+               "row split part {} of {}", part.rank, part.ranks);
   embed = w.embed;
   final_norm = w.final_norm;
-  lm_head = linear_of(w.lm_head, c.vocab_size, E);
+  lm_head = linear_of(w.lm_head, V, E);
   for (const LayerWeights& lw : w.layers) {
     layers.push_back({lw.attn_norm, linear_of(lw.wq, c.q_dim(), E), linear_of(lw.wk, c.kv_dim(), E),
                       linear_of(lw.wv, c.kv_dim(), E), linear_of(lw.wo, E, c.q_dim()), lw.mlp_norm,
                       linear_of(lw.w_gate, F, E), linear_of(lw.w_up, F, E),
                       linear_of(lw.w_down, E, F)});
+  }
+  if (part.ranks > 1) {
+    auto rows = [&](const float* m, int64_t out_dim, int64_t in_dim) {
+      return rows_of(m, split_offset(out_dim, part.ranks, part.rank),
+                     split_count(out_dim, part.ranks, part.rank), in_dim);
+    };
+    lm_head_part = rows(w.lm_head, V, E);
+    for (const LayerWeights& lw : w.layers) {
+      mlp_parts.push_back({rows(lw.w_gate, F, E), rows(lw.w_up, F, E), rows(lw.w_down, E, F)});
+    }
   }
   if (!quantize_int8) return;
   std::vector<InferenceLinear*> all;
@@ -77,6 +104,11 @@ InferenceWeights::InferenceWeights(const LlamaConfig& c, const LlamaWeights& w,
     }
   }
   all.push_back(&lm_head);
+  // A part's rows quantize to the same codes and scales as in the whole matrix (per-row scales).
+  for (InferenceMlpPart& m : mlp_parts) {
+    for (InferenceLinear* p : {&m.w_gate, &m.w_up, &m.w_down}) all.push_back(p);
+  }
+  if (!mlp_parts.empty()) all.push_back(&lm_head_part);
   // Filled completely before any pointer into it is taken.
   quantized_.reserve(all.size());
   for (InferenceLinear* p : all) {
@@ -88,11 +120,18 @@ InferenceWeights::InferenceWeights(const LlamaConfig& c, const LlamaWeights& w,
   }
 }
 
-int64_t InferenceWeights::bytes_per_step() const {
-  int64_t bytes = linear_bytes(lm_head) + lm_head.in_dim * int64_t{sizeof(float)};
-  for (const InferenceLayer& l : layers) {
-    for (const InferenceLinear* p : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      bytes += linear_bytes(*p);
+int64_t InferenceWeights::bytes_per_step(bool row_split) const {
+  MAXCTX_CHECK(!row_split || !mlp_parts.empty(), "these weights hold no row split");
+  int64_t bytes =
+      linear_bytes(row_split ? lm_head_part : lm_head) + lm_head.in_dim * int64_t{sizeof(float)};
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const InferenceLayer& l = layers[i];
+    for (const InferenceLinear* p : {&l.wq, &l.wk, &l.wv, &l.wo}) bytes += linear_bytes(*p);
+    if (row_split) {
+      const InferenceMlpPart& m = mlp_parts[i];
+      for (const InferenceLinear* p : {&m.w_gate, &m.w_up, &m.w_down}) bytes += linear_bytes(*p);
+    } else {
+      for (const InferenceLinear* p : {&l.w_gate, &l.w_up, &l.w_down}) bytes += linear_bytes(*p);
     }
     bytes += 2 * l.wq.in_dim * int64_t{sizeof(float)};
   }
@@ -123,12 +162,18 @@ InferenceWorkspace allocate_inference_workspace(const LlamaConfig& c, int64_t ma
 
 void llama_inference_forward(const LlamaConfig& c, const InferenceWeights& w, const TokenBatch& b,
                              InferenceAttention& attention, InferenceWorkspace& ws,
-                             std::span<const int64_t> logit_rows, float* logits) {
+                             std::span<const int64_t> logit_rows, float* logits,
+                             RowSplit* row_split) {
   const int64_t N = b.batch * b.seq;
   const int64_t E = c.emb_dim, Hq = c.num_query_heads, Hkv = c.num_kv_heads, D = c.head_dim;
   const int64_t F = c.mlp_dim;
   MAXCTX_CHECK(N > 0 && N <= ws.max_rows, "{} tokens for a workspace of {} rows", N, ws.max_rows);
   MAXCTX_CHECK_EQ(static_cast<int64_t>(w.layers.size()), c.num_layers, "weights of another model");
+  if (row_split != nullptr) {
+    const RowSplitPart part = row_split->part();
+    MAXCTX_CHECK(!w.mlp_parts.empty() && part.rank == w.split.rank && part.ranks == w.split.ranks,
+                 "a row split over {} ranks needs weights built for the same part", part.ranks);
+  }
   float* x = ws.residual.data<float>();
   float* normed = ws.normed.data<float>();
   float* rstd = ws.rstd.data<float>();
@@ -159,9 +204,23 @@ void llama_inference_forward(const LlamaConfig& c, const InferenceWeights& w, co
     k::add_inplace(x, proj, N * E);  // a + b == b + a: the training forward's bits
 
     k::rmsnorm_forward(normed, rstd, x, lw.mlp_norm, N, E, c.norm_eps);
-    project(ws, normed, N, {{&lw.w_gate, ws.gate.data<float>()}, {&lw.w_up, ws.up.data<float>()}});
-    k::swiglu_forward(ws.hidden.data<float>(), ws.gate.data<float>(), ws.up.data<float>(), N, F);
-    project(ws, ws.hidden.data<float>(), N, {{&lw.w_down, proj}});
+    float* gate = ws.gate.data<float>();
+    float* up = ws.up.data<float>();
+    float* hidden = ws.hidden.data<float>();
+    if (row_split != nullptr) {
+      // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
+      const InferenceMlpPart& part = w.mlp_parts[l];
+      const int64_t Fr = part.w_gate.out_dim;
+      project(ws, normed, N, {{&part.w_gate, gate}, {&part.w_up, up}});
+      ws.part.resize(static_cast<size_t>(N * Fr));
+      k::swiglu_forward(ws.part.data(), gate, up, N, Fr);
+      row_split->gather(hidden, ws.part.data(), N, F);
+      project_split(ws, *row_split, hidden, N, part.w_down, proj, E);
+    } else {
+      project(ws, normed, N, {{&lw.w_gate, gate}, {&lw.w_up, up}});
+      k::swiglu_forward(hidden, gate, up, N, F);
+      project(ws, hidden, N, {{&lw.w_down, proj}});
+    }
     k::add_inplace(x, proj, N * E);
   }
 
@@ -174,7 +233,11 @@ void llama_inference_forward(const LlamaConfig& c, const InferenceWeights& w, co
     std::copy(x + row * E, x + (row + 1) * E, head_in + r * E);
   }
   k::rmsnorm_forward(normed, rstd, head_in, w.final_norm, R, E, c.norm_eps);
-  project(ws, normed, R, {{&w.lm_head, logits}});
+  if (row_split != nullptr) {
+    project_split(ws, *row_split, normed, R, w.lm_head_part, logits, c.vocab_size);
+  } else {
+    project(ws, normed, R, {{&w.lm_head, logits}});
+  }
 }
 
 }  // namespace maxctx::model

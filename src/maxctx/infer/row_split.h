@@ -1,0 +1,30 @@
+// The row split of a sequence-sharded decode step over `context_autoregressive` (see
+// model::RowSplit): every rank holds the same tokens, computes its rows of the MLP and head
+// projections, and one all-gather per projection assembles the outputs. It pays because a
+// decode step is memory-bound: each rank streams 1/ca of the MLP and head weights, which for
+// Llama are about two thirds of a step's weight bytes, for two all-gathers of a few KiB per
+// layer.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "maxctx/mesh/communicator.h"
+#include "maxctx/model/inference.h"
+
+namespace maxctx::infer {
+
+class AxisRowSplit final : public model::RowSplit {
+ public:
+  explicit AxisRowSplit(const Communicator& axis) : axis_(axis) {}
+
+  model::RowSplitPart part() const override { return {axis_.rank(), axis_.size()}; }
+  void gather(float* out, const float* mine, int64_t N, int64_t out_dim) override;
+
+ private:
+  const Communicator& axis_;
+  std::vector<float> send_;  // (N, widest part) this rank's rows, padded
+  std::vector<float> recv_;  // (ranks, N, widest part)
+};
+
+}  // namespace maxctx::infer
