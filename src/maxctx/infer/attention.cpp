@@ -110,18 +110,15 @@ void DecodeAttention::forward(int64_t layer, float* out, const float* q, const f
   p.seq_q = 1;
   p.seq_k = kv.rows;
   const int ca = ca_.size();
-  lse_.resize(static_cast<size_t>(B * Hq));
-  if (sharding_ == DecodeSharding::kBatch || ca == 1) {
-    kernels::cpu::single_query_attention(out, lse_.data(), q, kv.k, kv.v, tokens.positions,
-                                         q_seg_.data(), kv.positions, kv.segments, p);
-    return;
-  }
+  const bool merge = sharding_ == DecodeSharding::kSequence && ca > 1;
   const int64_t out_numel = B * Hq * D;
-  const int64_t part = out_numel + B * Hq;
-  partial_.resize(static_cast<size_t>(part));
-  kernels::cpu::single_query_attention(partial_.data(), partial_.data() + out_numel, q, kv.k, kv.v,
-                                       tokens.positions, q_seg_.data(), kv.positions, kv.segments,
-                                       p);
+  const int64_t part = out_numel + B * Hq;  // a rank's partial: out, then lse
+  lse_.resize(static_cast<size_t>(B * Hq));
+  partial_.resize(static_cast<size_t>(merge ? part : 0));
+  kernels::cpu::single_query_attention(
+      merge ? partial_.data() : out, merge ? partial_.data() + out_numel : lse_.data(), q, kv.k,
+      kv.v, tokens.positions, q_seg_.data(), kv.positions, kv.segments, p);
+  if (!merge) return;
   gathered_.resize(static_cast<size_t>(ca * part));
   ca_.all_gather(std::span<const float>(partial_), std::span<float>(gathered_));
   std::copy(gathered_.begin(), gathered_.begin() + out_numel, out);

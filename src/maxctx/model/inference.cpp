@@ -51,11 +51,6 @@ void project(InferenceWorkspace& ws, const float* in, int64_t N,
   }
 }
 
-// Rows [first, first + count) of the (out_dim, in_dim) fp32 matrix w.
-InferenceLinear rows_of(const float* w, int64_t first, int64_t count, int64_t in_dim) {
-  return linear_of(w + first * in_dim, count, in_dim);
-}
-
 // A row split's part of a projection: its rows, then the gather of every rank's rows.
 void project_split(InferenceWorkspace& ws, RowSplit& split, const float* in, int64_t N,
                    const InferenceLinear& part, float* out, int64_t out_dim) {
@@ -87,9 +82,9 @@ InferenceWeights::InferenceWeights(const LlamaConfig& c, const LlamaWeights& w, 
                       linear_of(lw.w_down, E, F)});
   }
   if (part.ranks > 1) {
-    auto rows = [&](const float* m, int64_t out_dim, int64_t in_dim) {
-      return rows_of(m, split_offset(out_dim, part.ranks, part.rank),
-                     split_count(out_dim, part.ranks, part.rank), in_dim);
+    auto rows = [&](const float* m, int64_t out_dim, int64_t in_dim) {  // this rank's rows of m
+      const int64_t first = split_offset(out_dim, part.ranks, part.rank);
+      return linear_of(m + first * in_dim, split_count(out_dim, part.ranks, part.rank), in_dim);
     };
     lm_head_part = rows(w.lm_head, V, E);
     for (const LayerWeights& lw : w.layers) {

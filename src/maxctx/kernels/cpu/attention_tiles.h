@@ -1,7 +1,8 @@
 // The SIMD work of one cpu attention tile: the tile products and the softmax row passes,
 // compiled for every x86 target Highway attains and dispatched at run time.
 //
-// Internal to kernels/cpu/attention.cpp, which owns the tiling, masks and threads. The tile GEMM
+// Internal to kernels/cpu: attention.cpp owns the tiling, masks and threads of the flash
+// kernel; single_query_attention.cpp uses the softmax step for its score blocks. The tile GEMM
 // is not a general SGEMM: no cache blocking, no threads, B given k-major (rows of N contiguous
 // floats). It exists because OpenBLAS 0.3.21 has no Zen 5 kernel: its best (SkylakeX/Cooperlake)
 // reaches about 0.45 of this core's FMA peak, at 1024³ and on a 256×128×128 tile alike, where

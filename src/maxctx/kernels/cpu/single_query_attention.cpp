@@ -1,12 +1,13 @@
 // Single-query attention: per batch row, blocks of kBlockRows cache rows. A block's visible rows
 // are listed first (the mask per row; hidden rows are never read, an empty row may hold NaN).
-// Then per kv head, for each query head of its GQA group: the scores of the listed rows (the
+// Then per kv head: the scores of the listed rows for each query head of its GQA group (the
 // query pre-scaled, one vector of partial products per row, sixteen rows' sums gathered into
-// one vector by RowSums), the online-softmax update (running max and sum, accumulator rescaled
-// once per block, exp in vector lanes), and the V rows added into the group's accumulators,
-// which stay in registers over the block with each V row loaded once for up to four heads.
-// Blocks outer and kv heads inner read each block of K and V as one span. Head dims that are
-// not whole vectors take plain per-row dot products and adds.
+// one vector by RowSums); one online-softmax step over the group's score rows (the flash
+// kernel's, attention_tiles.h: running max and sum, accumulators rescaled once per block); and
+// the V rows added into the group's accumulators, which stay in registers over the block with
+// each V row loaded once for up to four heads. Blocks outer and kv heads inner read each block
+// of K and V as one span. Head dims that are not whole vectors take plain per-row dot products
+// and adds.
 //
 // Work is split over (batch row, kv-head range) items, each computed by one thread in row
 // order: the bits never depend on the thread count.
@@ -17,9 +18,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
+#include <utility>
 
+#include "maxctx/core/buffer.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/attention_tiles.h"
 #include "maxctx/kernels/cpu/threading.h"
 
 #ifndef HWY_WANT_AVX3_DL
@@ -40,20 +43,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-constexpr int64_t kBlockRows = 128;  // a multiple of every vector width
-constexpr int64_t kHeadTile = 4;     // query heads whose V accumulators share a V row load
+constexpr int64_t kBlockRows = 128;  // score rows of the softmax pass: kAttentionScoreAlign-aligned
+static_assert(kBlockRows % kAttentionScoreAlign == 0);
+constexpr int64_t kHeadTile = 4;  // query heads whose V accumulators share a V row load
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// The head-dim fast path needs D to be whole vectors and a target with 4-lane blocks.
-bool FastPath(int64_t head_dim) {
-#if HWY_TARGET == HWY_SCALAR
-  (void)head_dim;
-  return false;
-#else
-  const DF d;
-  return hn::Lanes(d) >= 4 && head_dim % static_cast<int64_t>(hn::Lanes(d)) == 0;
-#endif
-}
 
 #if HWY_TARGET != HWY_SCALAR
 // Lane i of the result = the sum of the lanes of p[i], for N = Lanes(d) vectors. In three folds
@@ -94,9 +87,9 @@ HWY_INLINE hn::Vec<D> RowSums(D d, const hn::Vec<D>* p) {
   }
 }
 
-// s[i] = q · k_row(rows[i]) for i < n (q already scaled), −inf up to the next whole vector.
-// kVecs = D / Lanes is a template argument so that the query and one vector of partial sums
-// per row of the group stay in registers.
+// s[i] = q · k_row(rows[i]) for i < n (q already scaled); lanes past n of the last vector are
+// written too (the caller overwrites them with −inf). kVecs = D / Lanes is a template argument
+// so that the query and one vector of partial sums per row of the group stay in registers.
 template <int kVecs>
 void ScoresFast(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
                 int64_t row_stride) {
@@ -115,41 +108,17 @@ void ScoresFast(float* s, const float* q, const float* k, const int32_t* rows, i
     for (int64_t j = 0; j < kN; ++j) p[j] = row_dot(k + rows[i0 + j] * row_stride);
     hn::StoreU(RowSums(d, p), d, s + i0);
   }
-  if (i0 < n) {  // past n, repeat the last row: its lanes are overwritten with −inf below
+  if (i0 < n) {  // past n, repeat the last row
     for (int64_t j = 0; j < kN; ++j) p[j] = row_dot(k + rows[std::min(i0 + j, n - 1)] * row_stride);
     hn::StoreU(RowSums(d, p), d, s + i0);
-    for (int64_t i = n; i < i0 + kN; ++i) s[i] = kNegInf;
   }
 }
 
-// The vector counts of head dims 16..256 at 4, 8 or 16 lanes; false for any other.
-bool ScoresFastAnyVecs(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
-                       int64_t D, int64_t row_stride) {
-  switch (D / static_cast<int64_t>(hn::Lanes(DF()))) {
-    case 1:
-      ScoresFast<1>(s, q, k, rows, n, row_stride);
-      return true;
-    case 2:
-      ScoresFast<2>(s, q, k, rows, n, row_stride);
-      return true;
-    case 3:
-      ScoresFast<3>(s, q, k, rows, n, row_stride);
-      return true;
-    case 4:
-      ScoresFast<4>(s, q, k, rows, n, row_stride);
-      return true;
-    case 6:
-      ScoresFast<6>(s, q, k, rows, n, row_stride);
-      return true;
-    case 8:
-      ScoresFast<8>(s, q, k, rows, n, row_stride);
-      return true;
-    case 16:
-      ScoresFast<16>(s, q, k, rows, n, row_stride);
-      return true;
-    default:
-      return false;
-  }
+// ScoresFast for `vecs` vectors per head, if vecs is one of kVecs; false otherwise.
+template <int... kVecs>
+bool ScoresFastFor(std::integer_sequence<int, kVecs...>, int64_t vecs, float* s, const float* q,
+                   const float* k, const int32_t* rows, int64_t n, int64_t row_stride) {
+  return ((vecs == kVecs && (ScoresFast<kVecs>(s, q, k, rows, n, row_stride), true)) || ...);
 }
 
 // acc (kHeads, D) += Σ_i w[t · kBlockRows + i] · v_row(rows[i]): two vectors of every head's
@@ -205,9 +174,7 @@ float Dot(const float* a, const float* b, int64_t n) {
 
 void ScoresAnyDim(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
                   int64_t D, int64_t row_stride) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   for (int64_t i = 0; i < n; ++i) s[i] = Dot(q, k + rows[i] * row_stride, D);
-  for (int64_t i = n; i % N != 0; ++i) s[i] = kNegInf;
 }
 
 void AccumulateAnyDim(float* acc, const float* w, const float* v, const int32_t* rows, int64_t n,
@@ -222,26 +189,30 @@ void AccumulateAnyDim(float* acc, const float* w, const float* v, const int32_t*
   }
 }
 
-// p[0, n) = exp(s − m) in place (0 where s is −inf); returns Σ p. n is whole vectors.
-float ExpShifted(float* s, float m, int64_t n) {
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const auto vm = hn::Set(d, m);
-  auto sum = hn::Zero(d);
-  for (int64_t i = 0; i < n; i += N) {
-    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, s + i), vm));
-    hn::StoreU(e, d, s + i);
-    sum = hn::Add(sum, e);
-  }
-  return hn::GetLane(hn::SumOfLanes(d, sum));
+// s[0, n) = q · k_row(rows[i]): the vector path when D is whole vectors of a count it has.
+void Scores(float* s, const float* q, const float* k, const int32_t* rows, int64_t n, int64_t D,
+            int64_t row_stride) {
+#if HWY_TARGET != HWY_SCALAR
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  using Counts = std::integer_sequence<int, 1, 2, 3, 4, 6, 8, 16>;  // D = 16..256 at 4..16 lanes
+  if (D % N == 0 && ScoresFastFor(Counts(), D / N, s, q, k, rows, n, row_stride)) return;
+#endif
+  ScoresAnyDim(s, q, k, rows, n, D, row_stride);
 }
 
-float MaxOf(const float* s, int64_t n) {  // n is whole vectors
-  const DF d;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  auto m = hn::Set(d, kNegInf);
-  for (int64_t i = 0; i < n; i += N) m = hn::Max(m, hn::LoadU(d, s + i));
-  return hn::GetLane(hn::MaxOfLanes(d, m));
+// acc (heads, D) += Σ_i w[t · kBlockRows + i] · v_row(rows[i]), heads ≤ kHeadTile.
+void Accumulate(float* acc, const float* w, const float* v, const int32_t* rows, int64_t n,
+                int64_t heads, int64_t D, int64_t row_stride) {
+#if HWY_TARGET != HWY_SCALAR
+  if (D % static_cast<int64_t>(hn::Lanes(DF())) == 0) {
+    static_assert(kHeadTile == 4, "one AccumulateFast per tile size");
+    if (heads == 4) return AccumulateFast<4>(acc, w, v, rows, n, D, row_stride);
+    if (heads == 3) return AccumulateFast<3>(acc, w, v, rows, n, D, row_stride);
+    if (heads == 2) return AccumulateFast<2>(acc, w, v, rows, n, D, row_stride);
+    return AccumulateFast<1>(acc, w, v, rows, n, D, row_stride);
+  }
+#endif
+  AccumulateAnyDim(acc, w, v, rows, n, heads, D, row_stride);
 }
 
 // One batch row, kv heads [h0, h0 + heads): blocks of rows outer and kv heads inner, so the
@@ -251,15 +222,13 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
                     int32_t q_pos, int32_t q_seg, const int32_t* k_pos, const int32_t* k_seg,
                     int64_t Sk, int64_t heads, int64_t G, int64_t D, int64_t row_stride,
                     float scale, int32_t window) {
-  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
-  const bool fast = FastPath(D);
   const int64_t HG = heads * G;  // query heads of this item, contiguous in q, out and lse
-  thread_local std::vector<float> scratch;
-  // one kv head's scores, then weights, (G, kBlockRows); per query head the running max and
-  // sum, the accumulator and the scaled query (D each)
-  const size_t need = static_cast<size_t>(G * kBlockRows + 2 * HG + 2 * HG * D);
-  if (scratch.size() < need) scratch.resize(need);
-  float* scores = scratch.data();
+  // One kv head's scores, then weights, (G, kBlockRows) in rows aligned for the softmax pass;
+  // per query head the running max and sum, the accumulator and the scaled query (D each).
+  const size_t need = static_cast<size_t>(G * kBlockRows + 2 * HG + 2 * HG * D) * sizeof(float);
+  thread_local AlignedBuffer scratch;
+  if (scratch.size() < need) scratch = AlignedBuffer(need);
+  float* scores = reinterpret_cast<float*>(scratch.data());
   float* running_max = scores + G * kBlockRows;
   float* running_sum = running_max + HG;
   float* acc = running_sum + HG;
@@ -278,53 +247,23 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
       }
     }
     if (n == 0) continue;
-    const int64_t padded = (n + N - 1) / N * N;
+    const int64_t width =
+        (n + kAttentionScoreAlign - 1) / kAttentionScoreAlign * kAttentionScoreAlign;
     for (int64_t h = 0; h < heads; ++h) {
       const float* kh = k + h * D;
       const float* vh = v + h * D;
       for (int64_t g = 0; g < G; ++g) {
-        const int64_t head = h * G + g;
         float* s = scores + g * kBlockRows;
-#if HWY_TARGET != HWY_SCALAR
-        if (!fast || !ScoresFastAnyVecs(s, q_scaled + head * D, kh, rows, n, D, row_stride)) {
-          ScoresAnyDim(s, q_scaled + head * D, kh, rows, n, D, row_stride);
-        }
-#else
-        ScoresAnyDim(s, q_scaled + head * D, kh, rows, n, D, row_stride);
-#endif
-        // Online softmax: the running sum and the accumulator are rescaled to the new max.
-        const float m = std::max(running_max[head], MaxOf(s, padded));
-        const float alpha = running_max[head] == kNegInf ? 0.0f : std::exp(running_max[head] - m);
-        running_max[head] = m;
-        running_sum[head] = running_sum[head] * alpha + ExpShifted(s, m, padded);
-        if (alpha != 1.0f) {
-          for (int64_t e = 0; e < D; ++e) acc[head * D + e] *= alpha;
-        }
+        Scores(s, q_scaled + (h * G + g) * D, kh, rows, n, D, row_stride);
+        std::fill(s + n, s + width, kNegInf);
       }
+      // The flash kernel's online-softmax step over the group's G rows: running max and sum
+      // updated, accumulators rescaled when the max grows, scores turned into weights.
+      attention_softmax_step(scores, kBlockRows, G, width, running_max + h * G, running_sum + h * G,
+                             acc + h * G * D, D);
       for (int64_t g0 = 0; g0 < G; g0 += kHeadTile) {
-        const int64_t tile = std::min(kHeadTile, G - g0);
-        float* a = acc + (h * G + g0) * D;
-        const float* w = scores + g0 * kBlockRows;
-#if HWY_TARGET != HWY_SCALAR
-        if (fast) {
-          switch (tile) {
-            case 4:
-              AccumulateFast<4>(a, w, vh, rows, n, D, row_stride);
-              break;
-            case 3:
-              AccumulateFast<3>(a, w, vh, rows, n, D, row_stride);
-              break;
-            case 2:
-              AccumulateFast<2>(a, w, vh, rows, n, D, row_stride);
-              break;
-            default:
-              AccumulateFast<1>(a, w, vh, rows, n, D, row_stride);
-              break;
-          }
-          continue;
-        }
-#endif
-        AccumulateAnyDim(a, w, vh, rows, n, tile, D, row_stride);
+        Accumulate(acc + (h * G + g0) * D, scores + g0 * kBlockRows, vh, rows, n,
+                   std::min(kHeadTile, G - g0), D, row_stride);
       }
     }
   }
