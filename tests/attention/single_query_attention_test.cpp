@@ -1,8 +1,8 @@
 // The decode kernel (kernels/cpu/single_query_attention.h) against the reference attention at
 // one query row, in double: shuffled cache rows, empty rows (segment 0), rows the query's
-// position hides, sliding windows, GQA groups 1..4, head dims that are and are not multiples
-// of the vector width, and a query that sees nothing; empty rows hold NaN. fp32 bar: 1e-5
-// norm-relative per head, lse within 1e-5.
+// position hides, sliding windows, GQA groups 1..8 (per-head and head-packed scores), head dims
+// that are and are not multiples of the vector width, and a query that sees nothing; empty rows
+// hold NaN. fp32 bar: 1e-5 norm-relative per head, lse within 1e-5.
 #include "maxctx/kernels/cpu/single_query_attention.h"
 
 #include <gtest/gtest.h>
@@ -103,6 +103,7 @@ TEST_P(SingleQueryAttention, MatchesReference) {
       {1, 1, 1, 1, 16},    {3, 1000, 8, 2, 32}, {3, 129, 4, 4, 64},      {3, 300, 8, 2, 24},
       {2, 513, 8, 2, 128}, {3, 257, 4, 1, 16},  {3, 700, 6, 3, 32, 100}, {3, 0, 4, 2, 32},
       {1, 4096, 8, 2, 32}, {2, 333, 12, 2, 64}, {2, 200, 5, 1, 48},      {2, 150, 2, 2, 8},
+      {2, 300, 16, 2, 32}, {2, 100, 6, 2, 96},  {2, 77, 14, 2, 32},      {1, 2000, 8, 1, 128},
   };
   uint32_t seed = 1;
   for (const Case& c : cases) {
