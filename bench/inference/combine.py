@@ -86,7 +86,7 @@ def main():
             "target_speedup": AR_SPEEDUP_TARGET,
             "meets_target": ar_speedup >= AR_SPEEDUP_TARGET,
             "note": ("one decode step of one sequence after a 32768-token prefill, mean of 100 "
-                     "steps; of three alternating rounds per mesh the median one; ca = 2 holds "
+                     "steps; of five alternating rounds per mesh the median one; ca = 2 holds "
                      "half the KV rows per rank and merges the partial attention by log-sum-exp; "
                      "bandwidth fractions are against the DRAM read bandwidth of as many ranks "
                      "reading at once"),

@@ -7,7 +7,7 @@
 #   - batch-1 decode of maxctx-100m (425 MB of fp32 weights, past the L3): int8 weights vs fp32;
 #   - AR bandwidth as a fraction of the DRAM read bandwidth measured here by dram_bandwidth.
 # The global batch is one sequence on both meshes (per_device_batch_size 1 and 0.5).
-# combine.py merges the pieces into BUILD_DIR/bench/inference.json. About 3 minutes.
+# combine.py merges the pieces into BUILD_DIR/bench/inference.json. About 4 minutes.
 set -euo pipefail
 build_dir=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,12 +35,12 @@ for np in 1 2; do
 done
 
 # The AR step is a few milliseconds and this machine's memory bandwidth moves with its
-# neighbours: three rounds, ca = 1 and ca = 2 alternating, and combine.py takes each one's
+# neighbours: five rounds, ca = 1 and ca = 2 alternating, and combine.py takes each one's
 # median round.
 long=(model_name=maxctx-small max_prefill_predict_length=32768 max_target_length=32896
   inference_microbenchmark_prefill_lengths=32768 inference_microbenchmark_stages=generate
   inference_microbenchmark_loop_iters=100 context_autoregressive_decode=sequence)
-for round in 1 2 3; do
+for round in 1 2 3 4 5; do
   bench 1 "ar32k_ca1_round$round" "${long[@]}"
   bench 2 "ar32k_ca2_round$round" "${long[@]}"
 done
