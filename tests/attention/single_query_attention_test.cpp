@@ -2,7 +2,8 @@
 // one query row, in double: shuffled cache rows, empty rows (segment 0), rows the query's
 // position hides, sliding windows, GQA groups 1..8 (per-head and head-packed scores), head dims
 // that are and are not multiples of the vector width, and a query that sees nothing; empty rows
-// hold NaN. fp32 bar: 1e-5 norm-relative per head, lse within 1e-5.
+// hold NaN. The int8-cache variant against the reference over the dequantized rows, with NaN
+// scales in the empty rows. fp32 bar: 1e-5 norm-relative per head, lse within 1e-5.
 #include "maxctx/kernels/cpu/single_query_attention.h"
 
 #include <gtest/gtest.h>
@@ -20,7 +21,9 @@
 #include <vector>
 
 #include "hwy/targets.h"
+#include "maxctx/kernels/cpu/int8.h"
 #include "maxctx/kernels/ref/attention.h"
+#include "maxctx/kernels/ref/int8.h"
 
 namespace maxctx::kernels {
 namespace {
@@ -29,6 +32,33 @@ struct Case {
   int64_t batch, seq_k, heads_q, heads_kv, head_dim;
   int32_t window = 0;
 };
+
+// out, lse against ref::attention_forward in double over the same q, k, v.
+void expect_matches_reference(const std::vector<float>& out, const std::vector<float>& lse,
+                              const std::vector<float>& q, const std::vector<float>& k,
+                              const std::vector<float>& v, const std::vector<int32_t>& q_pos,
+                              const std::vector<int32_t>& q_seg, const std::vector<int32_t>& k_pos,
+                              const std::vector<int32_t>& k_seg, const AttentionParams& p) {
+  const int64_t B = p.batch, Hq = p.heads_q, D = p.head_dim;
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  std::vector<double> out_ref(q.size()), lse_ref(B * Hq);
+  ref::attention_forward(out_ref.data(), lse_ref.data(), qd.data(), kd.data(), vd.data(),
+                         q_pos.data(), q_seg.data(), k_pos.data(), k_seg.data(), p);
+  for (int64_t i = 0; i < B * Hq; ++i) {
+    double diff = 0.0, scale = 0.0;
+    for (int64_t d = 0; d < D; ++d) {
+      diff = std::max(diff, std::fabs(out[i * D + d] - out_ref[i * D + d]));
+      scale = std::max(scale, std::fabs(out_ref[i * D + d]));
+    }
+    if (std::isinf(lse_ref[i])) {
+      EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "head " << i << ": " << lse[i];
+      EXPECT_EQ(diff, 0.0) << "head " << i << " sees nothing, out must be 0";
+      continue;
+    }
+    EXPECT_LE(diff, 1e-5 * scale) << "head " << i << " Sk " << p.seq_k << " D " << D;
+    EXPECT_NEAR(lse[i], lse_ref[i], 1e-5 * std::max(1.0, std::fabs(lse_ref[i]))) << "head " << i;
+  }
+}
 
 void check_case(const Case& c, uint32_t seed) {
   std::mt19937 gen(seed);
@@ -70,24 +100,25 @@ void check_case(const Case& c, uint32_t seed) {
   std::vector<float> out(q.size()), lse(B * Hq);
   cpu::single_query_attention(out.data(), lse.data(), q.data(), k_nan.data(), v_nan.data(),
                               q_pos.data(), q_seg.data(), k_pos.data(), k_seg.data(), p);
-  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
-  std::vector<double> out_ref(q.size()), lse_ref(B * Hq);
-  ref::attention_forward(out_ref.data(), lse_ref.data(), qd.data(), kd.data(), vd.data(),
-                         q_pos.data(), q_seg.data(), k_pos.data(), k_seg.data(), p);
-  for (int64_t i = 0; i < B * Hq; ++i) {
-    double diff = 0.0, scale = 0.0;
-    for (int64_t d = 0; d < D; ++d) {
-      diff = std::max(diff, std::fabs(out[i * D + d] - out_ref[i * D + d]));
-      scale = std::max(scale, std::fabs(out_ref[i * D + d]));
-    }
-    if (std::isinf(lse_ref[i])) {
-      EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "head " << i << ": " << lse[i];
-      EXPECT_EQ(diff, 0.0) << "head " << i << " sees nothing, out must be 0";
-      continue;
-    }
-    EXPECT_LE(diff, 1e-5 * scale) << "head " << i << " Sk " << Sk << " D " << D;
-    EXPECT_NEAR(lse[i], lse_ref[i], 1e-5 * std::max(1.0, std::fabs(lse_ref[i]))) << "head " << i;
+  expect_matches_reference(out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p);
+
+  // The int8 cache: codes and one scale per row (the KV rule), against the reference over the
+  // dequantized rows; empty rows get a NaN scale, so reading one would show.
+  const int64_t width = c.heads_kv * D;
+  std::vector<int8_t> k_codes(k.size()), v_codes(v.size());
+  std::vector<float> k_scale(B * Sk), v_scale(B * Sk);
+  cpu::quantize_rows_int8(k_codes.data(), k_scale.data(), k.data(), B * Sk, width, kInt8KvLevels);
+  cpu::quantize_rows_int8(v_codes.data(), v_scale.data(), v.data(), B * Sk, width, kInt8KvLevels);
+  std::vector<float> k_deq(k.size()), v_deq(v.size());
+  cpu::dequantize_rows_int8(k_deq.data(), k_codes.data(), k_scale.data(), B * Sk, width);
+  cpu::dequantize_rows_int8(v_deq.data(), v_codes.data(), v_scale.data(), B * Sk, width);
+  for (int64_t row = 0; row < B * Sk; ++row) {
+    if (k_seg[row] == 0) k_scale[row] = v_scale[row] = std::nanf("");
   }
+  cpu::single_query_attention_int8(out.data(), lse.data(), q.data(), k_codes.data(), k_scale.data(),
+                                   v_codes.data(), v_scale.data(), q_pos.data(), q_seg.data(),
+                                   k_pos.data(), k_seg.data(), p);
+  expect_matches_reference(out, lse, q, k_deq, v_deq, q_pos, q_seg, k_pos, k_seg, p);
 }
 
 class SingleQueryAttention : public ::testing::TestWithParam<int64_t> {  // a Highway target bit

@@ -115,9 +115,16 @@ void DecodeAttention::forward(int64_t layer, float* out, const float* q, const f
   const int64_t part = out_numel + B * Hq;  // a rank's partial: out, then lse
   lse_.resize(static_cast<size_t>(B * Hq));
   partial_.resize(static_cast<size_t>(merge ? part : 0));
-  kernels::cpu::single_query_attention(
-      merge ? partial_.data() : out, merge ? partial_.data() + out_numel : lse_.data(), q, kv.k,
-      kv.v, tokens.positions, q_seg_.data(), kv.positions, kv.segments, p);
+  float* o = merge ? partial_.data() : out;
+  float* lse = merge ? partial_.data() + out_numel : lse_.data();
+  if (kv.k_codes != nullptr) {
+    kernels::cpu::single_query_attention_int8(o, lse, q, kv.k_codes, kv.k_scale, kv.v_codes,
+                                              kv.v_scale, tokens.positions, q_seg_.data(),
+                                              kv.positions, kv.segments, p);
+  } else {
+    kernels::cpu::single_query_attention(o, lse, q, kv.k, kv.v, tokens.positions, q_seg_.data(),
+                                         kv.positions, kv.segments, p);
+  }
   if (!merge) return;
   gathered_.resize(static_cast<size_t>(ca * part));
   ca_.all_gather(std::span<const float>(partial_), std::span<float>(gathered_));

@@ -74,43 +74,26 @@ void KvCache::store(int64_t layer, int64_t slot, int64_t row, int64_t n, const f
                                    shape_.row_elements(), kernels::kInt8KvLevels);
 }
 
-KvView KvCache::view(int64_t layer) {
-  const int64_t all_rows = shape_.rows();
-  const int64_t used = rows_in_use();
-  const int64_t row_elements = shape_.row_elements();
+KvView KvCache::view(int64_t layer) const {
+  MAXCTX_CHECK(layer >= 0 && layer < shape_.layers, "layer {} of a {}-layer cache", layer,
+               shape_.layers);
   KvView view;
+  // One slot's rows in use are a prefix of its layer block; with several slots the rows keep
+  // the cache's stride, and attention skips the empty ones.
+  view.rows = shape_.slots == 1 ? rows_in_use() : shape_.rows();
+  view.positions = positions_.data();
+  view.segments = segments_.data();
+  const int64_t at = offset(layer, 0, 0);
   if (!shape_.int8) {
-    // One slot's rows in use are a prefix of its layer block; with several slots the rows keep
-    // the cache's stride, and attention skips the empty tiles.
-    view.rows = shape_.slots == 1 ? used : all_rows;
-    view.k = k_.data<float>() + offset(layer, 0, 0);
-    view.v = v_.data<float>() + offset(layer, 0, 0);
-    view.positions = positions_.data();
-    view.segments = segments_.data();
+    view.k = k_.data<float>() + at;
+    view.v = v_.data<float>() + at;
     return view;
   }
-  k_f32_.resize(static_cast<size_t>(shape_.slots * used * row_elements));
-  v_f32_.resize(k_f32_.size());
-  positions_in_use_.resize(static_cast<size_t>(shape_.slots * used));
-  segments_in_use_.resize(positions_in_use_.size());
-  for (int64_t slot = 0; slot < shape_.slots; ++slot) {
-    const int64_t at = offset(layer, slot, 0);
-    const int64_t scale_at = (layer * shape_.slots + slot) * all_rows;
-    float* k_out = k_f32_.data() + slot * used * row_elements;
-    float* v_out = v_f32_.data() + slot * used * row_elements;
-    kernels::cpu::dequantize_rows_int8(k_out, k_.data<int8_t>() + at,
-                                       k_scale_.data<float>() + scale_at, used, row_elements);
-    kernels::cpu::dequantize_rows_int8(v_out, v_.data<int8_t>() + at,
-                                       v_scale_.data<float>() + scale_at, used, row_elements);
-    std::copy_n(positions_.begin() + slot * all_rows, used,
-                positions_in_use_.begin() + slot * used);
-    std::copy_n(segments_.begin() + slot * all_rows, used, segments_in_use_.begin() + slot * used);
-  }
-  view.rows = used;
-  view.k = k_f32_.data();
-  view.v = v_f32_.data();
-  view.positions = positions_in_use_.data();
-  view.segments = segments_in_use_.data();
+  const int64_t scale_at = layer * shape_.slots * shape_.rows();
+  view.k_codes = k_.data<int8_t>() + at;
+  view.v_codes = v_.data<int8_t>() + at;
+  view.k_scale = k_scale_.data<float>() + scale_at;
+  view.v_scale = v_scale_.data<float>() + scale_at;
   return view;
 }
 

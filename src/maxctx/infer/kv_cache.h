@@ -9,8 +9,8 @@
 //
 // int8 (quantize_kvcache): one scale per token over heads × head_dim, the KV rule of
 // kernels/ref/int8.h (q = rint(x·127.5/max|x|) clamped to [−127, 127], scale = max|x|/127.5).
-// Attention reads fp32 K/V: fp32 caches in place, int8 ones dequantized per layer into a
-// scratch holding only the rows in use.
+// Attention reads the cache in place, fp32 rows or int8 codes and scales (the decode kernel
+// dequantizes an int8 block of rows in L1 as it uses it).
 #pragma once
 
 #include <cstdint>
@@ -33,12 +33,18 @@ struct KvCacheShape {
   int64_t row_elements() const { return heads_kv * head_dim; }
 };
 
-// K and V of one layer as attention reads them: (slots, rows, Hkv, D) fp32 with positions and
-// segment ids (slots, rows). `rows` may be less than the cache's (only rows in use).
+// K and V of one layer as attention reads them: (slots, rows, Hkv, D) with positions and
+// segment ids (slots, rows), in fp32 (k, v) or, for an int8 cache, codes with one scale per row
+// (k_codes, v_codes; k_scale, v_scale (slots, rows)). `rows` may be less than the cache's (one
+// slot: only the rows in use).
 struct KvView {
   int64_t rows = 0;
   const float* k = nullptr;
   const float* v = nullptr;
+  const int8_t* k_codes = nullptr;
+  const int8_t* v_codes = nullptr;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
   const int32_t* positions = nullptr;
   const int32_t* segments = nullptr;
 };
@@ -64,8 +70,8 @@ class KvCache {
   // k, v (n, Hkv, D) into rows [row, row + n) of `slot` in `layer`.
   void store(int64_t layer, int64_t slot, int64_t row, int64_t n, const float* k, const float* v);
 
-  // The layer's K/V for attention (dequantized rows in use when int8; valid until the next view).
-  KvView view(int64_t layer);
+  // The layer's K/V for attention, in place.
+  KvView view(int64_t layer) const;
 
   int64_t bytes() const;  // everything allocated: K, V, scales, positions, segments
   // Bytes attention reads from this cache per step: rows in use of every slot and layer.
@@ -82,9 +88,6 @@ class KvCache {
   std::vector<int32_t> positions_;      // (slots, rows)
   std::vector<int32_t> segments_;       // (slots, rows) 1 = a token, 0 = empty
   std::vector<int64_t> decode_length_;  // (slots) decode rows used
-  // int8 only: the dequantized rows in use of one layer and their metadata.
-  std::vector<float> k_f32_, v_f32_;
-  std::vector<int32_t> positions_in_use_, segments_in_use_;
 };
 
 }  // namespace maxctx::infer

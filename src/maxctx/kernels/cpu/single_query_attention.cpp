@@ -14,6 +14,10 @@
 //    gathered into one vector by RowSums.
 // Head dims that neither path is compiled for take plain per-row dot products and adds.
 //
+// An int8 cache (single_query_attention_int8) runs the same code on fp32 rows made per kv head
+// and block: the block's visible rows dequantized into an L1-sized scratch (DequantizeRows, the
+// prefetch there), so a step reads the int8 bytes and never writes an fp32 copy of the cache.
+//
 // Work is split over (batch row, kv-head range) items, each computed by one thread in row
 // order: the bits never depend on the thread count.
 #include "maxctx/kernels/cpu/single_query_attention.h"
@@ -30,6 +34,22 @@
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/attention_tiles.h"
 #include "maxctx/kernels/cpu/threading.h"
+
+#ifndef MAXCTX_SINGLE_QUERY_ATTENTION_ONCE  // this file is compiled once per SIMD target
+#define MAXCTX_SINGLE_QUERY_ATTENTION_ONCE
+namespace maxctx::kernels::cpu {
+// One batch row's K and V from a kv head on: fp32 rows, or int8 codes with a scale per row.
+struct CacheRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int8_t* k_codes = nullptr;  // set for an int8 cache (then k, v are unused)
+  const int8_t* v_codes = nullptr;
+  const float* k_scale = nullptr;  // (Sk)
+  const float* v_scale = nullptr;
+  int64_t row_stride = 0;  // elements from one cache row to the next (Hkv · D)
+};
+}  // namespace maxctx::kernels::cpu
+#endif
 
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // Highway 1.0.3 workaround, see elementwise.cpp
@@ -108,14 +128,15 @@ HWY_INLINE hn::Vec<D> RowSums(D d, const hn::Vec<D>* p) {
 // so that the query and one vector of partial sums per row of the group stay in registers.
 template <int kVecs>
 void ScoresFast(float* s, const float* q, const float* k, const int32_t* rows, int64_t n,
-                int64_t row_stride) {
+                int64_t row_stride, int64_t ahead) {
   const DF d;
   constexpr int64_t kN = static_cast<int64_t>(hn::MaxLanes(DF()));
-  const int64_t ahead = PrefetchRows(row_stride) * row_stride;
   VF qv[kVecs];
   for (int c = 0; c < kVecs; ++c) qv[c] = hn::LoadU(d, q + c * kN);
   auto row_dot = [&](const float* kr) {
-    for (int64_t o = 0; o < kVecs * kN; o += 16) hwy::Prefetch(kr + ahead + o);  // 64-byte lines
+    if (ahead != 0) {
+      for (int64_t o = 0; o < kVecs * kN; o += 16) hwy::Prefetch(kr + ahead + o);  // 64-byte lines
+    }
     VF sum = hn::Mul(qv[0], hn::LoadU(d, kr));
     for (int c = 1; c < kVecs; ++c) sum = hn::MulAdd(qv[c], hn::LoadU(d, kr + c * kN), sum);
     return sum;
@@ -153,16 +174,18 @@ HWY_INLINE hn::Vec<D> Fold4Rows(D d, hn::Vec<D> p0, hn::Vec<D> p1, hn::Vec<D> p2
 
 template <int kQuads>  // kQuads = D / 4
 void PackedScoresFast(float* s, int64_t s_stride, int64_t heads, const float* q_packed,
-                      const float* k, const int32_t* rows, int64_t n, int64_t row_stride) {
+                      const float* k, const int32_t* rows, int64_t n, int64_t row_stride,
+                      int64_t ahead) {
   const DF d;
   constexpr size_t kN = hn::MaxLanes(DF());
   constexpr size_t kP = kN / 4;  // heads per vector = rows per fold group = fold groups per vector
-  const int64_t ahead = PrefetchRows(row_stride) * row_stride;
   VF qv[kQuads];
   for (int c = 0; c < kQuads; ++c) qv[c] = hn::Load(d, q_packed + c * kN);
   auto row_dot = [&](int64_t i) {  // two chains, so that four rows keep eight FMAs in flight
     const float* kr = k + rows[std::min(i, n - 1)] * row_stride;  // past n, repeat the last row
-    for (int o = 0; o < 4 * kQuads; o += 16) hwy::Prefetch(kr + ahead + o);  // 64-byte lines
+    if (ahead != 0) {
+      for (int o = 0; o < 4 * kQuads; o += 16) hwy::Prefetch(kr + ahead + o);  // 64-byte lines
+    }
     VF even = hn::Mul(hn::LoadDup128(d, kr), qv[0]);
     VF odd = hn::Mul(hn::LoadDup128(d, kr + 4), qv[1]);
     for (int c = 2; c + 1 < kQuads; c += 2) {
@@ -207,28 +230,28 @@ void PackedScoresFast(float* s, int64_t s_stride, int64_t heads, const float* q_
 template <int... kQuads>
 bool PackedScoresFor(std::integer_sequence<int, kQuads...>, int64_t quads, float* s,
                      int64_t s_stride, int64_t heads, const float* q_packed, const float* k,
-                     const int32_t* rows, int64_t n, int64_t row_stride) {
-  return (
-      (quads == kQuads &&
-       (PackedScoresFast<kQuads>(s, s_stride, heads, q_packed, k, rows, n, row_stride), true)) ||
-      ...);
+                     const int32_t* rows, int64_t n, int64_t row_stride, int64_t ahead) {
+  return ((quads == kQuads &&
+           (PackedScoresFast<kQuads>(s, s_stride, heads, q_packed, k, rows, n, row_stride, ahead),
+            true)) ||
+          ...);
 }
 
 // ScoresFast for `vecs` vectors per head, if vecs is one of kVecs; false otherwise.
 template <int... kVecs>
 bool ScoresFastFor(std::integer_sequence<int, kVecs...>, int64_t vecs, float* s, const float* q,
-                   const float* k, const int32_t* rows, int64_t n, int64_t row_stride) {
-  return ((vecs == kVecs && (ScoresFast<kVecs>(s, q, k, rows, n, row_stride), true)) || ...);
+                   const float* k, const int32_t* rows, int64_t n, int64_t row_stride,
+                   int64_t ahead) {
+  return ((vecs == kVecs && (ScoresFast<kVecs>(s, q, k, rows, n, row_stride, ahead), true)) || ...);
 }
 
 // acc (kHeads, D) += Σ_i w[t · kBlockRows + i] · v_row(rows[i]): two vectors of every head's
 // accumulator stay in registers over the block's rows, each V row loaded once for the heads.
 template <int kHeads>
 void AccumulateFast(float* acc, const float* w, const float* v, const int32_t* rows, int64_t n,
-                    int64_t D, int64_t row_stride) {
+                    int64_t D, int64_t row_stride, int64_t ahead) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
-  const int64_t ahead = PrefetchRows(row_stride) * row_stride;
   for (int64_t c = 0; c < D; c += 2 * N) {
     const bool pair = c + N < D;
     VF a0[kHeads], a1[kHeads];
@@ -239,8 +262,10 @@ void AccumulateFast(float* acc, const float* w, const float* v, const int32_t* r
     if (pair) {
       for (int64_t i = 0; i < n; ++i) {
         const float* vr = v + rows[i] * row_stride + c;
-        hwy::Prefetch(vr + ahead);
-        hwy::Prefetch(vr + ahead + N);
+        if (ahead != 0) {
+          hwy::Prefetch(vr + ahead);
+          hwy::Prefetch(vr + ahead + N);
+        }
         const VF v0 = hn::LoadU(d, vr), v1 = hn::LoadU(d, vr + N);
         for (int t = 0; t < kHeads; ++t) {
           const VF wt = hn::Set(d, w[t * kBlockRows + i]);
@@ -293,12 +318,15 @@ void AccumulateAnyDim(float* acc, const float* w, const float* v, const int32_t*
 }
 
 // s[0, n) = q · k_row(rows[i]): the vector path when D is whole vectors of a count it has.
+// ahead: the prefetch distance in floats, 0 for none (rows already in cache).
 void Scores(float* s, const float* q, const float* k, const int32_t* rows, int64_t n, int64_t D,
-            int64_t row_stride) {
+            int64_t row_stride, int64_t ahead) {
 #if HWY_TARGET != HWY_SCALAR
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   using Counts = std::integer_sequence<int, 1, 2, 3, 4, 6, 8, 16>;  // D = 16..256 at 4..16 lanes
-  if (D % N == 0 && ScoresFastFor(Counts(), D / N, s, q, k, rows, n, row_stride)) return;
+  if (D % N == 0 && ScoresFastFor(Counts(), D / N, s, q, k, rows, n, row_stride, ahead)) return;
+#else
+  (void)ahead;
 #endif
   ScoresAnyDim(s, q, k, rows, n, D, row_stride);
 }
@@ -347,45 +375,75 @@ void PackQuery(float* q_packed, const float* q, int64_t G, int64_t D, int64_t P)
 // for rows[0, n) of k.
 void GroupScores(float* s, const float* q, const float* q_packed, const float* k,
                  const int32_t* rows, int64_t n, int64_t G, int64_t D, int64_t P,
-                 int64_t row_stride) {
+                 int64_t row_stride, int64_t ahead) {
 #if HWY_TARGET != HWY_SCALAR
   if (P > 0) {
     const int64_t quads = D / 4;
     for (int64_t hv = 0; hv * P < G; ++hv) {
       PackedScoresFor(PackedQuads(), quads, s + hv * P * kBlockRows, kBlockRows,
                       std::min(P, G - hv * P), q_packed + hv * quads * 4 * P, k, rows, n,
-                      row_stride);
+                      row_stride, ahead);
     }
     return;
   }
 #endif
   (void)q_packed;
   (void)P;
-  for (int64_t g = 0; g < G; ++g) Scores(s + g * kBlockRows, q + g * D, k, rows, n, D, row_stride);
+  for (int64_t g = 0; g < G; ++g) {
+    Scores(s + g * kBlockRows, q + g * D, k, rows, n, D, row_stride, ahead);
+  }
 }
 
 // acc (heads, D) += Σ_i w[t · kBlockRows + i] · v_row(rows[i]), heads ≤ kHeadTile.
 void Accumulate(float* acc, const float* w, const float* v, const int32_t* rows, int64_t n,
-                int64_t heads, int64_t D, int64_t row_stride) {
+                int64_t heads, int64_t D, int64_t row_stride, int64_t ahead) {
 #if HWY_TARGET != HWY_SCALAR
   if (D % static_cast<int64_t>(hn::Lanes(DF())) == 0) {
     static_assert(kHeadTile == 4, "one AccumulateFast per tile size");
-    if (heads == 4) return AccumulateFast<4>(acc, w, v, rows, n, D, row_stride);
-    if (heads == 3) return AccumulateFast<3>(acc, w, v, rows, n, D, row_stride);
-    if (heads == 2) return AccumulateFast<2>(acc, w, v, rows, n, D, row_stride);
-    return AccumulateFast<1>(acc, w, v, rows, n, D, row_stride);
+    if (heads == 4) return AccumulateFast<4>(acc, w, v, rows, n, D, row_stride, ahead);
+    if (heads == 3) return AccumulateFast<3>(acc, w, v, rows, n, D, row_stride, ahead);
+    if (heads == 2) return AccumulateFast<2>(acc, w, v, rows, n, D, row_stride, ahead);
+    return AccumulateFast<1>(acc, w, v, rows, n, D, row_stride, ahead);
   }
+#else
+  (void)ahead;
 #endif
   AccumulateAnyDim(acc, w, v, rows, n, heads, D, row_stride);
 }
 
+// out (n, D) = float(q_row(rows[i])) · scale[rows[i]] for one kv head's codes (row_stride bytes
+// apart), as dequantize_rows_int8 computes it (the same bits), prefetching the codes of the rows
+// PrefetchRows ahead.
+void DequantizeRows(float* out, const int8_t* codes, const float* scale, const int32_t* rows,
+                    int64_t n, int64_t D, int64_t row_stride) {
+  const DF d;
+  const hn::Rebind<int32_t, DF> d32;
+  const hn::Rebind<int8_t, DF> d8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t ahead = PrefetchRows(row_stride) * row_stride;
+  for (int64_t i = 0; i < n; ++i) {
+    const int8_t* qr = codes + rows[i] * row_stride;
+    for (int64_t o = 0; o < D; o += 64) hwy::Prefetch(qr + ahead + o);  // 64-byte lines
+    const float s = scale[rows[i]];
+    float* x = out + i * D;
+    int64_t e = 0;
+    for (; e + N <= D; e += N) {
+      const VF codes_f = hn::ConvertTo(d, hn::PromoteTo(d32, hn::LoadU(d8, qr + e)));
+      hn::StoreU(hn::Mul(codes_f, hn::Set(d, s)), d, x + e);
+    }
+    for (; e < D; ++e) x[e] = float(qr[e]) * s;
+  }
+}
+
 // One batch row, kv heads [h0, h0 + heads): blocks of rows outer and kv heads inner, so the
 // block's K and V rows are read as one contiguous span (each cache row holds every kv head).
-// q, out: the row's (Hq, D); k, v: the row's (Sk, Hkv, D) starting at kv head h0.
-void SingleQueryRow(float* out, float* lse, const float* q, const float* k, const float* v,
-                    int32_t q_pos, int32_t q_seg, const int32_t* k_pos, const int32_t* k_seg,
-                    int64_t Sk, int64_t heads, int64_t G, int64_t D, int64_t row_stride,
-                    float scale, int32_t window) {
+// q, out: the row's (Hq, D); cache: the row's K and V, (Sk, Hkv, D) from kv head h0. An int8
+// cache's rows are dequantized per kv head and block into an L1-sized scratch as they are used.
+void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cache, int32_t q_pos,
+                    int32_t q_seg, const int32_t* k_pos, const int32_t* k_seg, int64_t Sk,
+                    int64_t heads, int64_t G, int64_t D, float scale, int32_t window) {
+  const int64_t row_stride = cache.row_stride;
+  const bool int8 = cache.k_codes != nullptr;
   const int64_t HG = heads * G;  // query heads of this item, contiguous in q, out and lse
   // One kv head's scores, then weights, (G, kBlockRows) in rows aligned for the softmax pass;
   // per query head the running max and sum, the accumulator and the scaled query (D each).
@@ -394,9 +452,10 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
   const int64_t packed_per_head = P > 0 ? ((G + P - 1) / P * D * P + kAttentionScoreAlign - 1) /
                                               kAttentionScoreAlign * kAttentionScoreAlign
                                         : 0;
-  const size_t need =
-      static_cast<size_t>(heads * packed_per_head + G * kBlockRows + 2 * HG + 2 * HG * D) *
-      sizeof(float);
+  const int64_t dequantized = int8 ? 2 * kBlockRows * D : 0;  // one kv head's K, V block rows
+  const size_t need = static_cast<size_t>(heads * packed_per_head + G * kBlockRows + 2 * HG +
+                                          2 * HG * D + dequantized) *
+                      sizeof(float);
   thread_local AlignedBuffer scratch;
   if (scratch.size() < need) scratch = AlignedBuffer(need);
   float* q_packed = reinterpret_cast<float*>(scratch.data());
@@ -405,6 +464,8 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
   float* running_sum = running_max + HG;
   float* acc = running_sum + HG;
   float* q_scaled = acc + HG * D;
+  float* k_block = q_scaled + HG * D;  // int8 only: (n, D) each
+  float* v_block = k_block + kBlockRows * D;
   std::fill(running_max, running_max + HG, kNegInf);
   std::fill(running_sum, running_sum + HG, 0.0f);
   std::fill(acc, acc + HG * D, 0.0f);
@@ -414,7 +475,10 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
       PackQuery(q_packed + h * packed_per_head, q_scaled + h * G * D, G, D, P);
     }
   }
-  int32_t rows[kBlockRows];  // the block's visible rows: hidden rows are never read
+  int32_t rows[kBlockRows];        // the block's visible rows: hidden rows are never read
+  int32_t block_rows[kBlockRows];  // int8: rows 0..n of the dequantized block
+  for (int64_t i = 0; i < kBlockRows; ++i) block_rows[i] = static_cast<int32_t>(i);
+  const int64_t ahead = int8 ? 0 : PrefetchRows(row_stride) * row_stride;
   for (int64_t r0 = 0; r0 < Sk; r0 += kBlockRows) {
     const int64_t block = std::min(kBlockRows, Sk - r0);
     int64_t n = 0;
@@ -427,10 +491,21 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
     const int64_t width =
         (n + kAttentionScoreAlign - 1) / kAttentionScoreAlign * kAttentionScoreAlign;
     for (int64_t h = 0; h < heads; ++h) {
-      const float* kh = k + h * D;
-      const float* vh = v + h * D;
-      GroupScores(scores, q_scaled + h * G * D, q_packed + h * packed_per_head, kh, rows, n, G, D,
-                  P, row_stride);
+      const float* kh = k_block;
+      const float* vh = v_block;
+      const int32_t* kv_rows = block_rows;
+      int64_t kv_stride = D;
+      if (int8) {
+        DequantizeRows(k_block, cache.k_codes + h * D, cache.k_scale, rows, n, D, row_stride);
+        DequantizeRows(v_block, cache.v_codes + h * D, cache.v_scale, rows, n, D, row_stride);
+      } else {
+        kh = cache.k + h * D;
+        vh = cache.v + h * D;
+        kv_rows = rows;
+        kv_stride = row_stride;
+      }
+      GroupScores(scores, q_scaled + h * G * D, q_packed + h * packed_per_head, kh, kv_rows, n, G,
+                  D, P, kv_stride, ahead);
       for (int64_t g = 0; g < G; ++g) {
         std::fill(scores + g * kBlockRows + n, scores + g * kBlockRows + width, kNegInf);
       }
@@ -439,8 +514,8 @@ void SingleQueryRow(float* out, float* lse, const float* q, const float* k, cons
       attention_softmax_step(scores, kBlockRows, G, width, running_max + h * G, running_sum + h * G,
                              acc + h * G * D, D);
       for (int64_t g0 = 0; g0 < G; g0 += kHeadTile) {
-        Accumulate(acc + (h * G + g0) * D, scores + g0 * kBlockRows, vh, rows, n,
-                   std::min(kHeadTile, G - g0), D, row_stride);
+        Accumulate(acc + (h * G + g0) * D, scores + g0 * kBlockRows, vh, kv_rows, n,
+                   std::min(kHeadTile, G - g0), D, kv_stride, ahead);
       }
     }
   }
@@ -473,23 +548,39 @@ const char* single_query_attention_simd_target() {
   return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetId)());
 }
 
-void single_query_attention(float* out, float* lse, const float* q, const float* k, const float* v,
-                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
-                            const int32_t* k_seg, const AttentionParams& p) {
+namespace {
+
+// Items are (batch row, range of kv heads): whole rows when there are enough batch rows for the
+// threads, else heads split so every thread has work. A head's arithmetic is the same in any
+// item, so the bits never depend on the thread count. cache: the whole batch's, (B, Sk, Hkv, D).
+void run_items(float* out, float* lse, const float* q, const int32_t* q_pos, const int32_t* q_seg,
+               const int32_t* k_pos, const int32_t* k_seg, const AttentionParams& p,
+               const CacheRows& cache) {
   check_attention_params(p);
   MAXCTX_CHECK(p.seq_q == 1, "single_query_attention takes one query row per batch row, got {}",
                p.seq_q);
   const int64_t B = p.batch, Sk = p.seq_k, Hq = p.heads_q, Hkv = p.heads_kv, D = p.head_dim;
   const int64_t G = p.group_size();
   const float scale = static_cast<float>(p.softmax_scale());
-  // Items are (batch row, range of kv heads): whole rows when there are enough batch rows for
-  // the threads, else heads split so every thread has work. A head's arithmetic is the same in
-  // any item, so the bits never depend on the thread count.
   const int64_t threads = omp_get_max_threads();
   const int64_t splits = std::clamp<int64_t>((threads + B - 1) / B, 1, Hkv);
   const int64_t heads_per_item = (Hkv + splits - 1) / splits;
   const int64_t items_per_row = (Hkv + heads_per_item - 1) / heads_per_item;
   auto& row = HWY_DYNAMIC_DISPATCH(SingleQueryRow);
+  auto rows_of = [&](int64_t b, int64_t h0) {  // batch row b's cache from kv head h0
+    CacheRows r = cache;
+    const int64_t at = (b * Sk * Hkv + h0) * D;
+    if (r.k_codes != nullptr) {
+      r.k_codes += at;
+      r.v_codes += at;
+      r.k_scale += b * Sk;
+      r.v_scale += b * Sk;
+    } else {
+      r.k += at;
+      r.v += at;
+    }
+    return r;
+  };
   parallel_for(B * items_per_row, items_per_task(2 * Sk * heads_per_item * D),
                [&](int64_t begin, int64_t end) {
                  for (int64_t item = begin; item < end; ++item) {
@@ -498,11 +589,30 @@ void single_query_attention(float* out, float* lse, const float* q, const float*
                    const int64_t heads = std::min(heads_per_item, Hkv - h0);
                    const int64_t q0 = (b * Hq + h0 * G) * D;
                    // lse is (B, Hq, Sq = 1): the item's heads are contiguous there too.
-                   row(out + q0, lse + b * Hq + h0 * G, q + q0, k + (b * Sk * Hkv + h0) * D,
-                       v + (b * Sk * Hkv + h0) * D, q_pos[b], q_seg[b], k_pos + b * Sk,
-                       k_seg + b * Sk, Sk, heads, G, D, Hkv * D, scale, p.sliding_window);
+                   row(out + q0, lse + b * Hq + h0 * G, q + q0, rows_of(b, h0), q_pos[b], q_seg[b],
+                       k_pos + b * Sk, k_seg + b * Sk, Sk, heads, G, D, scale, p.sliding_window);
                  }
                });
+}
+
+}  // namespace
+
+void single_query_attention(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                            const int32_t* k_seg, const AttentionParams& p) {
+  CacheRows cache;
+  cache.k = k;
+  cache.v = v;
+  cache.row_stride = p.heads_kv * p.head_dim;
+  run_items(out, lse, q, q_pos, q_seg, k_pos, k_seg, p, cache);
+}
+
+void single_query_attention_int8(float* out, float* lse, const float* q, const int8_t* k,
+                                 const float* k_scale, const int8_t* v, const float* v_scale,
+                                 const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                                 const int32_t* k_seg, const AttentionParams& p) {
+  const CacheRows cache{nullptr, nullptr, k, v, k_scale, v_scale, p.heads_kv * p.head_dim};
+  run_items(out, lse, q, q_pos, q_seg, k_pos, k_seg, p, cache);
 }
 
 }  // namespace maxctx::kernels::cpu

@@ -24,6 +24,16 @@ void single_query_attention(float* out, float* lse, const float* q, const float*
                             const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                             const int32_t* k_seg, const AttentionParams& params);
 
+// The same over an int8 KV cache (quantize_kvcache): k, v (B, Sk, Hkv, D) int8 codes with one
+// scale per cache row, k_scale, v_scale (B, Sk). Rows are dequantized as float(code) · scale, the
+// bits of dequantize_rows_int8 (kernels/cpu/int8.h), one kv head and block at a time into an
+// L1-sized scratch, so a decode step reads the int8 bytes once and never writes an fp32 copy of
+// the cache.
+void single_query_attention_int8(float* out, float* lse, const float* q, const int8_t* k,
+                                 const float* k_scale, const int8_t* v, const float* v_scale,
+                                 const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                                 const int32_t* k_seg, const AttentionParams& params);
+
 // The Highway target single_query_attention runs on ("AVX3_DL", "AVX2", ...).
 const char* single_query_attention_simd_target();
 
