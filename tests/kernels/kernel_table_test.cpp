@@ -378,6 +378,9 @@ std::vector<Case> all_cases() {
       {&kMatmul, 17, 33, 9},
       {&kMatmul, 13, 300, 65},
       {&kMatmul, 128, 512, 256},
+      {&kMatmul, 1, 7, 3},   // one token row: the matrix-vector path, shorter than a vector
+      {&kMatmul, 1, 48, 9},  // pairs of vectors, one more vector, groups of four rows and one
+      {&kMatmul, 1, 1000, 37},
       {&kMatmulAccumulateInput, 5, 17, 3},
       {&kMatmulAccumulateInput, 31, 64, 33},
       {&kEmbedding, 1, 1, 1},

@@ -1,7 +1,5 @@
 #include "maxctx/model/inference.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <initializer_list>
 #include <utility>
@@ -38,17 +36,8 @@ void project(InferenceWorkspace& ws, const float* in, int64_t N,
     for (const auto& [w, out] : outs) k::int8_matmul_forward(out, ws.int8_rows, *w->i8);
     return;
   }
-  for (const auto& [w, out] : outs) {
-    if (N == 1) {
-      // One token (batch-1 decode) is a matrix-vector product: sgemv streams W once, where
-      // OpenBLAS's sgemm packs it first and runs ~5x slower (measured, 0.3.21).
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(w->out_dim),
-                  static_cast<int>(w->in_dim), 1.0f, w->f32, static_cast<int>(w->in_dim), in, 1,
-                  0.0f, out, 1);
-    } else {
-      k::matmul_forward(out, in, w->f32, N, w->in_dim, w->out_dim);
-    }
-  }
+  // One token (batch-1 decode) is a matrix-vector product, which matmul_forward streams once.
+  for (const auto& [w, out] : outs) k::matmul_forward(out, in, w->f32, N, w->in_dim, w->out_dim);
 }
 
 // A row split's part of a projection: its rows, then the gather of every rank's rows.

@@ -3,14 +3,16 @@
 //   d_in      d_in[N,I]  = d_out[N,O] · W[O,I]         (NoTrans, NoTrans), beta 0 or 1
 //   d_weight  d_W[O,I]  += d_out[N,O]ᵀ · in[N,I]       (Trans, NoTrans), beta 1
 // All on the project's SGEMM (kernels/cpu/sgemm.h) but the tiniest products, where OpenBLAS
-// measured faster (see gemm below). Empty sums (in_dim or out_dim 0) follow sgemm's K = 0
-// rule: the output becomes beta · itself.
+// measured faster (see gemm below), and the forward of one token row, a matrix-vector product
+// that streams the weights once (kernels/cpu/gemv.h: decode). Empty sums (in_dim or out_dim 0)
+// follow sgemm's K = 0 rule: the output becomes beta · itself.
 #include "maxctx/kernels/cpu/matmul.h"
 
 #include <cblas.h>
 
 #include <algorithm>
 
+#include "maxctx/kernels/cpu/gemv.h"
 #include "maxctx/kernels/cpu/sgemm.h"
 
 namespace maxctx::kernels::cpu {
@@ -57,6 +59,7 @@ void backward(float* d_in, float* d_weight, const float* d_out, const float* in,
 
 void matmul_forward(float* out, const float* in, const float* weight, int64_t N, int64_t in_dim,
                     int64_t out_dim) {
+  if (N == 1) return gemv_forward(out, in, weight, in_dim, out_dim);
   gemm(Transpose::kNo, Transpose::kYes, N, out_dim, in_dim, in, weight, 0.0f, out);
 }
 

@@ -1,0 +1,107 @@
+// Matrix-vector product for one token row: four weight rows at a time share each load of x,
+// two vector accumulators per row (eight FMA chains in flight), and the next four rows are
+// prefetched at the column being read. Every row is computed the same way wherever it falls in
+// a group of four (the last rows go one at a time through the same steps), so a row's bits
+// depend on neither the row range a caller passes (a row split's part) nor the thread count.
+#include "maxctx/kernels/cpu/gemv.h"
+
+#include "maxctx/kernels/cpu/threading.h"
+
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // Highway 1.0.3 workaround, see elementwise.cpp
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "maxctx/kernels/cpu/gemv.cpp"
+// clang-format off
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/cache_control.h"
+// clang-format on
+
+HWY_BEFORE_NAMESPACE();
+namespace maxctx::kernels::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr int64_t kRowsPerGroup = 4;
+
+// out[o] = w_row(o) · in for rows [begin, end) of w (rows of in_dim floats).
+void GemvRows(float* out, const float* in, const float* w, int64_t in_dim, int64_t begin,
+              int64_t end) {
+  const DF d;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  // One row's steps: pairs of vectors into two accumulators, then one vector, then the tail.
+  // The four-row loop below repeats exactly these steps per row.
+  auto finish = [&](VF even, VF odd, const float* row, int64_t k) {
+    if (k + N <= in_dim) {
+      even = hn::MulAdd(hn::LoadU(d, row + k), hn::LoadU(d, in + k), even);
+      k += N;
+    }
+    float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(even, odd)));
+    for (; k < in_dim; ++k) sum += row[k] * in[k];
+    return sum;
+  };
+  const int64_t pairs_end = in_dim / (2 * N) * (2 * N);
+  const int64_t ahead = kRowsPerGroup * in_dim;  // the next group's rows, same column
+  int64_t o = begin;
+  for (; o + kRowsPerGroup <= end; o += kRowsPerGroup) {
+    const float* r0 = w + o * in_dim;
+    const float* r1 = r0 + in_dim;
+    const float* r2 = r1 + in_dim;
+    const float* r3 = r2 + in_dim;
+    VF e0 = hn::Zero(d), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
+    for (int64_t k = 0; k < pairs_end; k += 2 * N) {
+      for (int64_t line = 0; line < 2 * N; line += 16) {  // 64-byte lines
+        hwy::Prefetch(r0 + ahead + k + line);
+        hwy::Prefetch(r1 + ahead + k + line);
+        hwy::Prefetch(r2 + ahead + k + line);
+        hwy::Prefetch(r3 + ahead + k + line);
+      }
+      const VF x0 = hn::LoadU(d, in + k), x1 = hn::LoadU(d, in + k + N);
+      e0 = hn::MulAdd(hn::LoadU(d, r0 + k), x0, e0);
+      d0 = hn::MulAdd(hn::LoadU(d, r0 + k + N), x1, d0);
+      e1 = hn::MulAdd(hn::LoadU(d, r1 + k), x0, e1);
+      d1 = hn::MulAdd(hn::LoadU(d, r1 + k + N), x1, d1);
+      e2 = hn::MulAdd(hn::LoadU(d, r2 + k), x0, e2);
+      d2 = hn::MulAdd(hn::LoadU(d, r2 + k + N), x1, d2);
+      e3 = hn::MulAdd(hn::LoadU(d, r3 + k), x0, e3);
+      d3 = hn::MulAdd(hn::LoadU(d, r3 + k + N), x1, d3);
+    }
+    out[o] = finish(e0, d0, r0, pairs_end);
+    out[o + 1] = finish(e1, d1, r1, pairs_end);
+    out[o + 2] = finish(e2, d2, r2, pairs_end);
+    out[o + 3] = finish(e3, d3, r3, pairs_end);
+  }
+  for (; o < end; ++o) {
+    const float* row = w + o * in_dim;
+    VF even = hn::Zero(d), odd = even;
+    for (int64_t k = 0; k < pairs_end; k += 2 * N) {
+      even = hn::MulAdd(hn::LoadU(d, row + k), hn::LoadU(d, in + k), even);
+      odd = hn::MulAdd(hn::LoadU(d, row + k + N), hn::LoadU(d, in + k + N), odd);
+    }
+    out[o] = finish(even, odd, row, pairs_end);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace maxctx::kernels::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace maxctx::kernels::cpu {
+
+HWY_EXPORT(GemvRows);
+
+void gemv_forward(float* out, const float* in, const float* weight, int64_t in_dim,
+                  int64_t out_dim) {
+  auto& rows = HWY_DYNAMIC_DISPATCH(GemvRows);
+  // Tasks of whole groups of four rows (the split never changes a row's bits anyway).
+  const int64_t grain = (items_per_task(in_dim) + 3) / 4 * 4;
+  parallel_for(out_dim, grain,
+               [&](int64_t begin, int64_t end) { rows(out, in, weight, in_dim, begin, end); });
+}
+
+}  // namespace maxctx::kernels::cpu
+#endif  // HWY_ONCE
