@@ -29,6 +29,8 @@
 #include "maxctx/core/rng.h"
 #include "maxctx/kernels/cpu/attention.h"
 #include "maxctx/kernels/cpu/attention_tiles.h"
+#include "maxctx/kernels/cpu/gemv.h"
+#include "maxctx/kernels/cpu/int8.h"
 #include "maxctx/kernels/cpu/sgemm.h"
 #include "maxctx/kernels/cpu/single_query_attention.h"
 #include "maxctx/kernels/ref/attention.h"
@@ -318,13 +320,84 @@ json decode_attention_case(int64_t seq_k, int64_t layers, int reps) {
     cpu::attention_forward(out.data(), lse.data(), q.data(), k[l].data(), v[l].data(), &q_pos,
                            &q_seg, k_pos.data(), k_seg.data(), p);
   });
+  // The same rows as an int8 cache (quantize_kvcache): codes and one scale per row.
+  const int64_t row = p.heads_kv * p.head_dim;
+  std::vector<std::vector<int8_t>> k8, v8;
+  std::vector<std::vector<float>> k_scale, v_scale;
+  for (int64_t l = 0; l < layers; ++l) {
+    k8.emplace_back(static_cast<size_t>(kv_numel));
+    v8.emplace_back(static_cast<size_t>(kv_numel));
+    k_scale.emplace_back(static_cast<size_t>(seq_k));
+    v_scale.emplace_back(static_cast<size_t>(seq_k));
+    cpu::quantize_rows_int8(k8[l].data(), k_scale[l].data(), k[l].data(), seq_k, row, 127.5f);
+    cpu::quantize_rows_int8(v8[l].data(), v_scale[l].data(), v[l].data(), seq_k, row, 127.5f);
+  }
+  json int8 = measure([&](int64_t l) {
+    cpu::single_query_attention_int8(out.data(), lse.data(), q.data(), k8[l].data(),
+                                     k_scale[l].data(), v8[l].data(), v_scale[l].data(), &q_pos,
+                                     &q_seg, k_pos.data(), k_seg.data(), p);
+  });
+  // gb_per_s above counts fp32 bytes; the int8 cache reads a quarter of them plus the scales.
+  int8["int8_gb_per_s"] = int8["gb_per_s"].get<double>() * (2.0 * kv_numel + 8.0 * seq_k) / bytes;
   return {{"seq_k", seq_k},
           {"layers_cycled", layers},
           {"kv_mib_per_call", bytes / (1 << 20)},
           {"decode", decode},
           {"general_seq_q1", general},
+          {"int8_cache", int8},
           {"speedup", general["cpu_seconds_per_call"].get<double>() /
                           decode["cpu_seconds_per_call"].get<double>()}};
+}
+
+// One token row through the maxctx-100m projections (q, k, v, o, gate, up, down per layer; 8
+// layers, 361 MB, past the L3 so every call streams from DRAM): the project's gemv_forward
+// against OpenBLAS's sgemv on the same matrices, alternating per repetition.
+json gemv() {
+  struct Projection {
+    int64_t out_dim, in_dim;
+  };
+  const Projection layer[] = {{1024, 1024}, {256, 1024},  {256, 1024}, {1024, 1024},
+                              {2816, 1024}, {2816, 1024}, {1024, 2816}};
+  constexpr int64_t kLayers = 8;
+  std::vector<std::vector<float>> weights;
+  double bytes = 0;
+  for (int64_t l = 0; l < kLayers; ++l) {
+    for (const Projection& w : layer) {
+      weights.push_back(normal(w.out_dim * w.in_dim, "gemv_w"));
+      bytes += 4.0 * double(w.out_dim * w.in_dim);
+    }
+  }
+  const auto x = normal(2816, "gemv_x");
+  std::vector<float> y(2816);
+  auto pass = [&](bool blas) {
+    size_t i = 0;
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const Projection& w : layer) {
+        const float* m = weights[i++].data();
+        if (blas) {
+          cblas_sgemv(CblasRowMajor, CblasNoTrans, static_cast<int>(w.out_dim),
+                      static_cast<int>(w.in_dim), 1.0f, m, static_cast<int>(w.in_dim), x.data(), 1,
+                      0.0f, y.data(), 1);
+        } else {
+          maxctx::kernels::cpu::gemv_forward(y.data(), x.data(), m, w.in_dim, w.out_dim);
+        }
+      }
+    }
+  };
+  pass(false);  // warm-up: page faults
+  pass(true);
+  Timing ours, blas;
+  for (int r = 0; r < 7; ++r) {
+    const Timing a = best_of(1, [&] { pass(false); });
+    const Timing b = best_of(1, [&] { pass(true); });
+    if (a.cpu_seconds < ours.cpu_seconds) ours = a;
+    if (b.cpu_seconds < blas.cpu_seconds) blas = b;
+  }
+  const double ours_gbs = bytes / ours.cpu_seconds / 1e9, blas_gbs = bytes / blas.cpu_seconds / 1e9;
+  return {{"weights_mb", bytes / 1e6},
+          {"gemv_forward_gb_per_s", ours_gbs},
+          {"openblas_sgemv_gb_per_s", blas_gbs},
+          {"speedup_over_openblas", ours_gbs / blas_gbs}};
 }
 
 json decode_attention() {
@@ -361,6 +434,7 @@ int main(int argc, char** argv) {
       {"tile_products", [&] { return tile_products(peak); }},
       {"attention_causal", [&] { return attention(peak, torch_path); }},
       {"decode_attention", [] { return decode_attention(); }},
+      {"gemv", [] { return gemv(); }},
   };
   for (const auto& [name, run] : sections) {
     if (only.empty() || only == name) result[name] = run();
