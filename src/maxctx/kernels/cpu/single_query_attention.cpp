@@ -275,6 +275,7 @@ void AccumulateFast(float* acc, const float* w, const float* v, const int32_t* r
       }
     } else {
       for (int64_t i = 0; i < n; ++i) {
+        if (ahead != 0) hwy::Prefetch(v + rows[i] * row_stride + c + ahead);
         const VF v0 = hn::LoadU(d, v + rows[i] * row_stride + c);
         for (int t = 0; t < kHeads; ++t)
           a0[t] = hn::MulAdd(hn::Set(d, w[t * kBlockRows + i]), v0, a0[t]);
@@ -425,11 +426,12 @@ void DequantizeRows(float* out, const int8_t* codes, const float* scale, const i
     const int8_t* qr = codes + rows[i] * row_stride;
     for (int64_t o = 0; o < D; o += 64) hwy::Prefetch(qr + ahead + o);  // 64-byte lines
     const float s = scale[rows[i]];
+    const VF vs = hn::Set(d, s);
     float* x = out + i * D;
     int64_t e = 0;
     for (; e + N <= D; e += N) {
       const VF codes_f = hn::ConvertTo(d, hn::PromoteTo(d32, hn::LoadU(d8, qr + e)));
-      hn::StoreU(hn::Mul(codes_f, hn::Set(d, s)), d, x + e);
+      hn::StoreU(hn::Mul(codes_f, vs), d, x + e);
     }
     for (; e < D; ++e) x[e] = float(qr[e]) * s;
   }
@@ -491,19 +493,15 @@ void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cac
     const int64_t width =
         (n + kAttentionScoreAlign - 1) / kAttentionScoreAlign * kAttentionScoreAlign;
     for (int64_t h = 0; h < heads; ++h) {
-      const float* kh = k_block;
-      const float* vh = v_block;
-      const int32_t* kv_rows = block_rows;
-      int64_t kv_stride = D;
       if (int8) {
         DequantizeRows(k_block, cache.k_codes + h * D, cache.k_scale, rows, n, D, row_stride);
         DequantizeRows(v_block, cache.v_codes + h * D, cache.v_scale, rows, n, D, row_stride);
-      } else {
-        kh = cache.k + h * D;
-        vh = cache.v + h * D;
-        kv_rows = rows;
-        kv_stride = row_stride;
       }
+      // fp32 rows are read in place; int8 ones from the dequantized block, its rows 0..n.
+      const float* kh = int8 ? k_block : cache.k + h * D;
+      const float* vh = int8 ? v_block : cache.v + h * D;
+      const int32_t* kv_rows = int8 ? block_rows : rows;
+      const int64_t kv_stride = int8 ? D : row_stride;
       GroupScores(scores, q_scaled + h * G * D, q_packed + h * packed_per_head, kh, kv_rows, n, G,
                   D, P, kv_stride, ahead);
       for (int64_t g = 0; g < G; ++g) {
