@@ -180,9 +180,11 @@ json attention_case(const maxctx::Mesh& mesh, int64_t S, bool load_balance, int 
   for (const char* strategy : {"all_gather", "ring"}) {
     std::unique_ptr<maxctx::parallel::AttentionPlan> plan;
     if (std::string(strategy) == "ring") {
-      plan = std::make_unique<maxctx::parallel::RingContextAttention>(context);
+      plan = std::make_unique<maxctx::parallel::RingContextAttention>(
+          context, maxctx::kernels::backend(maxctx::Device::kCpu));
     } else {
-      plan = std::make_unique<maxctx::parallel::AllGatherContextAttention>(context);
+      plan = std::make_unique<maxctx::parallel::AllGatherContextAttention>(
+          context, maxctx::kernels::backend(maxctx::Device::kCpu));
     }
     double best_fwd_wall = 1e30, best_total_wall = 1e30;
     for (int r = 0; r < reps; ++r) {
@@ -261,7 +263,7 @@ json step_mode(const Options& o) {
   spec.dcn = config.derived.dcn_parallelism;
   const maxctx::Mesh mesh(spec);
   const double rss_before = bench::peak_rss_bytes();
-  maxctx::train::Trainer trainer(config, mesh);
+  maxctx::train::Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   const double rss_constructed = bench::peak_rss_bytes();
   const bench::StepTimes times = bench::time_training_steps(trainer, mesh, o.warmup, o.steps);
   const double rss_peak = bench::peak_rss_bytes();

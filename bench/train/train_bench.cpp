@@ -125,7 +125,7 @@ class TimedAttention final : public parallel::AttentionPlan {
   double backward_seconds = 0;
 
  private:
-  parallel::LocalAttention inner_;
+  parallel::LocalAttention inner_{maxctx::kernels::backend(maxctx::Device::kCpu)};
 };
 
 // One nn.Linear of the model: out = in · Wᵀ, (N, in) -> (N, out), `count` times per step.
@@ -204,7 +204,8 @@ json step_breakdown(const maxctx::Config& config, double peak, int reps) {
   model::init_weights(specs, params.data(), static_cast<uint64_t>(config.init_weights_seed));
   const model::LlamaWeights weights = model::bind_weights(specs, params.data());
   const model::LlamaWeights gradients = model::bind_weights(specs, grads.data());
-  model::LlamaActivations acts = model::allocate_activations(c, 1, S);
+  model::LlamaActivations acts =
+      model::allocate_activations(maxctx::kernels::backend(maxctx::Device::kCpu), c, 1, S);
 
   std::vector<int32_t> tokens(S), targets(S), positions(S), segments(S, 1);
   std::vector<float> loss_weights(S, 1.0f);
@@ -217,7 +218,8 @@ json step_breakdown(const maxctx::Config& config, double peak, int reps) {
       1, S, tokens.data(), targets.data(), positions.data(), segments.data(), loss_weights.data()};
   TimedAttention attention;
   parallel::NoTensorReduction no_tensor;
-  parallel::ModelPlan plan{&attention, &no_tensor, nullptr, 1, 0};
+  parallel::ModelPlan plan{
+      &maxctx::kernels::backend(maxctx::Device::kCpu), &attention, &no_tensor, nullptr, 1, 0};
   const float d_loss = 1.0f / static_cast<float>(S);
 
   double attention_forward = 1e30, attention_backward = 1e30;
@@ -289,7 +291,7 @@ int main(int argc, char** argv) {
                                               "run_name=train_bench"};
   const maxctx::Config config = maxctx::load_config(o.config, overrides, 1);
   const maxctx::Mesh mesh{maxctx::MeshSpec{}};
-  maxctx::train::Trainer trainer(config, mesh);
+  maxctx::train::Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   const bench::StepTimes times = bench::time_training_steps(trainer, mesh, o.warmup, o.steps);
   const double step_peak_rss = bench::peak_rss_bytes();
 

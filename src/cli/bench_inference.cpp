@@ -22,7 +22,8 @@ int run_bench_inference(const Args& args) {
   const infer::MicrobenchmarkOptions options = infer::microbenchmark_options(config);
   infer::InferenceModel model = infer::load_inference_model(config);
   log::info("model: {}", model.source);
-  infer::InferenceEngine engine(settings, model.config, std::move(model.weights), mesh);
+  infer::InferenceEngine engine(kernels_for(config), settings, model.config,
+                                std::move(model.weights), mesh);
   const nlohmann::json results = infer::run_inference_microbenchmark(engine, options);
   const std::string& path = config.inference_microbenchmark_log_file_path;
   if (mesh.world_rank() == 0 && !path.empty()) {

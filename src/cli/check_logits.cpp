@@ -27,10 +27,8 @@
 #include "maxctx/model/activations.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama.h"
-#include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/load_balance.h"
-#include "maxctx/parallel/local_attention.h"
-#include "maxctx/parallel/tensor_parallel.h"
+#include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::cli {
 namespace {
@@ -55,26 +53,11 @@ struct ModelOnMesh {
   std::vector<model::WeightSpec> specs;  // this tensor rank's blocks
   std::vector<float> params;
   model::LlamaWeights weights;
-  std::unique_ptr<parallel::AttentionPlan> attention;
-  std::unique_ptr<parallel::TensorReducer> tensor;
-  parallel::ModelPlan plan;
+  parallel::TrainingPlans plans;  // the training forward's, without parameter sharding
 };
 
-void check_mesh(const Mesh& mesh) {
-  if (mesh.axis_size(Axis::kContextAutoregressive) != 1) {
-    fail(
-        "check-logits runs the training forward; context_autoregressive = {} is the inference "
-        "axis: shard the prompt with ici_context_parallelism and set "
-        "ici_context_autoregressive_parallelism=1 (configs/base.yml does)",
-        mesh.axis_size(Axis::kContextAutoregressive));
-  }
-  if (mesh.axis_size(Axis::kExpert) != 1) {
-    fail("expert parallelism = {} needs a mixture-of-experts model; set ici_expert_parallelism=1",
-         mesh.axis_size(Axis::kExpert));
-  }
-}
-
-void load_model(const Config& c, const Mesh& mesh, ModelOnMesh& m) {
+void load_model(const Config& c, const Mesh& mesh, const parallel::ParallelDims& dims,
+                const kernels::Kernels& kernels, ModelOnMesh& m) {
   const fs::path dir(c.load_parameters_path);
   if (c.load_parameters_path.empty() || !fs::is_directory(dir)) {
     fail("check-logits needs load_parameters_path=<directory with config.json + safetensors>{}",
@@ -82,26 +65,11 @@ void load_model(const Config& c, const Mesh& mesh, ModelOnMesh& m) {
   }
   const bool hf = fs::exists(dir / "config.json");
   m.config = hf ? model::llama_config_from_hf(dir / "config.json") : model::llama_config_from(c);
-  const int tp = static_cast<int>(mesh.axis_size(Axis::kTensor));
-  const int tp_rank = static_cast<int>(mesh.coord(Axis::kTensor));
-  m.specs = model::llama_weight_specs(m.config, tp, tp_rank);
+  m.specs = model::llama_weight_specs(m.config, static_cast<int>(dims.tensor), dims.tensor_rank);
   m.params.assign(model::total_numel(m.specs), 0.0f);
   model::load_hf_weights(m.specs, m.params.data(), dir);
   m.weights = model::bind_weights(m.specs, m.params.data());
-  const Communicator& context = mesh.axis(Axis::kContext);
-  if (context.size() == 1) {
-    m.attention = std::make_unique<parallel::LocalAttention>();
-  } else if (c.context_parallel_strategy == "ring") {
-    m.attention = std::make_unique<parallel::RingContextAttention>(context);
-  } else {
-    m.attention = std::make_unique<parallel::AllGatherContextAttention>(context);
-  }
-  if (tp == 1) {
-    m.tensor = std::make_unique<parallel::NoTensorReduction>();
-  } else {
-    m.tensor = std::make_unique<parallel::TensorAllReduce>(mesh.axis(Axis::kTensor));
-  }
-  m.plan = {m.attention.get(), m.tensor.get(), nullptr, tp, tp_rank};
+  m.plans = parallel::parallelize_training(c, mesh, dims, kernels);
   log::info(
       "check-logits: model from {} ({}): vocab {}, emb {}, layers {}, heads {}/{} kv, head_dim "
       "{}, mlp {}",
@@ -139,9 +107,9 @@ std::vector<float> forward_logits(const Config& c, const Mesh& mesh, ModelOnMesh
   const model::TokenBatch batch{
       1,      local, local_tokens.data(), nullptr, local_positions.data(), local_segments.data(),
       nullptr};
-  model::LlamaActivations acts =
-      model::allocate_activations(m.config, 1, local, m.plan.tensor_size);
-  model::llama_forward(m.config, m.weights, batch, m.plan, acts);
+  model::LlamaActivations acts = model::allocate_activations(*m.plans.model.kernels, m.config, 1,
+                                                             local, m.plans.model.tensor_size);
+  model::llama_forward(m.config, m.weights, batch, m.plans.model, acts);
 
   const int64_t V = m.config.vocab_size;
   std::vector<float> gathered(padded_len * V);  // rank-major: rank r's rows, in its local order
@@ -174,9 +142,9 @@ int run_check_logits(const Args& args) {
     fail("max_kl_div, atol and rtol must be >= 0 (got {}, {}, {})", c.max_kl_div, c.atol, c.rtol);
   }
   const Mesh mesh(mesh_spec_from(c));
-  check_mesh(mesh);
+  const parallel::ParallelDims dims = parallel::ParallelDims::training(mesh);
   ModelOnMesh m;
-  load_model(c, mesh, m);
+  load_model(c, mesh, dims, kernels_for(c), m);
   const std::vector<io::GoldenPrompt> golden = io::read_golden_logits(c.golden_logits_path);
   log::info("check-logits: {} prompts from {}; mesh context {} ({}, load balance {}), tensor {}",
             golden.size(), c.golden_logits_path, mesh.axis_size(Axis::kContext),

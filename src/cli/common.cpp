@@ -24,4 +24,6 @@ MeshSpec mesh_spec_from(const Config& config) {
   return spec;
 }
 
+const kernels::Kernels& kernels_for(const Config&) { return kernels::backend(Device::kCpu); }
+
 }  // namespace maxctx::cli

@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "maxctx/config/config.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/mesh/mesh.h"
 
 namespace maxctx::cli {
@@ -11,5 +12,7 @@ namespace maxctx::cli {
 // The config file and overrides of `args`; the world size sets the device count.
 Config load_command_config(const Args& args, const char* command);
 MeshSpec mesh_spec_from(const Config& config);
+// The op table the run computes with: the cpu backend (the only one this build runs).
+const kernels::Kernels& kernels_for(const Config& config);
 
 }  // namespace maxctx::cli

@@ -62,7 +62,8 @@ int run_decode(const Args& args) {
          config.tokenizer_path, tokenizer->vocab_size(), model.config.vocab_size);
   }
   log::info("model: {}", model.source);
-  infer::InferenceEngine engine(settings, model.config, std::move(model.weights), mesh);
+  infer::InferenceEngine engine(kernels_for(config), settings, model.config,
+                                std::move(model.weights), mesh);
   const std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(settings.slots), prompt);
   const auto start = std::chrono::steady_clock::now();
   const infer::GenerateResult result = engine.generate(prompts);

@@ -11,7 +11,7 @@ int run_train(const Args& args) {
   const Config config = load_command_config(args, "train");
   log::info("{}", format_config(config));
   const Mesh mesh(mesh_spec_from(config));
-  train::Trainer trainer(config, mesh);
+  train::Trainer trainer(config, mesh, kernels_for(config));
   trainer.run();
   return 0;
 }

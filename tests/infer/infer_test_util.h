@@ -37,7 +37,7 @@ inline std::vector<float> init_weights(const model::LlamaConfig& c, uint64_t see
   model::init_weights(specs, flat.data(), seed);
   if (logit_gain != 1.0f) {
     const model::LlamaWeights w = model::bind_weights(specs, flat.data());
-    for (int64_t i = 0; i < c.vocab_size * c.emb_dim; ++i) w.lm_head[i] *= logit_gain;
+    for (int64_t i = 0; i < c.vocab_size * c.emb_dim; ++i) w.lm_head.data<float>()[i] *= logit_gain;
   }
   return flat;
 }

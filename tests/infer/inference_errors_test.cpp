@@ -41,7 +41,8 @@ class InferenceErrors : public ::testing::Test {
 };
 
 TEST_F(InferenceErrors, PromptLongerThanMaxPrefill) {
-  InferenceEngine engine(small_settings(), mc, weights, mesh);
+  InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), small_settings(), mc,
+                         weights, mesh);
   const std::string e = error_of([&] { engine.prefill({std::vector<int32_t>(13, 1), {1}}); });
   EXPECT_NE(e.find("prompt 0 has 13 tokens, more than max_prefill_predict_length = 12"),
             std::string::npos)
@@ -49,7 +50,8 @@ TEST_F(InferenceErrors, PromptLongerThanMaxPrefill) {
 }
 
 TEST_F(InferenceErrors, PromptCountEmptyPromptAndBadId) {
-  InferenceEngine engine(small_settings(), mc, weights, mesh);
+  InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), small_settings(), mc,
+                         weights, mesh);
   EXPECT_NE(error_of([&] { engine.prefill({{1}}); }).find("1 prompts for 2 decode slots"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
@@ -63,7 +65,8 @@ TEST_F(InferenceErrors, PromptCountEmptyPromptAndBadId) {
 }
 
 TEST_F(InferenceErrors, DecodingPastMaxTargetLength) {
-  InferenceEngine engine(small_settings(), mc, weights, mesh);
+  InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), small_settings(), mc,
+                         weights, mesh);
   engine.prefill({std::vector<int32_t>(12, 3), {5}});
   const std::vector<int32_t> tokens = {1, 1};
   const std::vector<uint8_t> active = {1, 1};
@@ -82,7 +85,7 @@ TEST_F(InferenceErrors, MaxTargetNotBeyondMaxPrefill) {
   InferenceSettings s = small_settings();
   s.max_target_length = 12;
   EXPECT_NE(error_of([&] {
-              InferenceEngine(s, mc, weights, mesh);
+              InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, mesh);
             }).find("max_target_length = 12 must exceed max_prefill_predict_length = 12"),
             std::string::npos);
 }
@@ -92,7 +95,9 @@ TEST_F(InferenceErrors, AxisMustDividePrefillAndBatchSlots) {
   InferenceSettings s = small_settings();
   s.max_prefill_length = ca + 1;
   s.max_target_length = 4 * ca;
-  const std::string e = error_of([&] { InferenceEngine(s, mc, weights, mesh); });
+  const std::string e = error_of([&] {
+    InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, mesh);
+  });
   EXPECT_NE(e.find(fmt::format("max_prefill_predict_length = {} does not split over "
                                "context_autoregressive = {}",
                                ca + 1, ca)),
@@ -100,7 +105,9 @@ TEST_F(InferenceErrors, AxisMustDividePrefillAndBatchSlots) {
       << e;
   // The dual chunk swap cuts the prompt into 2·ca chunks; 3·ca tokens split only without it.
   s.max_prefill_length = 3 * ca;
-  const std::string e_lb = error_of([&] { InferenceEngine(s, mc, weights, mesh); });
+  const std::string e_lb = error_of([&] {
+    InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, mesh);
+  });
   EXPECT_NE(e_lb.find(fmt::format("max_prefill_predict_length = {} does not split over "
                                   "context_autoregressive = {} with context_parallel_load_balance "
                                   "(2·ca chunks): make it a multiple of {}",
@@ -108,16 +115,24 @@ TEST_F(InferenceErrors, AxisMustDividePrefillAndBatchSlots) {
             std::string::npos)
       << e_lb;
   s.load_balance = false;
-  EXPECT_EQ(error_of([&] { InferenceEngine(s, mc, weights, mesh); }), "");
+  EXPECT_EQ(error_of([&] {
+              InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, mesh);
+            }),
+            "");
   InferenceSettings b = small_settings();
   b.max_prefill_length = 12 * ca;
   b.max_target_length = 13 * ca;
   b.decode = DecodeSharding::kBatch;
   b.slots = ca + 1;
-  const std::string eb = error_of([&] { InferenceEngine(b, mc, weights, mesh); });
+  const std::string eb = error_of([&] {
+    InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), b, mc, weights, mesh);
+  });
   EXPECT_NE(eb.find("context_autoregressive_decode=batch splits the"), std::string::npos) << eb;
   b.decode = DecodeSharding::kSequence;
-  EXPECT_EQ(error_of([&] { InferenceEngine(b, mc, weights, mesh); }), "");
+  EXPECT_EQ(error_of([&] {
+              InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), b, mc, weights, mesh);
+            }),
+            "");
 }
 
 Config inference_config(const std::vector<std::string>& overrides) {

@@ -94,8 +94,8 @@ TEST_P(InferenceEquality, TokensAndLogitsMatchSingleDevice) {
   const InferenceSettings s = settings_for(c);
   const Mesh single = ca_mesh(Communicator::self());
   const Mesh sharded = ca_mesh(Communicator::world());
-  InferenceEngine reference(s, mc, weights, single);
-  InferenceEngine engine(s, mc, weights, sharded);
+  InferenceEngine reference(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, single);
+  InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, sharded);
   const auto prompts = make_prompts(kSlots, kPrefill, mc.vocab_size, 3);
 
   const GenerateResult want = reference.generate(prompts, true);
@@ -138,7 +138,7 @@ TEST_P(InferencePrefill, LogitsEqualTrainingForward) {
   s.max_target_length = kTarget;
   s.slots = 4;
   s.load_balance = load_balance;
-  InferenceEngine engine(s, mc, weights, sharded);
+  InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, sharded);
   const auto prompts = make_prompts(s.slots, kPrefill - 2, mc.vocab_size, 9);
   std::vector<float> local_logits;
   engine.prefill(prompts, &local_logits);
@@ -165,9 +165,10 @@ TEST_P(InferencePrefill, LogitsEqualTrainingForward) {
   parallel::NoTensorReduction no_reduction;
 
   // Single device, whole batch.
-  parallel::LocalAttention local;
-  parallel::ModelPlan plan{&local, &no_reduction, nullptr, 1, 0};
-  model::LlamaActivations full = model::allocate_activations(mc, B, S_pad);
+  const kernels::Kernels& cpu = maxctx::kernels::backend(maxctx::Device::kCpu);
+  parallel::LocalAttention local(cpu);
+  parallel::ModelPlan plan{&cpu, &local, &no_reduction, nullptr, 1, 0};
+  model::LlamaActivations full = model::allocate_activations(cpu, mc, B, S_pad);
   model::TokenBatch whole{B,      S_pad, tokens.data(), nullptr, positions.data(), segments.data(),
                           nullptr};
   model::llama_forward(mc, w, whole, plan, full);
@@ -181,9 +182,9 @@ TEST_P(InferencePrefill, LogitsEqualTrainingForward) {
       my_segments.push_back(segments[b * S_pad + t]);
     }
   }
-  parallel::AllGatherContextAttention gathered(sharded.axis(Axis::kContextAutoregressive));
-  parallel::ModelPlan cp_plan{&gathered, &no_reduction, nullptr, 1, 0};
-  model::LlamaActivations mine = model::allocate_activations(mc, B, S);
+  parallel::AllGatherContextAttention gathered(sharded.axis(Axis::kContextAutoregressive), cpu);
+  parallel::ModelPlan cp_plan{&cpu, &gathered, &no_reduction, nullptr, 1, 0};
+  model::LlamaActivations mine = model::allocate_activations(cpu, mc, B, S);
   model::TokenBatch my_batch{
       B, S, my_tokens.data(), nullptr, my_positions.data(), my_segments.data(), nullptr};
   model::llama_forward(mc, w, my_batch, cp_plan, mine);
@@ -223,10 +224,16 @@ TEST(InferenceGenerate, StopsAtEos) {
     s.slots = kSlots;
     s.decode = decode;
     const auto prompts = make_prompts(kSlots, kPrefill, mc.vocab_size, 3);
-    const GenerateResult free_run = InferenceEngine(s, mc, weights, single).generate(prompts);
+    const GenerateResult free_run =
+        InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, single)
+            .generate(prompts);
     s.eos_id = free_run.tokens[0][2];  // slot 0's third token
-    const GenerateResult want = InferenceEngine(s, mc, weights, single).generate(prompts);
-    const GenerateResult got = InferenceEngine(s, mc, weights, sharded).generate(prompts);
+    const GenerateResult want =
+        InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, single)
+            .generate(prompts);
+    const GenerateResult got =
+        InferenceEngine(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, sharded)
+            .generate(prompts);
     ASSERT_LE(want.tokens[0].size(), 3u);
     EXPECT_EQ(want.tokens[0].back(), s.eos_id);
     int64_t ran_to_the_end = 0;

@@ -54,14 +54,14 @@ void check_variants(const model::LlamaConfig& mc, const std::vector<float>& weig
   s.slots = 12;
   const Mesh mesh = ca_mesh(Communicator::world());
   const auto prompts = testing::make_prompts(s.slots, s.max_prefill_length, mc.vocab_size, 21);
-  InferenceEngine fp32(s, mc, weights, mesh);
+  InferenceEngine fp32(maxctx::kernels::backend(maxctx::Device::kCpu), s, mc, weights, mesh);
   const GenerateResult greedy = fp32.generate(prompts);
   const auto want = forced_logits(fp32, prompts, greedy.tokens);
   for (const Variant& v : variants) {
     InferenceSettings q = s;
     q.quantize_kvcache = v.int8_kv;
     q.int8_weights = v.int8_weights;
-    InferenceEngine engine(q, mc, weights, mesh);
+    InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), q, mc, weights, mesh);
     const auto got = forced_logits(engine, prompts, greedy.tokens);
     ASSERT_EQ(got.size(), want.size());
     double max_kl = 0.0, sum_kl = 0.0;

@@ -61,7 +61,7 @@ TEST(ModelGradient, DirectionalDerivativesMatchFiniteDifferences) {
   init_weights(m.specs, m.params.data(), 11);
   const RandomBatch data(m.config.vocab_size);
   const TokenBatch batch = data.view();
-  LlamaActivations acts = allocate_activations(m.config, batch.batch, batch.seq);
+  LlamaActivations acts = allocate_activations(*m.plan.kernels, m.config, batch.batch, batch.seq);
 
   const auto loss_at = [&]() {
     const LossSums s = llama_forward(m.config, m.weights, batch, m.plan, acts);
@@ -100,7 +100,7 @@ TEST(ModelGradient, PaddingAndUnscoredTokensDoNotChangeTheLoss) {
   testing::LocalModel m(tiny_config());
   init_weights(m.specs, m.params.data(), 11);
   RandomBatch data(m.config.vocab_size);
-  LlamaActivations acts = allocate_activations(m.config, data.B, data.S);
+  LlamaActivations acts = allocate_activations(*m.plan.kernels, m.config, data.B, data.S);
   const LossSums before = llama_forward(m.config, m.weights, data.view(), m.plan, acts);
   // Row 1's last two tokens are padding (segment 0, weight 0): changing them changes nothing.
   data.tokens[data.S + 10] = 3;

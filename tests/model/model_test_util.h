@@ -31,7 +31,7 @@ struct LocalModel {
   std::vector<float> grads;
   LlamaWeights weights;
   LlamaWeights gradients;
-  parallel::LocalAttention attention;
+  parallel::LocalAttention attention{kernels::backend(Device::kCpu)};
   parallel::NoTensorReduction no_reduction;
   parallel::ModelPlan plan;
 
@@ -42,6 +42,7 @@ struct LocalModel {
         grads(total_numel(specs)) {
     weights = bind_weights(specs, params.data());
     gradients = bind_weights(specs, grads.data());
+    plan.kernels = &kernels::backend(Device::kCpu);
     plan.attention = &attention;
     plan.tensor = &no_reduction;
   }

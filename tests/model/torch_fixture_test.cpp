@@ -35,7 +35,7 @@ TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
   const TokenBatch batch{
       B, S, tokens.data(), targets.data(), positions.data(), segments.data(), weights.data()};
 
-  LlamaActivations acts = allocate_activations(m.config, B, S);
+  LlamaActivations acts = allocate_activations(*m.plan.kernels, m.config, B, S);
   const LossSums sums = llama_forward(m.config, m.weights, batch, m.plan, acts);
   const int64_t V = m.config.vocab_size;
   const std::vector<float> torch_logits = reference.read_f32("logits", {B, S, V});

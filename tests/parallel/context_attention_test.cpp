@@ -126,7 +126,7 @@ TEST_P(ContextAttention, EachRankMatchesTheSingleDeviceRows) {
   const int64_t N = p.B * p.S;
 
   // The unsharded reference.
-  LocalAttention reference;
+  LocalAttention reference(kernels::backend(Device::kCpu));
   const TokenLayout all_tokens{p.B, p.S, p.positions.data(), p.segments.data()};
   std::vector<float> ref_out(N * p.Hq * p.D), ref_lse(p.B * p.Hq * p.S);
   std::vector<float> ref_dq(p.q.size()), ref_dk(p.k.size()), ref_dv(p.v.size());
@@ -148,9 +148,9 @@ TEST_P(ContextAttention, EachRankMatchesTheSingleDeviceRows) {
 
   std::unique_ptr<AttentionPlan> plan;
   if (std::string(c.strategy) == "ring") {
-    plan = std::make_unique<RingContextAttention>(world);
+    plan = std::make_unique<RingContextAttention>(world, kernels::backend(Device::kCpu));
   } else {
-    plan = std::make_unique<AllGatherContextAttention>(world);
+    plan = std::make_unique<AllGatherContextAttention>(world, kernels::backend(Device::kCpu));
   }
   std::vector<float> out(q.size()), lse(p.B * p.Hq * S_local);
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());

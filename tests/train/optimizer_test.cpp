@@ -31,14 +31,16 @@ TEST(AdamW, TwoElementsByHand) {
   //   = [0.97988571188, −1.98084136201].
   const AdamWConfig config{0.9, 0.95, 1e-8, 0.0, 0.1};
   std::vector<float> p = {1.0f, -2.0f}, m(2, 0.0f), v(2, 0.0f);
-  adamw_update(config, 1, 0.01f, p, std::vector<float>{0.5f, -1.0f}, m, v);
+  adamw_update(maxctx::kernels::backend(maxctx::Device::kCpu), config, 1, 0.01f, p,
+               std::vector<float>{0.5f, -1.0f}, m, v);
   expect_rel_near(p[0], 0.9890000002, 1e-6, "p0 step 1");
   expect_rel_near(p[1], -1.9880000001, 1e-6, "p1 step 1");
   expect_rel_near(m[0], 0.05, 1e-6, "m0");
   expect_rel_near(m[1], -0.1, 1e-6, "m1");
   expect_rel_near(v[0], 0.0125, 1e-6, "v0");
   expect_rel_near(v[1], 0.05, 1e-6, "v1");
-  adamw_update(config, 2, 0.01f, p, std::vector<float>{0.1f, 0.2f}, m, v);
+  adamw_update(maxctx::kernels::backend(maxctx::Device::kCpu), config, 2, 0.01f, p,
+               std::vector<float>{0.1f, 0.2f}, m, v);
   expect_rel_near(p[0], 0.9798857118826706, 1e-6, "p0 step 2");
   expect_rel_near(p[1], -1.9808413620073408, 1e-6, "p1 step 2");
   expect_rel_near(m[0], 0.055, 1e-6, "m0 step 2");
@@ -73,7 +75,8 @@ TEST(AdamW, MatchesADoubleLoopOverManySteps) {
                      1.0f);
     for (size_t i = 0; i < n; ++i) g[i] *= static_cast<float>(scale_of(i));
     const double lr = 1e-3 * (1.0 + std::sin(static_cast<double>(step)));
-    adamw_update(config, step, static_cast<float>(lr), p, g, m, v);
+    adamw_update(maxctx::kernels::backend(maxctx::Device::kCpu), config, step,
+                 static_cast<float>(lr), p, g, m, v);
     adamw_reference(config.b1, config.b2, config.eps, config.eps_root, config.weight_decay, step,
                     static_cast<float>(lr), p_ref, g, m_ref, v_ref);
   }
@@ -98,13 +101,14 @@ TEST(AdamW, AShardUpdatesExactlyLikeTheWhole) {
   std::vector<float> sharded = whole, m2 = m, v2 = v;
   for (int64_t step = 1; step <= 5; ++step) {
     rng::fill_normal(g, 2, 2, static_cast<uint64_t>(step) * n, 0.0f, 1.0f);
-    adamw_update(config, step, 1e-2f, whole, g, m, v);
+    adamw_update(maxctx::kernels::backend(maxctx::Device::kCpu), config, step, 1e-2f, whole, g, m,
+                 v);
     const std::span<float> p_span(sharded), m_span(m2), v_span(v2);
     const std::span<const float> g_span(g);
     for (auto [begin, end] : {std::pair<size_t, size_t>{0, 100}, {100, 257}}) {
-      adamw_update(config, step, 1e-2f, p_span.subspan(begin, end - begin),
-                   g_span.subspan(begin, end - begin), m_span.subspan(begin, end - begin),
-                   v_span.subspan(begin, end - begin));
+      adamw_update(maxctx::kernels::backend(maxctx::Device::kCpu), config, step, 1e-2f,
+                   p_span.subspan(begin, end - begin), g_span.subspan(begin, end - begin),
+                   m_span.subspan(begin, end - begin), v_span.subspan(begin, end - begin));
     }
   }
   EXPECT_EQ(sharded, whole);

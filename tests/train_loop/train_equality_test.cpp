@@ -82,7 +82,8 @@ TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
   const Config reference_config = load_config(testing::kBaseConfig, reference_overrides, 1);
   MeshSpec single;
   const Mesh reference_mesh(single, Communicator::self());
-  Trainer reference(reference_config, reference_mesh);
+  Trainer reference(reference_config, reference_mesh,
+                    maxctx::kernels::backend(maxctx::Device::kCpu));
   reference.run();
 
   std::vector<std::string> sharded_overrides = common;
@@ -94,7 +95,7 @@ TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
   spec.ici = config.derived.ici_parallelism;
   spec.dcn = config.derived.dcn_parallelism;
   const Mesh mesh(spec);
-  Trainer sharded(config, mesh);
+  Trainer sharded(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   sharded.run();
 
   ASSERT_EQ(sharded.history().size(), 3u);
@@ -137,7 +138,7 @@ std::string mesh_error(int ranks, std::vector<std::string> overrides) {
     spec.ici = config.derived.ici_parallelism;
     spec.dcn = config.derived.dcn_parallelism;
     const Mesh mesh(spec);
-    Trainer trainer(config, mesh);
+    Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   } catch (const Error& e) {
     return e.what();
   }

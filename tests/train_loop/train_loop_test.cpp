@@ -36,17 +36,20 @@ TEST(TrainLoop, ResumeReproducesTheUninterruptedRunExactly) {
   const std::vector<std::string> keys = {"steps=4", "learning_rate_schedule_steps=4",
                                          "enable_checkpointing=true", "checkpoint_period=2"};
   const Mesh mesh(MeshSpec{});
-  Trainer straight(tiny_config(dir.path(), "straight", keys), mesh);
+  Trainer straight(tiny_config(dir.path(), "straight", keys), mesh,
+                   maxctx::kernels::backend(maxctx::Device::kCpu));
   straight.run();
   ASSERT_EQ(straight.history().size(), 4u);
 
   {
-    Trainer first_half(tiny_config(dir.path(), "resumed", keys), mesh);
+    Trainer first_half(tiny_config(dir.path(), "resumed", keys), mesh,
+                       maxctx::kernels::backend(maxctx::Device::kCpu));
     first_half.run(2);
     ASSERT_EQ(first_half.step(), 2);
   }
   ASSERT_TRUE(fs::exists(dir.path() / "resumed" / "checkpoints" / "2" / "model.safetensors"));
-  Trainer second_half(tiny_config(dir.path(), "resumed", keys), mesh);
+  Trainer second_half(tiny_config(dir.path(), "resumed", keys), mesh,
+                      maxctx::kernels::backend(maxctx::Device::kCpu));
   EXPECT_EQ(second_half.step(), 2);
   second_half.run();
   ASSERT_EQ(second_half.history().size(), 2u);
@@ -66,13 +69,17 @@ TEST(TrainLoop, TruncatedCheckpointIsAClearError) {
   const std::vector<std::string> keys = {"steps=2", "enable_checkpointing=true",
                                          "checkpoint_period=2"};
   {
-    Trainer trainer(tiny_config(dir.path(), "run", keys), mesh);
+    Trainer trainer(tiny_config(dir.path(), "run", keys), mesh,
+                    maxctx::kernels::backend(maxctx::Device::kCpu));
     trainer.run();
   }
   const fs::path model_file = dir.path() / "run" / "checkpoints" / "2" / "model.safetensors";
   ASSERT_TRUE(fs::exists(model_file));
   fs::resize_file(model_file, fs::file_size(model_file) / 2);
-  const std::string error = error_of([&] { Trainer(tiny_config(dir.path(), "run", keys), mesh); });
+  const std::string error = error_of([&] {
+    Trainer(tiny_config(dir.path(), "run", keys), mesh,
+            maxctx::kernels::backend(maxctx::Device::kCpu));
+  });
   EXPECT_NE(error.find("model.safetensors"), std::string::npos) << error;
 }
 
@@ -82,7 +89,7 @@ TEST(TrainLoop, MissingDatasetFileIsAClearError) {
   const std::string error = error_of([&] {
     Trainer(tiny_config(dir.path(), "run",
                         {"dataset_type=tokens", "dataset_path=/nonexistent/tokens.bin"}),
-            mesh);
+            mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   });
   EXPECT_NE(error.find("/nonexistent/tokens.bin"), std::string::npos) << error;
 }
@@ -112,7 +119,7 @@ TEST(TrainLoop, RecallIsLearnable) {
        "base_num_decoder_layers=2", "head_dim=16", "vocab_size=64", "per_device_batch_size=16",
        "steps=400", "learning_rate=3e-3", "learning_rate_schedule_steps=400",
        "warmup_steps_fraction=0.05"});
-  Trainer trainer(config, mesh);
+  Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   trainer.run();
   const auto& history = trainer.history();
   ASSERT_EQ(history.size(), 400u);

@@ -40,7 +40,7 @@ bool Shape::operator==(const Shape& other) const {
 TensorView TensorView::reshaped(Shape shape) const {
   MAXCTX_CHECK_EQ(shape.numel(), numel(), "reshape {} -> {} changes the element count",
                   shape_.to_string(), shape.to_string());
-  return TensorView(data_, dtype_, shape);
+  return TensorView(data_, dtype_, shape, device_);
 }
 
 TensorView TensorView::rows(int64_t begin, int64_t end) const {
@@ -68,11 +68,11 @@ TensorView TensorView::rows(int64_t begin, int64_t end) const {
       sub = Shape{end - begin, shape_[1], shape_[2], shape_[3], shape_[4], shape_[5]};
   }
   auto* base = static_cast<std::byte*>(data_) + begin * row_elements * dtype_size(dtype_);
-  return TensorView(base, dtype_, sub);
+  return TensorView(base, dtype_, sub, device_);
 }
 
-Tensor::Tensor(Shape shape, DType dtype)
-    : buffer_(static_cast<size_t>(shape.numel()) * dtype_size(dtype)),
-      view_(buffer_.data(), dtype, shape) {}
+Tensor::Tensor(Shape shape, DType dtype, const Allocator& allocator)
+    : buffer_(static_cast<size_t>(shape.numel()) * dtype_size(dtype), allocator),
+      view_(buffer_.data(), dtype, shape, allocator.device()) {}
 
 }  // namespace maxctx

@@ -1,9 +1,10 @@
 // Tensor views and owning tensors: row-major, contiguous, up to 6 dims.
 //
-// A TensorView is a pointer, a dtype and a shape; it never owns memory and is cheap to copy.
-// A Tensor owns a 64-byte-aligned buffer and hands out views of it. Kernels take raw pointers
-// and dims (llm.c style); views are how model, parallel and io code pass tensors around with
-// their shapes checked at the boundary.
+// A TensorView is a pointer, a dtype, a device and a shape; it never owns memory and is cheap to
+// copy. A Tensor owns a 64-byte-aligned buffer from an Allocator (a backend's device memory, the
+// host's by default) and hands out views of it. The op table (kernels/kernels.h) takes views and
+// dispatches on their dtype and device; model, parallel and infer code pass tensors around as
+// views with their shapes checked at the boundary.
 #pragma once
 
 #include <array>
@@ -15,6 +16,7 @@
 
 #include "maxctx/core/buffer.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/device.h"
 #include "maxctx/core/dtype.h"
 
 namespace maxctx {
@@ -47,9 +49,16 @@ constexpr DType dtype_of() {
 class TensorView {
  public:
   TensorView() = default;
-  TensorView(void* data, DType dtype, Shape shape) : data_(data), dtype_(dtype), shape_(shape) {}
+  TensorView(void* data, DType dtype, Shape shape, Device device = Device::kCpu)
+      : data_(data), dtype_(dtype), device_(device), shape_(shape) {}
+  // A host array viewed as a 1-D fp32 tensor (the pointer's constness is the caller's promise).
+  static TensorView of(const float* data, int64_t count) {
+    return TensorView(const_cast<float*>(data), DType::kF32, Shape{count});
+  }
 
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  bool empty() const { return data_ == nullptr; }
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return shape_.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
@@ -74,15 +83,19 @@ class TensorView {
  private:
   void* data_ = nullptr;
   DType dtype_ = DType::kF32;
+  Device device_ = Device::kCpu;
   Shape shape_;
 };
 
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(Shape shape, DType dtype = DType::kF32);
+  Tensor(Shape shape, DType dtype = DType::kF32, const Allocator& allocator = host_allocator());
 
   const TensorView& view() const { return view_; }
+  // The first `count` rows along dim 0 (a workspace sized for the most rows, used for fewer).
+  TensorView rows(int64_t count) const { return view_.rows(0, count); }
+  Device device() const { return view_.device(); }
   DType dtype() const { return view_.dtype(); }
   const Shape& shape() const { return view_.shape(); }
   int64_t numel() const { return view_.numel(); }

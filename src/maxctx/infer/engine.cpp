@@ -7,6 +7,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/parallel/load_balance.h"
+#include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::infer {
 namespace {
@@ -48,24 +49,7 @@ void check_settings(const InferenceSettings& s, int ca) {
 
 }  // namespace
 
-void check_inference_mesh(const Mesh& mesh) {
-  const int64_t context = mesh.axis_size(Axis::kContext);
-  if (context != 1) {
-    fail(
-        "context = {} is the training axis; inference shards the prompt and the KV cache over "
-        "context_autoregressive: set ici_context_parallelism=1 and "
-        "ici_context_autoregressive_parallelism={}",
-        context, context * mesh.axis_size(Axis::kContextAutoregressive));
-  }
-  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor, Axis::kExpert}) {
-    if (mesh.axis_size(axis) != 1) {
-      fail(
-          "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "
-          "and dcn_{}_parallelism=1",
-          axis_name(axis), mesh.axis_size(axis), axis_name(axis), axis_name(axis));
-    }
-  }
-}
+void check_inference_mesh(const Mesh& mesh) { parallel::ParallelDims::inference(mesh); }
 
 InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
   check_inference_mesh(mesh);
@@ -93,9 +77,11 @@ InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
   return s;
 }
 
-InferenceEngine::InferenceEngine(const InferenceSettings& settings, const model::LlamaConfig& model,
-                                 std::vector<float> weights, const Mesh& mesh)
-    : settings_(settings),
+InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
+                                 const model::LlamaConfig& model, std::vector<float> weights,
+                                 const Mesh& mesh)
+    : kernels_(kernels),
+      settings_(settings),
       model_(model),
       flat_(std::move(weights)),
       ca_(mesh.axis(Axis::kContextAutoregressive)),
@@ -107,34 +93,20 @@ InferenceEngine::InferenceEngine(const InferenceSettings& settings, const model:
   MAXCTX_CHECK_EQ(static_cast<int64_t>(flat_.size()), model::total_numel(specs),
                   "weights of another model");
   llama_weights_ = model::bind_weights(specs, flat_.data());
-  // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
-  if (settings_.decode == DecodeSharding::kSequence && ca > 1) {
-    row_split_ = std::make_unique<AxisRowSplit>(ca_);
-  }
+  parallel::InferenceSharding sharding;
+  sharding.decode = settings_.decode;
+  sharding.slots = settings_.slots;
+  sharding.max_prefill_length = settings_.max_prefill_length;
+  sharding.max_target_length = settings_.max_target_length;
+  sharding.quantize_kvcache = settings_.quantize_kvcache;
+  plans_ = parallel::parallelize_inference(sharding, mesh, kernels_, model_.num_layers,
+                                           model_.num_kv_heads, model_.head_dim);
   inference_weights_ = std::make_unique<model::InferenceWeights>(
-      model_, llama_weights_, settings_.int8_weights,
-      row_split_ ? row_split_->part() : model::RowSplitPart{});
-
-  KvCacheShape shape;
-  shape.layers = model_.num_layers;
-  shape.heads_kv = model_.num_kv_heads;
-  shape.head_dim = model_.head_dim;
-  shape.int8 = settings_.quantize_kvcache;
-  if (settings_.decode == DecodeSharding::kSequence) {
-    shape.slots = settings_.slots;
-    shape.prefill_rows = settings_.max_prefill_length / ca;
-    // Decode tokens go round-robin, so a rank owns at most ceil(T / ca) of a sequence's.
-    shape.decode_rows = ceil_div(settings_.max_target_length, ca);
-  } else {
-    shape.slots = settings_.slots / ca;
-    shape.prefill_rows = settings_.max_prefill_length;
-    shape.decode_rows = settings_.max_target_length;
-  }
-  cache_ = std::make_unique<KvCache>(shape);
-  prefill_attention_ = std::make_unique<PrefillAttention>(ca_, settings_.decode, *cache_);
-  decode_attention_ = std::make_unique<DecodeAttention>(ca_, settings_.decode, *cache_);
+      kernels_, model_, llama_weights_, settings_.int8_weights,
+      plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{});
   const int64_t prefill_rows = settings_.slots * (settings_.max_prefill_length / ca);
-  ws_ = model::allocate_inference_workspace(model_, std::max(prefill_rows, local_slots()));
+  ws_ =
+      model::allocate_inference_workspace(kernels_, model_, std::max(prefill_rows, local_slots()));
   length_.assign(static_cast<size_t>(settings_.slots), 0);
   logits_.assign(static_cast<size_t>(settings_.slots * model_.vocab_size), 0.0f);
 }
@@ -203,14 +175,14 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
     }
   }
   row_logits_.resize(logit_rows_.size() * static_cast<size_t>(V));
-  cache_->reset();
+  plans_.cache->reset();
   model::TokenBatch batch;
   batch.batch = B;
   batch.seq = S;
   batch.tokens = tokens_.data();
   batch.positions = positions_.data();
   batch.segment_ids = segments_.data();
-  model::llama_inference_forward(model_, *inference_weights_, batch, *prefill_attention_, ws_,
+  model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill, ws_,
                                  logit_rows_, row_logits_.data());
   // Exactly one rank holds each slot's last row; the others add zeros, which is exact.
   std::fill(logits_.begin(), logits_.end(), 0.0f);
@@ -251,7 +223,7 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
     positions_[j] = static_cast<int32_t>(length_[b]);
     local_active[j] = active[b];
   }
-  decode_attention_->begin_step(positions_, local_active);
+  plans_.decode->begin_step(positions_, local_active);
   logit_rows_.resize(static_cast<size_t>(local));
   std::iota(logit_rows_.begin(), logit_rows_.end(), 0);
   row_logits_.resize(static_cast<size_t>(local * V));
@@ -261,8 +233,8 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   batch.tokens = tokens_.data();
   batch.positions = positions_.data();
   batch.segment_ids = segments_.data();
-  model::llama_inference_forward(model_, *inference_weights_, batch, *decode_attention_, ws_,
-                                 logit_rows_, row_logits_.data(), row_split_.get());
+  model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.decode, ws_,
+                                 logit_rows_, row_logits_.data(), plans_.row_split.get());
   if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
     ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(logits_));
   } else {
@@ -306,7 +278,7 @@ void InferenceEngine::fill_synthetic(int64_t context) {
          settings_.max_prefill_length);
   }
   const int64_t ca = ca_.size(), rank = ca_.rank();
-  const KvCacheShape& shape = cache_->shape();
+  const parallel::KvCacheShape& shape = plans_.cache->shape();
   const bool sequence = settings_.decode == DecodeSharding::kSequence;
   // Rows in the prefill layout: contiguous 1/ca shares (sequence) or whole prompts (batch).
   const int64_t S = sequence ? ceil_div(context, ca) : context;
@@ -316,18 +288,18 @@ void InferenceEngine::fill_synthetic(int64_t context) {
     positions[s] = static_cast<int32_t>(first_position + s);
     segments[s] = first_position + s < context ? 1 : 0;
   }
-  cache_->reset();
+  plans_.cache->reset();
   const int64_t row = shape.row_elements();
   std::vector<float> k(static_cast<size_t>(S * row)), v(k.size());
   const uint64_t stream = rng::stream_id("synthetic_kv");
   for (int64_t j = 0; j < shape.slots; ++j) {
-    cache_->set_rows(j, 0, S, positions.data(), segments.data());
+    plans_.cache->set_rows(j, 0, S, positions.data(), segments.data());
     for (int64_t l = 0; l < shape.layers; ++l) {
       const uint64_t first =
           static_cast<uint64_t>(((l * shape.slots + j) * 2) * shape.rows() * row);
       rng::fill_normal(k, 0, stream, first, 0.0f, 1.0f);
       rng::fill_normal(v, 0, stream, first + static_cast<uint64_t>(shape.rows() * row), 0.0f, 1.0f);
-      cache_->store(l, j, 0, S, k.data(), v.data());
+      plans_.cache->store(l, j, 0, S, k.data(), v.data());
     }
   }
   std::fill(length_.begin(), length_.end(), context);

@@ -22,14 +22,15 @@
 #include <vector>
 
 #include "maxctx/config/config.h"
-#include "maxctx/infer/attention.h"
-#include "maxctx/infer/kv_cache.h"
-#include "maxctx/infer/row_split.h"
 #include "maxctx/infer/sampler.h"
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/inference.h"
+#include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::infer {
+
+using parallel::decode_owner;
+using parallel::DecodeSharding;
 
 struct InferenceSettings {
   int64_t max_prefill_length = 64;  // max_prefill_predict_length: the longest prompt
@@ -64,8 +65,8 @@ class InferenceEngine {
  public:
   // `weights`: every parameter in llama_weight_specs(model) layout (tensor size 1), as loaded or
   // initialised; the engine keeps it. Collective only in that every rank must build one.
-  InferenceEngine(const InferenceSettings& settings, const model::LlamaConfig& model,
-                  std::vector<float> weights, const Mesh& mesh);
+  InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
+                  const model::LlamaConfig& model, std::vector<float> weights, const Mesh& mesh);
   ~InferenceEngine();
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
@@ -90,9 +91,9 @@ class InferenceEngine {
   const InferenceSettings& settings() const { return settings_; }
   const model::LlamaConfig& model_config() const { return model_; }
   const model::InferenceWeights& weights() const { return *inference_weights_; }
-  const KvCache& cache() const { return *cache_; }
+  const parallel::KvCache& cache() const { return *plans_.cache; }
   // Whether decode steps split the MLP and head rows over the axis (sequence sharding, ca > 1).
-  bool decode_row_split() const { return row_split_ != nullptr; }
+  bool decode_row_split() const { return plans_.row_split != nullptr; }
   int64_t slots() const { return settings_.slots; }
   int64_t ca() const { return ca_.size(); }
   const Communicator& axis() const { return ca_; }  // context_autoregressive
@@ -103,16 +104,14 @@ class InferenceEngine {
   int64_t local_slots() const;
   int64_t first_local_slot() const;
 
+  const kernels::Kernels& kernels_;
   InferenceSettings settings_;
   model::LlamaConfig model_;
   std::vector<float> flat_;  // (total_numel) the fp32 parameters
   model::LlamaWeights llama_weights_;
   const Communicator& ca_;
-  std::unique_ptr<AxisRowSplit> row_split_;  // sequence-sharded decode over ca > 1, else null
+  parallel::InferencePlans plans_;  // cache, prefill/decode attention, row split
   std::unique_ptr<model::InferenceWeights> inference_weights_;
-  std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<PrefillAttention> prefill_attention_;
-  std::unique_ptr<DecodeAttention> decode_attention_;
   model::InferenceWorkspace ws_;
   Sampler sampler_;
 

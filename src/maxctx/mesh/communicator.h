@@ -22,6 +22,8 @@
 #include <string_view>
 #include <vector>
 
+#include "maxctx/core/split.h"
+
 namespace maxctx {
 
 enum class ReduceOp { kSum, kMax, kMin };
@@ -38,12 +40,6 @@ ReduceScatterAlgorithm default_reduce_scatter_algorithm();
 // chunked paths; every rank must set the same value.
 void set_max_elements_per_call(int64_t max_elements);
 int64_t max_elements_per_call();
-
-// Contiguous split of `total` elements into `parts` blocks: block p has total / parts elements,
-// plus one for the first total % parts blocks. split_offset is where block p starts.
-int64_t split_count(int64_t total, int parts, int part);
-int64_t split_offset(int64_t total, int parts, int part);
-std::vector<int64_t> split_counts(int64_t total, int parts);
 
 // A pending isend or irecv. Move-only; wait() completes it (and checks that a receive got exactly
 // the elements its buffer holds). A Request destroyed while pending waits first, so its buffer is

@@ -2,8 +2,8 @@
 
 namespace maxctx::model {
 
-LlamaActivations allocate_activations(const LlamaConfig& c, int64_t batch, int64_t seq,
-                                      int tensor_size) {
+LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConfig& c,
+                                      int64_t batch, int64_t seq, int tensor_size) {
   const int64_t N = batch * seq;
   const int64_t E = c.emb_dim;
   const int64_t Hq = c.num_query_heads / tensor_size;
@@ -13,40 +13,41 @@ LlamaActivations allocate_activations(const LlamaConfig& c, int64_t batch, int64
   LlamaActivations a;
   a.batch = batch;
   a.seq = seq;
-  a.rope_cos = Tensor(Shape{N, D / 2});
-  a.rope_sin = Tensor(Shape{N, D / 2});
+  a.rope_cos = k.empty({N, D / 2});
+  a.rope_sin = k.empty({N, D / 2});
   for (int64_t l = 0; l <= c.num_layers; ++l) a.residual.emplace_back(Shape{N, E});
   for (int64_t l = 0; l < c.num_layers; ++l) {
     a.residual_mid.emplace_back(Shape{N, E});
     LayerActivations& layer = a.layers.emplace_back();
-    layer.attn_norm_rstd = Tensor(Shape{N});
-    layer.attn_norm_out = Tensor(Shape{N, E});
-    layer.q = Tensor(Shape{N, Hq, D});
-    layer.k = Tensor(Shape{N, Hkv, D});
-    layer.v = Tensor(Shape{N, Hkv, D});
-    layer.attn_out = Tensor(Shape{N, Hq, D});
-    layer.lse = Tensor(Shape{batch, Hq, seq});
-    layer.mlp_norm_rstd = Tensor(Shape{N});
-    layer.mlp_norm_out = Tensor(Shape{N, E});
-    layer.gate = Tensor(Shape{N, F});
-    layer.up = Tensor(Shape{N, F});
-    layer.swiglu_out = Tensor(Shape{N, F});
+    layer.attn_norm_rstd = k.empty({N});
+    layer.attn_norm_out = k.empty({N, E});
+    layer.q = k.empty({N, Hq, D});
+    layer.k = k.empty({N, Hkv, D});
+    layer.v = k.empty({N, Hkv, D});
+    layer.attn_out = k.empty({N, Hq, D});
+    layer.lse = k.empty({batch, Hq, seq});
+    layer.mlp_norm_rstd = k.empty({N});
+    layer.mlp_norm_out = k.empty({N, E});
+    layer.gate = k.empty({N, F});
+    layer.up = k.empty({N, F});
+    layer.swiglu_out = k.empty({N, F});
   }
-  a.final_norm_rstd = Tensor(Shape{N});
-  a.final_norm_out = Tensor(Shape{N, E});
-  a.logits = Tensor(Shape{N, c.vocab_size});
-  a.xent_lse = Tensor(Shape{N});
-  a.token_loss = Tensor(Shape{N});
-  a.d_residual = Tensor(Shape{N, E});
-  a.d_normed = Tensor(Shape{N, E});
-  a.d_x = Tensor(Shape{N, E});
-  a.d_q = Tensor(Shape{N, Hq, D});
-  a.d_k = Tensor(Shape{N, Hkv, D});
-  a.d_v = Tensor(Shape{N, Hkv, D});
-  a.d_attn = Tensor(Shape{N, Hq, D});
-  a.d_gate = Tensor(Shape{N, F});
-  a.d_up = Tensor(Shape{N, F});
-  a.d_swiglu = Tensor(Shape{N, F});
+  a.final_norm_rstd = k.empty({N});
+  a.final_norm_out = k.empty({N, E});
+  a.logits = k.empty({N, c.vocab_size});
+  a.xent_lse = k.empty({N});
+  a.token_loss = k.empty({N});
+  a.proj = k.empty({N, E});
+  a.d_residual = k.empty({N, E});
+  a.d_normed = k.empty({N, E});
+  a.d_x = k.empty({N, E});
+  a.d_q = k.empty({N, Hq, D});
+  a.d_k = k.empty({N, Hkv, D});
+  a.d_v = k.empty({N, Hkv, D});
+  a.d_attn = k.empty({N, Hq, D});
+  a.d_gate = k.empty({N, F});
+  a.d_up = k.empty({N, F});
+  a.d_swiglu = k.empty({N, F});
   return a;
 }
 

@@ -2,12 +2,14 @@
 //
 // Legend: N = B·S tokens on this rank, E emb_dim, Hq/Hkv this rank's query/kv heads (after the
 // tensor split), D head_dim, F this rank's mlp width, V vocab. Allocated once for a fixed
-// (B, S); forward fills them, backward reads them. Nothing is allocated per step.
+// (B, S) through the backend the model runs on; forward fills them, backward reads them. Nothing
+// is allocated per step.
 #pragma once
 
 #include <vector>
 
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
 
 namespace maxctx::model {
@@ -42,6 +44,7 @@ struct LlamaActivations {
   Tensor logits;           // (N, V); overwritten by d_logits in backward
   Tensor xent_lse;         // (N)
   Tensor token_loss;       // (N) weight · cross-entropy
+  Tensor proj;             // (N, E) o_proj / down_proj output before its residual add
 
   // Backward workspace.
   Tensor d_residual;  // (N, E) gradient of the stream
@@ -56,7 +59,7 @@ struct LlamaActivations {
   Tensor d_swiglu;    // (N, F)
 };
 
-LlamaActivations allocate_activations(const LlamaConfig& config, int64_t batch, int64_t seq,
-                                      int tensor_size = 1);
+LlamaActivations allocate_activations(const kernels::Kernels& kernels, const LlamaConfig& config,
+                                      int64_t batch, int64_t seq, int tensor_size = 1);
 
 }  // namespace maxctx::model

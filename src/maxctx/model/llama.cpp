@@ -3,18 +3,10 @@
 #include <algorithm>
 
 #include "maxctx/core/check.h"
-#include "maxctx/kernels/cpu/cross_entropy.h"
-#include "maxctx/kernels/cpu/elementwise.h"
-#include "maxctx/kernels/cpu/embedding.h"
-#include "maxctx/kernels/cpu/matmul.h"
-#include "maxctx/kernels/cpu/rmsnorm.h"
-#include "maxctx/kernels/cpu/rope.h"
-#include "maxctx/kernels/cpu/swiglu.h"
+#include "maxctx/model/decoder_layer.h"
 
 namespace maxctx::model {
 namespace {
-
-namespace k = kernels::cpu;
 
 // This rank's share of the model's dimensions.
 struct LocalDims {
@@ -54,88 +46,83 @@ void check_activations(const LlamaConfig& c, const TokenBatch& b, const LlamaAct
                   "activations for another model");
 }
 
-void attention_block_forward(const LlamaConfig& c, const LocalDims& d, const LayerWeights& w,
-                             const TokenBatch& b, parallel::ModelPlan& plan, LlamaActivations& acts,
-                             const float* residual_in, float* residual_out, LayerActivations& a) {
-  k::rmsnorm_forward(a.attn_norm_out.data<float>(), a.attn_norm_rstd.data<float>(), residual_in,
-                     w.attn_norm, d.N, d.E, c.norm_eps);
-  k::matmul_forward(a.q.data<float>(), a.attn_norm_out.data<float>(), w.wq, d.N, d.E, d.q_dim());
-  k::matmul_forward(a.k.data<float>(), a.attn_norm_out.data<float>(), w.wk, d.N, d.E, d.kv_dim());
-  k::matmul_forward(a.v.data<float>(), a.attn_norm_out.data<float>(), w.wv, d.N, d.E, d.kv_dim());
-  k::rope_forward(a.q.data<float>(), a.q.data<float>(), acts.rope_cos.data<float>(),
-                  acts.rope_sin.data<float>(), d.N, d.Hq, d.D);
-  k::rope_forward(a.k.data<float>(), a.k.data<float>(), acts.rope_cos.data<float>(),
-                  acts.rope_sin.data<float>(), d.N, d.Hkv, d.D);
-  plan.attention->forward(a.attn_out.data<float>(), a.lse.data<float>(), a.q.data<float>(),
-                          a.k.data<float>(), a.v.data<float>(), token_layout(b),
-                          attention_dims(c, d));
-  // o_proj is row-parallel: each tensor rank holds a partial sum of the output.
-  k::matmul_forward(residual_out, a.attn_out.data<float>(), w.wo, d.N, d.q_dim(), d.E);
-  plan.tensor->all_reduce_sum(residual_out, d.N * d.E);
-  k::add_inplace(residual_out, residual_in, d.N * d.E);
+// Training's attention: the context-parallel (or local) plan, which keeps lse for backward.
+class PlanAttention final : public parallel::LayerAttention {
+ public:
+  explicit PlanAttention(parallel::AttentionPlan& plan) : plan_(plan) {}
+  void forward(int64_t, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
+               const parallel::TokenLayout& tokens, const kernels::AttentionParams& dims) override {
+    plan_.forward(out.data<float>(), lse.data<float>(), q.data<float>(), k.data<float>(),
+                  v.data<float>(), tokens, dims);
+  }
+
+ private:
+  parallel::AttentionPlan& plan_;
+};
+
+DecoderLayerWeights layer_weights(const LayerWeights& w) {
+  return {w.attn_norm, linear_of(w.wq),     linear_of(w.wk),   linear_of(w.wv),    linear_of(w.wo),
+          w.mlp_norm,  linear_of(w.w_gate), linear_of(w.w_up), linear_of(w.w_down)};
 }
 
-void mlp_block_forward(const LlamaConfig& c, const LocalDims& d, const LayerWeights& w,
-                       parallel::ModelPlan& plan, const float* residual_in, float* residual_out,
-                       LayerActivations& a) {
-  k::rmsnorm_forward(a.mlp_norm_out.data<float>(), a.mlp_norm_rstd.data<float>(), residual_in,
-                     w.mlp_norm, d.N, d.E, c.norm_eps);
-  k::matmul_forward(a.gate.data<float>(), a.mlp_norm_out.data<float>(), w.w_gate, d.N, d.E, d.F);
-  k::matmul_forward(a.up.data<float>(), a.mlp_norm_out.data<float>(), w.w_up, d.N, d.E, d.F);
-  k::swiglu_forward(a.swiglu_out.data<float>(), a.gate.data<float>(), a.up.data<float>(), d.N, d.F);
-  k::matmul_forward(residual_out, a.swiglu_out.data<float>(), w.w_down, d.N, d.F, d.E);
-  plan.tensor->all_reduce_sum(residual_out, d.N * d.E);
-  k::add_inplace(residual_out, residual_in, d.N * d.E);
+DecoderLayerBuffers layer_buffers(LayerActivations& a, LlamaActivations& acts) {
+  DecoderLayerBuffers b;
+  b.attn_norm_rstd = a.attn_norm_rstd.view();
+  b.attn_norm_out = a.attn_norm_out.view();
+  b.q = a.q.view();
+  b.k = a.k.view();
+  b.v = a.v.view();
+  b.attn_out = a.attn_out.view();
+  b.lse = a.lse.view();
+  b.proj = acts.proj.view();
+  b.mlp_norm_rstd = a.mlp_norm_rstd.view();
+  b.mlp_norm_out = a.mlp_norm_out.view();
+  b.gate = a.gate.view();
+  b.up = a.up.view();
+  b.swiglu_out = a.swiglu_out.view();
+  return b;
 }
 
 // d_residual holds dL/d(residual_out) on entry and dL/d(residual_in) on exit.
-void mlp_block_backward(const LocalDims& d, const LayerWeights& w, const LayerWeights& g,
-                        parallel::ModelPlan& plan, const float* residual_in, LlamaActivations& acts,
+void mlp_block_backward(const kernels::Kernels& k, const LayerWeights& w, const LayerWeights& g,
+                        parallel::ModelPlan& plan, TensorView residual_in, LlamaActivations& acts,
                         LayerActivations& a) {
-  float* d_residual = acts.d_residual.data<float>();
-  k::matmul_backward(acts.d_swiglu.data<float>(), g.w_down, d_residual, a.swiglu_out.data<float>(),
-                     w.w_down, d.N, d.F, d.E);
-  k::swiglu_backward(acts.d_gate.data<float>(), acts.d_up.data<float>(),
-                     acts.d_swiglu.data<float>(), a.gate.data<float>(), a.up.data<float>(), d.N,
-                     d.F);
-  float* d_normed = acts.d_normed.data<float>();
-  k::matmul_backward(d_normed, g.w_gate, acts.d_gate.data<float>(), a.mlp_norm_out.data<float>(),
-                     w.w_gate, d.N, d.E, d.F);
-  k::matmul_backward_accumulate_input(d_normed, g.w_up, acts.d_up.data<float>(),
-                                      a.mlp_norm_out.data<float>(), w.w_up, d.N, d.E, d.F);
+  const TensorView d_residual = acts.d_residual.view();
+  k.matmul_backward(acts.d_swiglu.view(), g.w_down, d_residual, a.swiglu_out.view(), w.w_down);
+  k.swiglu_backward(acts.d_gate.view(), acts.d_up.view(), acts.d_swiglu.view(), a.gate.view(),
+                    a.up.view());
+  const TensorView d_normed = acts.d_normed.view();
+  k.matmul_backward(d_normed, g.w_gate, acts.d_gate.view(), a.mlp_norm_out.view(), w.w_gate);
+  k.matmul_backward_accumulate_input(d_normed, g.w_up, acts.d_up.view(), a.mlp_norm_out.view(),
+                                     w.w_up);
   // gate/up are column-parallel: their input gradients are partial sums over tensor ranks.
-  plan.tensor->all_reduce_sum(d_normed, d.N * d.E);
-  k::rmsnorm_backward(acts.d_x.data<float>(), g.mlp_norm, d_normed, residual_in, w.mlp_norm,
-                      a.mlp_norm_rstd.data<float>(), d.N, d.E);
-  k::add_inplace(d_residual, acts.d_x.data<float>(), d.N * d.E);
+  plan.tensor->all_reduce_sum(d_normed.data<float>(), d_normed.numel());
+  k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, d_normed, residual_in, w.mlp_norm,
+                     a.mlp_norm_rstd.view());
+  k.add_inplace(d_residual, acts.d_x.view());
 }
 
-void attention_block_backward(const LlamaConfig& c, const LocalDims& d, const LayerWeights& w,
-                              const LayerWeights& g, const TokenBatch& b, parallel::ModelPlan& plan,
-                              const float* residual_in, LlamaActivations& acts,
-                              LayerActivations& a) {
-  float* d_residual = acts.d_residual.data<float>();
-  k::matmul_backward(acts.d_attn.data<float>(), g.wo, d_residual, a.attn_out.data<float>(), w.wo,
-                     d.N, d.q_dim(), d.E);
+void attention_block_backward(const kernels::Kernels& k, const kernels::AttentionParams& dims,
+                              const LayerWeights& w, const LayerWeights& g, const TokenBatch& b,
+                              parallel::ModelPlan& plan, TensorView residual_in,
+                              LlamaActivations& acts, LayerActivations& a) {
+  const TensorView d_residual = acts.d_residual.view();
+  k.matmul_backward(acts.d_attn.view(), g.wo, d_residual, a.attn_out.view(), w.wo);
   plan.attention->backward(acts.d_q.data<float>(), acts.d_k.data<float>(), acts.d_v.data<float>(),
                            acts.d_attn.data<float>(), a.attn_out.data<float>(), a.lse.data<float>(),
                            a.q.data<float>(), a.k.data<float>(), a.v.data<float>(), token_layout(b),
-                           attention_dims(c, d));
-  k::rope_backward(acts.d_q.data<float>(), acts.d_q.data<float>(), acts.rope_cos.data<float>(),
-                   acts.rope_sin.data<float>(), d.N, d.Hq, d.D);
-  k::rope_backward(acts.d_k.data<float>(), acts.d_k.data<float>(), acts.rope_cos.data<float>(),
-                   acts.rope_sin.data<float>(), d.N, d.Hkv, d.D);
-  float* d_normed = acts.d_normed.data<float>();
-  const float* normed = a.attn_norm_out.data<float>();
-  k::matmul_backward(d_normed, g.wq, acts.d_q.data<float>(), normed, w.wq, d.N, d.E, d.q_dim());
-  k::matmul_backward_accumulate_input(d_normed, g.wk, acts.d_k.data<float>(), normed, w.wk, d.N,
-                                      d.E, d.kv_dim());
-  k::matmul_backward_accumulate_input(d_normed, g.wv, acts.d_v.data<float>(), normed, w.wv, d.N,
-                                      d.E, d.kv_dim());
-  plan.tensor->all_reduce_sum(d_normed, d.N * d.E);
-  k::rmsnorm_backward(acts.d_x.data<float>(), g.attn_norm, d_normed, residual_in, w.attn_norm,
-                      a.attn_norm_rstd.data<float>(), d.N, d.E);
-  k::add_inplace(d_residual, acts.d_x.data<float>(), d.N * d.E);
+                           dims);
+  k.rope_backward(acts.d_q.view(), acts.d_q.view(), acts.rope_cos.view(), acts.rope_sin.view());
+  k.rope_backward(acts.d_k.view(), acts.d_k.view(), acts.rope_cos.view(), acts.rope_sin.view());
+  const TensorView d_normed = acts.d_normed.view();
+  const TensorView normed = a.attn_norm_out.view();
+  k.matmul_backward(d_normed, g.wq, acts.d_q.view(), normed, w.wq);
+  k.matmul_backward_accumulate_input(d_normed, g.wk, acts.d_k.view(), normed, w.wk);
+  k.matmul_backward_accumulate_input(d_normed, g.wv, acts.d_v.view(), normed, w.wv);
+  plan.tensor->all_reduce_sum(d_normed.data<float>(), d_normed.numel());
+  k.rmsnorm_backward(acts.d_x.view(), g.attn_norm, d_normed, residual_in, w.attn_norm,
+                     a.attn_norm_rstd.view());
+  k.add_inplace(d_residual, acts.d_x.view());
 }
 
 void before_use(parallel::ModelPlan& plan, int64_t unit) {
@@ -146,35 +133,46 @@ void gradients_ready(parallel::ModelPlan& plan, int64_t unit) {
   if (plan.weights != nullptr) plan.weights->gradients_ready(static_cast<int>(unit));
 }
 
+const kernels::Kernels& kernels_of(const parallel::ModelPlan& plan) {
+  MAXCTX_CHECK(plan.kernels != nullptr && plan.attention != nullptr && plan.tensor != nullptr,
+               "a model plan needs kernels, an attention plan and a tensor reducer");
+  return *plan.kernels;
+}
+
 }  // namespace
 
 LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
                        parallel::ModelPlan& plan, LlamaActivations& acts) {
+  const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
   const LocalDims d = local_dims(c, b, plan);
-  k::rope_cos_sin(acts.rope_cos.data<float>(), acts.rope_sin.data<float>(), b.positions, d.N, d.D,
-                  c.rope);
+  k.rope_cos_sin(acts.rope_cos.view(), acts.rope_sin.view(), b.positions, c.rope);
+  const LayerInputs inputs{token_layout(b), attention_dims(c, d), acts.rope_cos.view(),
+                           acts.rope_sin.view()};
+  PlanAttention attention(*plan.attention);
+  DecoderLayerPlan layer_plan;
+  layer_plan.kernels = &k;
+  layer_plan.attention = &attention;
+  layer_plan.tensor = plan.tensor;
   const int64_t head_unit = c.num_layers + 1;
   before_use(plan, 0);
-  k::embedding_forward(acts.residual[0].data<float>(), b.tokens, w.embed, d.N, d.E, d.V);
+  k.embedding_forward(acts.residual[0].view(), b.tokens, w.embed);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     before_use(plan, l + 1);
-    LayerActivations& a = acts.layers[l];
-    attention_block_forward(c, d, w.layers[l], b, plan, acts, acts.residual[l].data<float>(),
-                            acts.residual_mid[l].data<float>(), a);
-    mlp_block_forward(c, d, w.layers[l], plan, acts.residual_mid[l].data<float>(),
-                      acts.residual[l + 1].data<float>(), a);
+    DecoderLayerBuffers buffers = layer_buffers(acts.layers[l], acts);
+    decoder_layer_forward(c, l, layer_weights(w.layers[l]), inputs, layer_plan,
+                          acts.residual[l].view(), acts.residual_mid[l].view(),
+                          acts.residual[l + 1].view(), buffers);
   }
   before_use(plan, head_unit);
-  k::rmsnorm_forward(acts.final_norm_out.data<float>(), acts.final_norm_rstd.data<float>(),
-                     acts.residual[c.num_layers].data<float>(), w.final_norm, d.N, d.E, c.norm_eps);
-  k::matmul_forward(acts.logits.data<float>(), acts.final_norm_out.data<float>(), w.lm_head, d.N,
-                    d.E, d.V);
+  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
+                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+  k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
   LossSums sums;
   if (b.targets == nullptr) return sums;
   MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
-  k::cross_entropy_forward(acts.token_loss.data<float>(), acts.xent_lse.data<float>(),
-                           acts.logits.data<float>(), b.targets, b.loss_weights, d.N, d.V);
+  k.cross_entropy_forward(acts.token_loss.view(), acts.xent_lse.view(), acts.logits.view(),
+                          b.targets, TensorView::of(b.loss_weights, d.N));
   const float* token_loss = acts.token_loss.data<float>();
   for (int64_t i = 0; i < d.N; ++i) {
     sums.loss_sum += token_loss[i];
@@ -186,29 +184,29 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
 void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
                     const TokenBatch& b, parallel::ModelPlan& plan, LlamaActivations& acts,
                     float d_loss) {
+  const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
   MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
   const LocalDims d = local_dims(c, b, plan);
-  float* d_logits = acts.logits.data<float>();  // in place: logits are not needed after this
-  k::cross_entropy_backward(d_logits, acts.logits.data<float>(), acts.xent_lse.data<float>(),
-                            b.targets, b.loss_weights, d_loss, d.N, d.V);
-  k::matmul_backward(acts.d_normed.data<float>(), g.lm_head, d_logits,
-                     acts.final_norm_out.data<float>(), w.lm_head, d.N, d.E, d.V);
-  k::rmsnorm_backward(acts.d_residual.data<float>(), g.final_norm, acts.d_normed.data<float>(),
-                      acts.residual[c.num_layers].data<float>(), w.final_norm,
-                      acts.final_norm_rstd.data<float>(), d.N, d.E);
+  const kernels::AttentionParams dims = attention_dims(c, d);
+  const TensorView d_logits = acts.logits.view();  // in place: logits are not needed after this
+  k.cross_entropy_backward(d_logits, acts.logits.view(), acts.xent_lse.view(), b.targets,
+                           TensorView::of(b.loss_weights, d.N), d_loss);
+  k.matmul_backward(acts.d_normed.view(), g.lm_head, d_logits, acts.final_norm_out.view(),
+                    w.lm_head);
+  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
+                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
   gradients_ready(plan, c.num_layers + 1);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     LayerActivations& a = acts.layers[l];
-    mlp_block_backward(d, w.layers[l], g.layers[l], plan, acts.residual_mid[l].data<float>(), acts,
-                       a);
-    attention_block_backward(c, d, w.layers[l], g.layers[l], b, plan,
-                             acts.residual[l].data<float>(), acts, a);
+    mlp_block_backward(k, w.layers[l], g.layers[l], plan, acts.residual_mid[l].view(), acts, a);
+    attention_block_backward(k, dims, w.layers[l], g.layers[l], b, plan, acts.residual[l].view(),
+                             acts, a);
     gradients_ready(plan, l + 1);
   }
   // With tied embeddings the head's gradient also lands in the embedding unit, so that unit is
   // only ready now.
-  k::embedding_backward(g.embed, acts.d_residual.data<float>(), b.tokens, d.N, d.E, d.V);
+  k.embedding_backward(g.embed, acts.d_residual.view(), b.tokens);
   gradients_ready(plan, 0);
 }
 

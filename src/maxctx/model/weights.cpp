@@ -18,89 +18,57 @@ std::string layer_name(int layer, const char* suffix) {
 
 }  // namespace
 
+std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& c) {
+  std::vector<WeightDecl> decls;
+  const auto add = [&](std::string name, int layer, int64_t rows, int64_t cols, WeightRole role,
+                       WeightInit init) {
+    decls.push_back({std::move(name), layer, rows, cols, role, init});
+  };
+  const int64_t E = c.emb_dim;
+  add("model.embed_tokens.weight", -1, c.vocab_size, E, WeightRole::kEmbedding,
+      WeightInit::kFanInNormal);
+  for (int l = 0; l < c.num_layers; ++l) {
+    add(layer_name(l, "input_layernorm.weight"), l, E, 1, WeightRole::kNorm, WeightInit::kOnes);
+    add(layer_name(l, "self_attn.q_proj.weight"), l, c.q_dim(), E, WeightRole::kHeadsOrHidden,
+        WeightInit::kFanInNormal);
+    add(layer_name(l, "self_attn.k_proj.weight"), l, c.kv_dim(), E, WeightRole::kHeadsOrHidden,
+        WeightInit::kFanInNormal);
+    add(layer_name(l, "self_attn.v_proj.weight"), l, c.kv_dim(), E, WeightRole::kHeadsOrHidden,
+        WeightInit::kFanInNormal);
+    add(layer_name(l, "self_attn.o_proj.weight"), l, E, c.q_dim(), WeightRole::kIntoResidual,
+        WeightInit::kFanInNormal);
+    add(layer_name(l, "post_attention_layernorm.weight"), l, E, 1, WeightRole::kNorm,
+        WeightInit::kOnes);
+    add(layer_name(l, "mlp.gate_proj.weight"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
+        WeightInit::kFanInNormal);
+    add(layer_name(l, "mlp.up_proj.weight"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
+        WeightInit::kFanInNormal);
+    add(layer_name(l, "mlp.down_proj.weight"), l, E, c.mlp_dim, WeightRole::kIntoResidual,
+        WeightInit::kFanInNormal);
+  }
+  add("model.norm.weight", -1, E, 1, WeightRole::kNorm, WeightInit::kOnes);
+  if (!c.tie_embeddings) {
+    add("lm_head.weight", -1, c.vocab_size, E, WeightRole::kOutputHead, WeightInit::kFanInNormal);
+  }
+  return decls;
+}
+
 std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, int tp_size, int tp_rank) {
-  MAXCTX_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor rank {} of {}", tp_rank,
-               tp_size);
+  // Heads are split whole: checked here, where the numbers mean heads, with a user's error.
   if (c.num_query_heads % tp_size != 0 || c.num_kv_heads % tp_size != 0 ||
       c.mlp_dim % tp_size != 0) {
     fail("tensor parallelism {} must divide num_query_heads {}, num_kv_heads {} and mlp_dim {}",
          tp_size, c.num_query_heads, c.num_kv_heads, c.mlp_dim);
   }
-  std::vector<WeightSpec> specs;
-  int64_t offset = 0;
-  const auto add = [&](std::string name, int layer, int64_t rows, int64_t cols, TensorSplit split,
-                       WeightInit init) {
-    const int64_t local_rows = split == TensorSplit::kRows ? rows / tp_size : rows;
-    const int64_t local_cols = split == TensorSplit::kCols ? cols / tp_size : cols;
-    const int64_t row_offset = split == TensorSplit::kRows ? tp_rank * local_rows : 0;
-    const int64_t col_offset = split == TensorSplit::kCols ? tp_rank * local_cols : 0;
-    specs.push_back({std::move(name), layer, local_rows, local_cols, rows, cols, row_offset,
-                     col_offset, split, init, offset});
-    offset += local_rows * local_cols;
-  };
-  const int64_t E = c.emb_dim;
-  add("model.embed_tokens.weight", -1, c.vocab_size, E, TensorSplit::kReplicated,
-      WeightInit::kFanInNormal);
-  for (int l = 0; l < c.num_layers; ++l) {
-    add(layer_name(l, "input_layernorm.weight"), l, E, 1, TensorSplit::kReplicated,
-        WeightInit::kOnes);
-    add(layer_name(l, "self_attn.q_proj.weight"), l, c.q_dim(), E, TensorSplit::kRows,
-        WeightInit::kFanInNormal);
-    add(layer_name(l, "self_attn.k_proj.weight"), l, c.kv_dim(), E, TensorSplit::kRows,
-        WeightInit::kFanInNormal);
-    add(layer_name(l, "self_attn.v_proj.weight"), l, c.kv_dim(), E, TensorSplit::kRows,
-        WeightInit::kFanInNormal);
-    add(layer_name(l, "self_attn.o_proj.weight"), l, E, c.q_dim(), TensorSplit::kCols,
-        WeightInit::kFanInNormal);
-    add(layer_name(l, "post_attention_layernorm.weight"), l, E, 1, TensorSplit::kReplicated,
-        WeightInit::kOnes);
-    add(layer_name(l, "mlp.gate_proj.weight"), l, c.mlp_dim, E, TensorSplit::kRows,
-        WeightInit::kFanInNormal);
-    add(layer_name(l, "mlp.up_proj.weight"), l, c.mlp_dim, E, TensorSplit::kRows,
-        WeightInit::kFanInNormal);
-    add(layer_name(l, "mlp.down_proj.weight"), l, E, c.mlp_dim, TensorSplit::kCols,
-        WeightInit::kFanInNormal);
-  }
-  add("model.norm.weight", -1, E, 1, TensorSplit::kReplicated, WeightInit::kOnes);
-  if (!c.tie_embeddings) {
-    add("lm_head.weight", -1, c.vocab_size, E, TensorSplit::kReplicated, WeightInit::kFanInNormal);
-  }
-  return specs;
-}
-
-int64_t total_numel(const std::vector<WeightSpec>& specs) {
-  return specs.empty() ? 0 : specs.back().offset + specs.back().numel();
-}
-
-FlatRange layer_range(const std::vector<WeightSpec>& specs, int layer) {
-  FlatRange range{-1, -1};
-  for (const WeightSpec& s : specs) {
-    if (s.layer != layer) continue;
-    if (range.begin < 0) range.begin = s.offset;
-    MAXCTX_CHECK(range.end < 0 || range.end == s.offset, "layer {} is not contiguous", layer);
-    range.end = s.offset + s.numel();
-  }
-  MAXCTX_CHECK(range.begin >= 0, "no weights for layer {}", layer);
-  return range;
-}
-
-std::vector<FlatRange> weight_units(const std::vector<WeightSpec>& specs) {
-  MAXCTX_CHECK(!specs.empty() && specs.front().layer == -1, "the embedding comes first");
-  int num_layers = 0;
-  for (const WeightSpec& s : specs) num_layers = std::max(num_layers, s.layer + 1);
-  std::vector<FlatRange> units;
-  units.push_back({0, specs.front().numel()});
-  for (int l = 0; l < num_layers; ++l) units.push_back(layer_range(specs, l));
-  const int64_t head_begin = num_layers > 0 ? units.back().end : units.front().end;
-  units.push_back({head_begin, total_numel(specs)});
-  return units;
+  return parallel::shard_weights(llama_weight_decls(c), tp_size, tp_rank);
 }
 
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat) {
-  std::map<std::string, float*> by_name;
+  std::map<std::string, TensorView> by_name;
   int num_layers = 0;
   for (const WeightSpec& s : specs) {
-    by_name[s.name] = flat + s.offset;
+    const Shape shape = s.cols == 1 ? Shape{s.rows} : Shape{s.rows, s.cols};
+    by_name[s.name] = TensorView(flat + s.offset, DType::kF32, shape);
     num_layers = std::max(num_layers, s.layer + 1);
   }
   const auto at = [&](const std::string& name) {

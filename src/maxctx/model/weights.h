@@ -1,7 +1,8 @@
 // The Llama weight tensors, declared once (STYLE.md item 5).
 //
-// llama_weight_specs() is the single list of every parameter tensor: its Hugging Face name, its
-// shape on this rank, how tensor parallelism splits it and how it is initialised. That list
+// llama_weight_decls() is the single list of every parameter tensor: its Hugging Face name, its
+// unsharded shape, its role and how it is initialised; parallel/weight_sharding.h decides from
+// the role how tensor parallelism splits it (llama_weight_specs: this rank's blocks). That list
 // drives allocation (one flat buffer, layer by layer, so fsdp can shard whole layers), the
 // counter-based initialisation, gradient and optimizer-state buffers (flat buffers of the same
 // layout, bound the same way), checkpoint load/save and gradient sync. Nothing else enumerates
@@ -16,73 +17,49 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/core/tensor.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::model {
 
-// How tensor parallelism (Megatron) splits a weight over the `tensor` axis.
-enum class TensorSplit {
-  kReplicated,  // every rank holds all of it (norms, embedding, lm_head)
-  kRows,        // output dim split: column-parallel q, k, v, gate, up
-  kCols,        // input dim split: row-parallel o, down (outputs all-reduced)
-};
+// The weight list's types are parallel/'s (it decides the split); the model names them here.
+using parallel::FlatRange;
+using parallel::layer_range;
+using parallel::TensorSplit;
+using parallel::total_numel;
+using parallel::weight_units;
+using parallel::WeightDecl;
+using parallel::WeightInit;
+using parallel::WeightRole;
+using parallel::WeightSpec;
 
-enum class WeightInit {
-  kOnes,        // RMSNorm scales
-  kFanInNormal  // N(0, 1/in_dim): MaxText's variance scaling for dense kernels and embeddings
-};
-
-struct WeightSpec {
-  std::string name;     // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
-  int layer;            // decoder layer, or -1 for embedding, final norm and head
-  int64_t rows;         // local (this tensor-parallel rank's) shape; rows = out_dim
-  int64_t cols;         // 1 for vectors
-  int64_t global_rows;  // the unsharded shape
-  int64_t global_cols;
-  int64_t row_offset;  // where this rank's block starts in the unsharded tensor
-  int64_t col_offset;
-  TensorSplit split;
-  WeightInit init;
-  int64_t offset;  // first element in the flat buffer
-
-  int64_t numel() const { return rows * cols; }
-};
+// Every weight tensor of `config`, unsharded, in the flat buffer's order: the model's one list.
+std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& config);
 
 // Every weight tensor of `config` on tensor-parallel rank `tp_rank` of `tp_size` (heads and the
 // MLP width must divide by tp_size; checked with an error naming them).
 std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& config, int tp_size = 1,
                                            int tp_rank = 0);
-int64_t total_numel(const std::vector<WeightSpec>& specs);
-// Elements [begin, end) of the flat buffer that hold decoder layer `layer` (-1: the rest is not
-// contiguous, so only layers are asked for).
-struct FlatRange {
-  int64_t begin;
-  int64_t end;
-};
-FlatRange layer_range(const std::vector<WeightSpec>& specs, int layer);
-// The weight units in the model's order of use, each contiguous in the flat buffer:
-// [embedding, layer 0, ..., layer L-1, final norm + lm_head]. fsdp shards unit by unit.
-std::vector<FlatRange> weight_units(const std::vector<WeightSpec>& specs);
-
-// Pointers into one flat buffer laid out by the specs: the parameters, their gradients, or an
-// optimizer moment all bind the same way.
+// Views into one flat buffer laid out by the specs: the parameters, their gradients, or an
+// optimizer moment all bind the same way. Vectors are 1-D, matrices (out_dim, in_dim).
 struct LayerWeights {
-  float* attn_norm;  // (E)
-  float* wq;         // (Hq·D, E)
-  float* wk;         // (Hkv·D, E)
-  float* wv;         // (Hkv·D, E)
-  float* wo;         // (E, Hq·D)
-  float* mlp_norm;   // (E)
-  float* w_gate;     // (F, E)
-  float* w_up;       // (F, E)
-  float* w_down;     // (E, F)
+  TensorView attn_norm;  // (E)
+  TensorView wq;         // (Hq·D, E)
+  TensorView wk;         // (Hkv·D, E)
+  TensorView wv;         // (Hkv·D, E)
+  TensorView wo;         // (E, Hq·D)
+  TensorView mlp_norm;   // (E)
+  TensorView w_gate;     // (F, E)
+  TensorView w_up;       // (F, E)
+  TensorView w_down;     // (E, F)
 };
 
 struct LlamaWeights {
-  float* embed;  // (V, E)
+  TensorView embed;  // (V, E)
   std::vector<LayerWeights> layers;
-  float* final_norm;  // (E)
-  float* lm_head;     // (V, E); == embed when the embeddings are tied
+  TensorView final_norm;  // (E)
+  TensorView lm_head;     // (V, E); == embed when the embeddings are tied
 };
 
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat);

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <span>
 
-#include "maxctx/kernels/cpu/attention.h"
-
 namespace maxctx::parallel {
 namespace {
 
@@ -66,9 +64,10 @@ void AllGatherContextAttention::forward(float* out, float* lse, const float* q, 
                                         const kernels::AttentionParams& dims) {
   gather_keys(k, v, tokens, dims);
   const int64_t cp = context_.size();
-  kernels::cpu::attention_forward(out, lse, q, full_k_.data(), full_v_.data(), tokens.positions,
-                                  tokens.segment_ids, full_pos_.data(), full_seg_.data(),
-                                  chunk_params(tokens, dims, cp * tokens.seq), &stats_);
+  const kernels::AttentionParams p = chunk_params(tokens, dims, cp * tokens.seq);
+  const kernels::AttentionViews views(p, out, lse, q, full_k_.data(), full_v_.data());
+  kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
+                             tokens.segment_ids, full_pos_.data(), full_seg_.data(), p, &stats_);
 }
 
 void AllGatherContextAttention::backward(float* dq, float* dk, float* dv, const float* d_out,
@@ -80,13 +79,15 @@ void AllGatherContextAttention::backward(float* dq, float* dk, float* dv, const 
   const int64_t B = tokens.batch, S = tokens.seq;
   const int64_t row = dims.heads_kv * dims.head_dim;
   const int64_t kv_numel = B * S * row;
-  std::fill(dq, dq + B * S * dims.heads_q * dims.head_dim, 0.0f);
   full_dk_.assign(cp * kv_numel, 0.0f);
   full_dv_.assign(cp * kv_numel, 0.0f);
-  kernels::cpu::attention_backward(dq, full_dk_.data(), full_dv_.data(), d_out, out, lse, q,
-                                   full_k_.data(), full_v_.data(), tokens.positions,
-                                   tokens.segment_ids, full_pos_.data(), full_seg_.data(),
-                                   chunk_params(tokens, dims, cp * S), &stats_);
+  const kernels::AttentionParams p = chunk_params(tokens, dims, cp * S);
+  const kernels::AttentionViews views(p, out, lse, q, full_k_.data(), full_v_.data());
+  const kernels::AttentionViews grads(p, d_out, lse, dq, full_dk_.data(), full_dv_.data());
+  kernels_.fill_zero(grads.q);
+  kernels_.attention_backward(grads.q, grads.k, grads.v, grads.out, views.out, views.lse, views.q,
+                              views.k, views.v, tokens.positions, tokens.segment_ids,
+                              full_pos_.data(), full_seg_.data(), p, &stats_);
   // Every rank holds partial dK/dV for every rank's keys: sum them at their owners. The blocks
   // are [rank][dK | dV] so that one reduce-scatter delivers both.
   send_.resize(cp * 2 * kv_numel);
@@ -152,12 +153,13 @@ void RingContextAttention::forward(float* out, float* lse, const float* q, const
     const int32_t* chunk_pos = chunk_ids_[cur].data();
     float* step_out = step == 0 ? out : partial_out_.data();
     float* step_lse = step == 0 ? lse : partial_lse_.data();
-    kernels::cpu::attention_forward(step_out, step_lse, q, chunk_k, chunk_k + kv_numel,
-                                    tokens.positions, tokens.segment_ids, chunk_pos,
-                                    chunk_pos + B * S, p, &stats_);
+    const kernels::AttentionViews views(p, step_out, step_lse, q, chunk_k, chunk_k + kv_numel);
+    kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
+                               tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, &stats_);
     if (step > 0) {
-      kernels::cpu::attention_merge(out, lse, out, lse, partial_out_.data(), partial_lse_.data(), B,
-                                    S, dims.heads_q, dims.head_dim);
+      const kernels::AttentionViews merged(p, out, lse, q, chunk_k, chunk_k);
+      kernels_.attention_merge(merged.out, merged.lse, merged.out, merged.lse, views.out, views.lse,
+                               B, S, dims.heads_q, dims.head_dim);
     }
     wait_all(in_flight);
   }
@@ -175,8 +177,8 @@ void RingContextAttention::backward(float* dq, float* dk, float* dv, const float
   load_own_chunk(k, v, tokens, kv_numel);
   for (int slot = 0; slot < 2; ++slot) chunk_grad_[slot].resize(2 * kv_numel);
   std::fill(chunk_grad_[0].begin(), chunk_grad_[0].end(), 0.0f);
-  std::fill(dq, dq + B * S * dims.heads_q * dims.head_dim, 0.0f);
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
+  kernels_.fill_zero(kernels::AttentionViews(p, d_out, lse, dq, k, v).q);
 
   // At step i this rank holds the chunk of rank (r − i) with the dK/dV its earlier holders
   // accumulated; after the last step one more hop takes every chunk's gradients home.
@@ -186,9 +188,11 @@ void RingContextAttention::backward(float* dq, float* dk, float* dv, const float
     const float* chunk_k = chunk_kv_[cur].data();
     const int32_t* chunk_pos = chunk_ids_[cur].data();
     float* chunk_dk = chunk_grad_[cur].data();
-    kernels::cpu::attention_backward(dq, chunk_dk, chunk_dk + kv_numel, d_out, out, lse, q, chunk_k,
-                                     chunk_k + kv_numel, tokens.positions, tokens.segment_ids,
-                                     chunk_pos, chunk_pos + B * S, p, &stats_);
+    const kernels::AttentionViews views(p, out, lse, q, chunk_k, chunk_k + kv_numel);
+    const kernels::AttentionViews grads(p, d_out, lse, dq, chunk_dk, chunk_dk + kv_numel);
+    kernels_.attention_backward(grads.q, grads.k, grads.v, grads.out, views.out, views.lse, views.q,
+                                views.k, views.v, tokens.positions, tokens.segment_ids, chunk_pos,
+                                chunk_pos + B * S, p, &stats_);
     wait_all(in_flight);
     // The gradients can only leave once computed.
     context_.send_recv(std::span<const float>(chunk_grad_[cur]), next,

@@ -26,7 +26,8 @@ namespace maxctx::parallel {
 
 class AllGatherContextAttention final : public AttentionPlan {
  public:
-  explicit AllGatherContextAttention(const Communicator& context) : context_(context) {}
+  AllGatherContextAttention(const Communicator& context, const kernels::Kernels& kernels)
+      : context_(context), kernels_(kernels) {}
   void forward(float* out, float* lse, const float* q, const float* k, const float* v,
                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
   void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
@@ -41,6 +42,7 @@ class AllGatherContextAttention final : public AttentionPlan {
                    const kernels::AttentionParams& dims);
 
   const Communicator& context_;
+  const kernels::Kernels& kernels_;
   kernels::AttentionStats stats_;
   std::vector<float> send_, recv_;            // staging for the collectives
   std::vector<float> full_k_, full_v_;        // (B, cp·S, Hkv, D)
@@ -51,7 +53,8 @@ class AllGatherContextAttention final : public AttentionPlan {
 
 class RingContextAttention final : public AttentionPlan {
  public:
-  explicit RingContextAttention(const Communicator& context) : context_(context) {}
+  RingContextAttention(const Communicator& context, const kernels::Kernels& kernels)
+      : context_(context), kernels_(kernels) {}
   void forward(float* out, float* lse, const float* q, const float* k, const float* v,
                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
   void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
@@ -66,6 +69,7 @@ class RingContextAttention final : public AttentionPlan {
   std::vector<Request> pass_chunk_along(int cur);
 
   const Communicator& context_;
+  const kernels::Kernels& kernels_;
   kernels::AttentionStats stats_;
   // Two chunk slots (current, next): K, V (B, S, Hkv, D), positions, segments (B, S); the
   // backward's travelling dK/dV accumulators likewise.

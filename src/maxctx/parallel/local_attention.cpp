@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "maxctx/kernels/cpu/attention.h"
-
 namespace maxctx::parallel {
 namespace {
 
@@ -20,21 +18,24 @@ kernels::AttentionParams self_attention_params(const TokenLayout& tokens,
 
 void LocalAttention::forward(float* out, float* lse, const float* q, const float* k, const float* v,
                              const TokenLayout& tokens, const kernels::AttentionParams& dims) {
-  kernels::cpu::attention_forward(out, lse, q, k, v, tokens.positions, tokens.segment_ids,
-                                  tokens.positions, tokens.segment_ids,
-                                  self_attention_params(tokens, dims), &stats_);
+  const kernels::AttentionParams p = self_attention_params(tokens, dims);
+  const kernels::AttentionViews views(p, out, lse, q, k, v);
+  kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
+                             tokens.segment_ids, tokens.positions, tokens.segment_ids, p, &stats_);
 }
 
 void LocalAttention::backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
                               const float* lse, const float* q, const float* k, const float* v,
                               const TokenLayout& tokens, const kernels::AttentionParams& dims) {
   const kernels::AttentionParams p = self_attention_params(tokens, dims);
-  std::fill(dq, dq + p.batch * p.seq_q * p.heads_q * p.head_dim, 0.0f);
-  std::fill(dk, dk + p.batch * p.seq_k * p.heads_kv * p.head_dim, 0.0f);
-  std::fill(dv, dv + p.batch * p.seq_k * p.heads_kv * p.head_dim, 0.0f);
-  kernels::cpu::attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, tokens.positions,
-                                   tokens.segment_ids, tokens.positions, tokens.segment_ids, p,
-                                   &stats_);
+  const kernels::AttentionViews views(p, out, lse, q, k, v);
+  const kernels::AttentionViews grads(p, d_out, lse, dq, dk, dv);
+  kernels_.fill_zero(grads.q);
+  kernels_.fill_zero(grads.k);
+  kernels_.fill_zero(grads.v);
+  kernels_.attention_backward(grads.q, grads.k, grads.v, grads.out, views.out, views.lse, views.q,
+                              views.k, views.v, tokens.positions, tokens.segment_ids,
+                              tokens.positions, tokens.segment_ids, p, &stats_);
 }
 
 }  // namespace maxctx::parallel

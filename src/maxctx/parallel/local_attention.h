@@ -9,6 +9,7 @@ namespace maxctx::parallel {
 
 class LocalAttention final : public AttentionPlan {
  public:
+  explicit LocalAttention(const kernels::Kernels& kernels) : kernels_(kernels) {}
   void forward(float* out, float* lse, const float* q, const float* k, const float* v,
                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
   void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
@@ -17,13 +18,8 @@ class LocalAttention final : public AttentionPlan {
   kernels::AttentionStats stats() const override { return stats_; }
 
  private:
+  const kernels::Kernels& kernels_;
   kernels::AttentionStats stats_;
-};
-
-// tensor = 1: nothing to reduce.
-class NoTensorReduction final : public TensorReducer {
- public:
-  void all_reduce_sum(float*, int64_t) override {}
 };
 
 }  // namespace maxctx::parallel

@@ -1,15 +1,17 @@
-// What the model asks of parallelism: attention over this rank's tokens, and the tensor-axis
-// all-reduce after row-parallel projections. Nothing else.
+// What the model asks of parallelism: attention over this rank's tokens, the tensor-axis
+// all-reduce after row-parallel projections, where the weights live between uses (fsdp), and
+// inference's row split of the MLP and head. Nothing else.
 //
 // The model (src/maxctx/model) never includes mesh/: it calls a ModelPlan that parallel/ built
 // for the mesh at hand, so the model code is the same for context = 1 and context = 8, tensor = 1
 // and tensor = 4. Implementations: LocalAttention (one rank holds the whole sequence), the
-// context-parallel all_gather and ring plans, and the tensor-parallel reducer.
+// context-parallel all_gather and ring plans, the tensor-parallel reducer, ShardedParameters
+// and the row split over context_autoregressive; parallel/parallelize.h builds them.
 #pragma once
 
 #include <cstdint>
 
-#include "maxctx/kernels/ref/attention.h"
+#include "maxctx/kernels/kernels.h"
 
 namespace maxctx::parallel {
 
@@ -40,12 +42,31 @@ class AttentionPlan {
   virtual kernels::AttentionStats stats() const = 0;
 };
 
+// How one decoder layer's attention reaches its keys, as the model's layer calls it (training
+// adapts its AttentionPlan; inference's prefill and decode plans implement it over the KV
+// cache). q, out (B, S, Hq, D) and k, v (B, S, Hkv, D) are this rank's tokens after RoPE; lse
+// (B, Hq, S) is written when the caller keeps it (training's backward) and may be empty
+// otherwise; `dims` carries heads, head_dim and window; `layer` picks the cache layer.
+class LayerAttention {
+ public:
+  virtual ~LayerAttention() = default;
+  virtual void forward(int64_t layer, TensorView out, TensorView lse, TensorView q, TensorView k,
+                       TensorView v, const TokenLayout& tokens,
+                       const kernels::AttentionParams& dims) = 0;
+};
+
 // The sum over the tensor axis of a row-parallel projection's partial outputs (and of the
 // input gradients of column-parallel ones). Identity when tensor = 1.
 class TensorReducer {
  public:
   virtual ~TensorReducer() = default;
   virtual void all_reduce_sum(float* values, int64_t count) = 0;
+};
+
+// tensor = 1 (and inference, which replicates the tensor axis' work): nothing to reduce.
+class NoTensorReduction final : public TensorReducer {
+ public:
+  void all_reduce_sum(float*, int64_t) override {}
 };
 
 // Where the weights live between uses (fsdp). The model names its weight units in the order it
@@ -60,7 +81,31 @@ class WeightPlan {
   virtual void gradients_ready(int unit) = 0;
 };
 
+// Which part of a row split this rank computes: `ranks` ranks hold the same tokens, and rank
+// `rank` computes rows split_offset(out_dim, ranks, rank) .. + split_count(...) of a projection.
+struct RowSplitPart {
+  int rank = 0;
+  int ranks = 1;
+};
+
+// A decode step in which every rank of an axis holds the same tokens (decode with the KV cache
+// sharded along the sequence) need not read every weight on every rank: attention's projections
+// stay replicated (MaxText's inference rule), but each rank computes only its part of the MLP's
+// hidden units, of the MLP's output and of the logits, and `gather` assembles each from the
+// parts. Every output element is one dot product over the whole input, as without the split
+// (no partial sums to add, the int8 codes and scales unchanged), and each rank streams 1/ranks
+// of the MLP and head weights per step.
+class RowSplit {
+ public:
+  virtual ~RowSplit() = default;
+  virtual RowSplitPart part() const = 0;
+  // out (N, out_dim) from every rank's mine (N, split_count(out_dim, ranks, rank)).
+  virtual void gather(float* out, const float* mine, int64_t N, int64_t out_dim) = 0;
+};
+
+// The training model's plan: the backend its ops run on, and the parallel plans.
 struct ModelPlan {
+  const kernels::Kernels* kernels = nullptr;
   AttentionPlan* attention = nullptr;
   TensorReducer* tensor = nullptr;
   WeightPlan* weights = nullptr;

@@ -7,12 +7,11 @@
 
 namespace maxctx::parallel {
 
-ShardedParameters::ShardedParameters(const std::vector<model::WeightSpec>& specs,
-                                     const Communicator& fsdp, const Communicator& replicas,
-                                     const Communicator& tensor)
+ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
+                                     const Communicator& replicas, const Communicator& tensor)
     : specs_(specs), fsdp_(fsdp), replicas_(replicas), tensor_(tensor) {
   int64_t shard_total = 0;
-  for (const model::FlatRange& r : model::weight_units(specs)) {
+  for (const FlatRange& r : weight_units(specs)) {
     const int64_t n = r.end - r.begin;
     const int64_t count = split_count(n, fsdp.size(), fsdp.rank());
     units_.push_back(
@@ -20,7 +19,7 @@ ShardedParameters::ShardedParameters(const std::vector<model::WeightSpec>& specs
     shard_total += count;
   }
   gathered_.assign(units_.size(), false);
-  full_params_.assign(model::total_numel(specs), 0.0f);
+  full_params_.assign(total_numel(specs), 0.0f);
   full_grads_.assign(full_params_.size(), 0.0f);
   master_.assign(shard_total, 0.0f);
   grad_shard_.assign(shard_total, 0.0f);
@@ -89,7 +88,7 @@ double ShardedParameters::global_grad_norm() const {
   double replicated_sum = 0.0;
   for (const Unit& u : units_) {
     const int64_t shard_end = u.shard_begin + u.shard_count;
-    for (const model::WeightSpec& s : specs_) {
+    for (const WeightSpec& s : specs_) {
       const int64_t begin = std::max(u.shard_begin, s.offset);
       const int64_t end = std::min(shard_end, s.offset + s.numel());
       double sum = 0.0;
@@ -97,7 +96,7 @@ double ShardedParameters::global_grad_norm() const {
         const double g = grad_shard_[u.shard_offset + (i - u.shard_begin)];
         sum += g * g;
       }
-      (s.split == model::TensorSplit::kReplicated ? replicated_sum : split_sum) += sum;
+      (s.split == TensorSplit::kReplicated ? replicated_sum : split_sum) += sum;
     }
   }
   double sums[2] = {split_sum, replicated_sum};

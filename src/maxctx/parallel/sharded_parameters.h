@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "maxctx/mesh/communicator.h"
-#include "maxctx/model/weights.h"
 #include "maxctx/parallel/model_plan.h"
+#include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::parallel {
 
@@ -29,7 +29,7 @@ class ShardedParameters final : public WeightPlan {
  public:
   // `fsdp`: the fsdp axis; `replicas`: the axes over which gradients are summed besides fsdp
   // (data × context); `tensor`: the tensor axis (for the gradient norm of split tensors).
-  ShardedParameters(const std::vector<model::WeightSpec>& specs, const Communicator& fsdp,
+  ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
                     const Communicator& replicas, const Communicator& tensor);
 
   // The full (this tensor rank's) buffers the model reads and writes.
@@ -66,7 +66,7 @@ class ShardedParameters final : public WeightPlan {
     int64_t shard_offset;              // where that part sits in master_ / grad_shard_
   };
 
-  std::vector<model::WeightSpec> specs_;
+  std::vector<WeightSpec> specs_;
   const Communicator& fsdp_;
   const Communicator& replicas_;
   const Communicator& tensor_;

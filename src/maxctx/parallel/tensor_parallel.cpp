@@ -13,13 +13,13 @@ void TensorAllReduce::all_reduce_sum(float* values, int64_t count) {
 }
 
 std::vector<float> local_blocks(std::span<const float> global,
-                                const std::vector<model::WeightSpec>& global_specs,
-                                const std::vector<model::WeightSpec>& local_specs) {
+                                const std::vector<WeightSpec>& global_specs,
+                                const std::vector<WeightSpec>& local_specs) {
   MAXCTX_CHECK_EQ(global_specs.size(), local_specs.size(), "specs of different models");
-  std::vector<float> local(model::total_numel(local_specs));
+  std::vector<float> local(total_numel(local_specs));
   for (size_t i = 0; i < local_specs.size(); ++i) {
-    const model::WeightSpec& g = global_specs[i];
-    const model::WeightSpec& s = local_specs[i];
+    const WeightSpec& g = global_specs[i];
+    const WeightSpec& s = local_specs[i];
     for (int64_t r = 0; r < s.rows; ++r) {
       const float* row = global.data() + g.offset + (s.row_offset + r) * g.cols + s.col_offset;
       std::copy(row, row + s.cols, local.begin() + s.offset + r * s.cols);
@@ -29,22 +29,22 @@ std::vector<float> local_blocks(std::span<const float> global,
 }
 
 std::vector<float> gather_blocks(std::span<const float> local,
-                                 const std::vector<model::WeightSpec>& global_specs,
-                                 const std::vector<model::WeightSpec>& local_specs,
+                                 const std::vector<WeightSpec>& global_specs,
+                                 const std::vector<WeightSpec>& local_specs,
                                  const Communicator& tensor) {
   MAXCTX_CHECK_EQ(global_specs.size(), local_specs.size(), "specs of different models");
   const int tp = tensor.size();
-  std::vector<float> global(model::total_numel(global_specs));
+  std::vector<float> global(total_numel(global_specs));
   std::vector<float> blocks;
   for (size_t i = 0; i < local_specs.size(); ++i) {
-    const model::WeightSpec& g = global_specs[i];
-    const model::WeightSpec& s = local_specs[i];
+    const WeightSpec& g = global_specs[i];
+    const WeightSpec& s = local_specs[i];
     blocks.resize(s.numel() * tp);
     tensor.all_gather(local.subspan(s.offset, s.numel()), std::span<float>(blocks));
     for (int t = 0; t < tp; ++t) {
-      if (s.split == model::TensorSplit::kReplicated && t > 0) break;
-      const int64_t row0 = s.split == model::TensorSplit::kRows ? t * s.rows : 0;
-      const int64_t col0 = s.split == model::TensorSplit::kCols ? t * s.cols : 0;
+      if (s.split == TensorSplit::kReplicated && t > 0) break;
+      const int64_t row0 = s.split == TensorSplit::kRows ? t * s.rows : 0;
+      const int64_t col0 = s.split == TensorSplit::kCols ? t * s.cols : 0;
       for (int64_t r = 0; r < s.rows; ++r) {
         const float* row = blocks.data() + t * s.numel() + r * s.cols;
         std::copy(row, row + s.cols, global.begin() + g.offset + (row0 + r) * g.cols + col0);

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "maxctx/mesh/communicator.h"
-#include "maxctx/model/weights.h"
 #include "maxctx/parallel/model_plan.h"
+#include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::parallel {
 
@@ -26,11 +26,11 @@ class TensorAllReduce final : public TensorReducer {
 // columns out of every tensor; gather_blocks reassembles the whole tensors from every tensor
 // rank's blocks (collective over `tensor`).
 std::vector<float> local_blocks(std::span<const float> global,
-                                const std::vector<model::WeightSpec>& global_specs,
-                                const std::vector<model::WeightSpec>& local_specs);
+                                const std::vector<WeightSpec>& global_specs,
+                                const std::vector<WeightSpec>& local_specs);
 std::vector<float> gather_blocks(std::span<const float> local,
-                                 const std::vector<model::WeightSpec>& global_specs,
-                                 const std::vector<model::WeightSpec>& local_specs,
+                                 const std::vector<WeightSpec>& global_specs,
+                                 const std::vector<WeightSpec>& local_specs,
                                  const Communicator& tensor);
 
 }  // namespace maxctx::parallel

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <span>
 
+#include "maxctx/kernels/kernels.h"
+
 namespace maxctx {
 
 struct Config;
@@ -33,10 +35,11 @@ struct AdamWConfig {
 AdamWConfig adamw_config(const Config& config);
 
 // One AdamW update of params (and the moments mu, nu, same length, zero before the first step).
-// `step` is optax's count after the increment: 1 for the first update.
-void adamw_update(const AdamWConfig& config, int64_t step, float learning_rate,
-                  std::span<float> params, std::span<const float> grads, std::span<float> mu,
-                  std::span<float> nu);
+// `step` is optax's count after the increment: 1 for the first update. The element update runs
+// on `kernels` (the backend the parameters live on).
+void adamw_update(const kernels::Kernels& kernels, const AdamWConfig& config, int64_t step,
+                  float learning_rate, std::span<float> params, std::span<const float> grads,
+                  std::span<float> mu, std::span<float> nu);
 
 // Σ g² of a span in double (optax sums in fp32; double makes the norm independent of how the
 // parameters are split). A distributed caller all-reduces the partial sums, then takes sqrt.

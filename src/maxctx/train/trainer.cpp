@@ -10,10 +10,8 @@
 #include "maxctx/model/llama.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
-#include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/load_balance.h"
-#include "maxctx/parallel/local_attention.h"
-#include "maxctx/parallel/sharded_parameters.h"
+#include "maxctx/parallel/parallelize.h"
 #include "maxctx/parallel/tensor_parallel.h"
 #include "maxctx/train/checkpoint.h"
 #include "maxctx/train/data.h"
@@ -27,35 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The training view of the mesh, checked once.
-struct TrainingMesh {
-  int64_t data, fsdp, context, tensor;
-  int64_t data_shards;  // data × fsdp: how the batch's rows are split
-  int64_t data_rank;
-};
-
-TrainingMesh check_training_mesh(const Config& c, const Mesh& mesh) {
-  const int64_t ca = mesh.axis_size(Axis::kContextAutoregressive);
-  if (ca != 1) {
-    fail(
-        "context_autoregressive = {} is the inference axis; training shards the sequence over "
-        "`context` (ici_context_parallelism / dcn_context_parallelism), set "
-        "ici_context_autoregressive_parallelism=1",
-        ca);
-  }
-  if (mesh.axis_size(Axis::kExpert) != 1) {
-    fail(
-        "expert parallelism = {} needs a mixture-of-experts model; the CPU model is dense, set "
-        "ici_expert_parallelism=1",
-        mesh.axis_size(Axis::kExpert));
-  }
-  TrainingMesh t;
-  t.data = mesh.axis_size(Axis::kData);
-  t.fsdp = mesh.axis_size(Axis::kFsdp);
-  t.context = mesh.axis_size(Axis::kContext);
-  t.tensor = mesh.axis_size(Axis::kTensor);
-  t.data_shards = t.data * t.fsdp;
-  t.data_rank = mesh.coord(Axis::kData) * t.fsdp + mesh.coord(Axis::kFsdp);
+// The mesh rules are parallelize's; what is checked here is the run's batch against them.
+parallel::ParallelDims check_training_mesh(const Config& c, const Mesh& mesh) {
+  const parallel::ParallelDims t = parallel::ParallelDims::training(mesh);
   const int64_t batch = c.derived.global_batch_size_to_train_on;
   if (batch % t.data_shards != 0) {
     fail(
@@ -83,14 +55,13 @@ fs::path run_directory_of(const Config& c) {
 struct Trainer::State {
   Config config;
   const Mesh& mesh;
-  TrainingMesh axes;
+  const kernels::Kernels& kernels;
+  parallel::ParallelDims axes;
   model::LlamaConfig model_config;
   std::vector<model::WeightSpec> global_specs;  // unsharded (checkpoints)
   std::vector<model::WeightSpec> specs;         // this tensor rank's blocks
-  std::unique_ptr<parallel::AttentionPlan> attention;
-  std::unique_ptr<parallel::TensorReducer> tensor_reducer;
-  std::unique_ptr<parallel::ShardedParameters> parameters;
-  parallel::ModelPlan plan;
+  parallel::TrainingPlans plans;                // attention, tensor reducer, sharded parameters
+  parallel::ShardedParameters* parameters = nullptr;
   model::LlamaWeights weights, gradients;
   model::LlamaActivations acts;
   std::unique_ptr<DataLoader> loader;
@@ -101,7 +72,8 @@ struct Trainer::State {
   int64_t step = 0;
   std::vector<StepRecord> history;
 
-  State(const Config& c, const Mesh& m) : config(c), mesh(m), axes(check_training_mesh(c, m)) {}
+  State(const Config& c, const Mesh& m, const kernels::Kernels& k)
+      : config(c), mesh(m), kernels(k), axes(check_training_mesh(c, m)) {}
 
   const Communicator& batch_group() const {
     return mesh.group({Axis::kData, Axis::kFsdp, Axis::kContext});
@@ -123,8 +95,8 @@ struct Trainer::State {
   }
 };
 
-Trainer::Trainer(const Config& config, const Mesh& mesh)
-    : state_(std::make_unique<State>(config, mesh)) {
+Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels& kernels)
+    : state_(std::make_unique<State>(config, mesh, kernels)) {
   State& s = *state_;
   const Config& c = s.config;
   s.model_config = model::llama_config_from(c);
@@ -133,30 +105,14 @@ Trainer::Trainer(const Config& config, const Mesh& mesh)
   s.specs =
       model::llama_weight_specs(s.model_config, tp, static_cast<int>(mesh.coord(Axis::kTensor)));
 
-  const Communicator& context = mesh.axis(Axis::kContext);
-  if (s.axes.context == 1) {
-    s.attention = std::make_unique<parallel::LocalAttention>();
-  } else if (c.context_parallel_strategy == "ring") {
-    s.attention = std::make_unique<parallel::RingContextAttention>(context);
-  } else {
-    s.attention = std::make_unique<parallel::AllGatherContextAttention>(context);
-  }
-  if (tp == 1) {
-    s.tensor_reducer = std::make_unique<parallel::NoTensorReduction>();
-  } else {
-    s.tensor_reducer = std::make_unique<parallel::TensorAllReduce>(mesh.axis(Axis::kTensor));
-  }
-  s.parameters = std::make_unique<parallel::ShardedParameters>(
-      s.specs, mesh.axis(Axis::kFsdp), mesh.group({Axis::kData, Axis::kContext}),
-      mesh.axis(Axis::kTensor));
-  s.plan = {s.attention.get(), s.tensor_reducer.get(), s.parameters.get(), tp,
-            static_cast<int>(mesh.coord(Axis::kTensor))};
+  s.plans = parallel::parallelize_training(c, mesh, s.axes, s.kernels, &s.specs);
+  s.parameters = s.plans.parameters.get();
   s.weights = model::bind_weights(s.specs, s.parameters->full_params());
   s.gradients = model::bind_weights(s.specs, s.parameters->full_grads());
 
   const int64_t rows = c.derived.global_batch_size_to_train_on / s.axes.data_shards;
   const int64_t local_seq = context_shard_len(c.max_target_length, s.axes.context);
-  s.acts = model::allocate_activations(s.model_config, rows, local_seq, tp);
+  s.acts = model::allocate_activations(s.kernels, s.model_config, rows, local_seq, tp);
   s.adamw = adamw_config(c);
   s.schedule = learning_rate_schedule(c);
   s.run_dir = run_directory_of(c);
@@ -242,11 +198,12 @@ void Trainer::run(int64_t max_new_steps) {
     double global_weight = static_cast<double>(total_weights(batch));
     s.batch_group().all_reduce(std::span<double>(&global_weight, 1), ReduceOp::kSum);
     const model::LossSums sums =
-        model::llama_forward(s.model_config, s.weights, tokens, s.plan, s.acts);
+        model::llama_forward(s.model_config, s.weights, tokens, s.plans.model, s.acts);
     const ScoredAccuracy accuracy =
         scored_accuracy_from_logits(s.acts.logits.span<float>(), s.model_config.vocab_size, batch);
     const float d_loss = global_weight > 0 ? static_cast<float>(1.0 / global_weight) : 0.0f;
-    model::llama_backward(s.model_config, s.weights, s.gradients, tokens, s.plan, s.acts, d_loss);
+    model::llama_backward(s.model_config, s.weights, s.gradients, tokens, s.plans.model, s.acts,
+                          d_loss);
 
     double totals[3] = {sums.loss_sum, static_cast<double>(accuracy.correct),
                         static_cast<double>(accuracy.scored)};
@@ -254,8 +211,9 @@ void Trainer::run(int64_t max_new_steps) {
     const double raw_norm = s.parameters->global_grad_norm();
     clip_by_global_norm(s.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
     const double learning_rate = learning_rate_at(s.schedule, s.step);
-    adamw_update(s.adamw, s.step + 1, static_cast<float>(learning_rate), s.parameters->master(),
-                 s.parameters->grad_shard(), s.parameters->adam_m(), s.parameters->adam_v());
+    adamw_update(s.kernels, s.adamw, s.step + 1, static_cast<float>(learning_rate),
+                 s.parameters->master(), s.parameters->grad_shard(), s.parameters->adam_m(),
+                 s.parameters->adam_v());
 
     StepRecord record;
     record.step = s.step;
@@ -290,7 +248,9 @@ int64_t Trainer::step() const { return state_->step; }
 
 const std::vector<StepRecord>& Trainer::history() const { return state_->history; }
 
-kernels::AttentionStats Trainer::attention_stats() const { return state_->attention->stats(); }
+kernels::AttentionStats Trainer::attention_stats() const {
+  return state_->plans.attention->stats();
+}
 
 std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "maxctx/config/config.h"
-#include "maxctx/kernels/ref/attention.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/mesh/mesh.h"
 
 namespace maxctx::train {
@@ -30,7 +30,8 @@ class Trainer {
  public:
   // Validates the config against the mesh (training axes only, divisibility) with errors that
   // name the keys; loads the latest checkpoint of the run, or initialises.
-  Trainer(const Config& config, const Mesh& mesh);
+  // Runs on `kernels` (the backend the parameters and activations are allocated through).
+  Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels& kernels);
   ~Trainer();
 
   // Runs until `steps` optimizer steps are done (or `max_new_steps` more, when >= 0).

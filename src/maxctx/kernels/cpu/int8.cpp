@@ -13,6 +13,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/threading.h"
+#include "maxctx/kernels/ref/int8.h"
 
 namespace maxctx::kernels::cpu {
 namespace {

@@ -17,33 +17,15 @@
 #include <vector>
 
 #include "maxctx/core/buffer.h"
-#include "maxctx/kernels/ref/int8.h"
+#include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels::cpu {
 
-inline constexpr int64_t kInt8BlockRows = 16;  // output rows per packed block (one zmm of int32)
-
-// A (out_dim, in_dim) weight matrix, quantized per output row (levels 127) and packed.
-struct Int8Weights {
-  int64_t out_dim = 0;
-  int64_t in_dim = 0;
-  int64_t quads = 0;             // ceil(in_dim / 4)
-  int64_t blocks = 0;            // ceil(out_dim / 16)
-  AlignedBuffer packed;          // (blocks, quads, 16, 4) int8; padding rows and columns are 0
-  std::vector<float> scale;      // (out_dim) w ≈ q · scale
-  std::vector<int32_t> row_sum;  // (out_dim) Σ_k q[o, k]
-};
+using kernels::Int8Rows;
+using kernels::Int8Weights;
 
 // Quantizes and packs `w` (out_dim, in_dim) float, as ref::quantize_rows_int8 with levels 127.
 Int8Weights int8_pack_weights(const float* w, int64_t out_dim, int64_t in_dim);
-
-// Rows of activations quantized per row (levels 127) for int8_matmul_forward.
-struct Int8Rows {
-  int64_t rows = 0;
-  int64_t quads = 0;
-  std::vector<uint8_t> codes;  // (rows, quads·4) q + 128; padding columns hold 128 (q = 0)
-  std::vector<float> scale;    // (rows)
-};
 
 // Resizes `out` (keeping its capacity) and fills it from in (N, in_dim).
 void int8_quantize_rows(Int8Rows& out, const float* in, int64_t N, int64_t in_dim);

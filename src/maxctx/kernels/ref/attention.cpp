@@ -10,27 +10,6 @@
 
 #include "maxctx/core/check.h"
 
-namespace maxctx::kernels {
-
-double AttentionParams::softmax_scale() const {
-  return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
-}
-
-void check_attention_params(const AttentionParams& params) {
-  MAXCTX_CHECK_GT(params.batch, 0, "attention batch must be positive");
-  MAXCTX_CHECK_GE(params.seq_q, 0, "attention seq_q must be >= 0");
-  MAXCTX_CHECK_GE(params.seq_k, 0, "attention seq_k must be >= 0");
-  MAXCTX_CHECK_GT(params.heads_q, 0, "attention heads_q must be positive");
-  MAXCTX_CHECK_GT(params.heads_kv, 0, "attention heads_kv must be positive");
-  MAXCTX_CHECK_EQ(params.heads_q % params.heads_kv, 0,
-                  "heads_q must be a multiple of heads_kv (GQA groups)");
-  MAXCTX_CHECK_GT(params.head_dim, 0, "attention head_dim must be positive");
-  MAXCTX_CHECK_GE(params.sliding_window, 0, "sliding_window must be >= 0 (0 = no window)");
-  MAXCTX_CHECK(std::isfinite(params.scale), "attention scale must be finite, got {}", params.scale);
-}
-
-}  // namespace maxctx::kernels
-
 namespace maxctx::kernels::ref {
 namespace {
 

@@ -17,12 +17,7 @@
 
 #include <cstdint>
 
-namespace maxctx::kernels {
-
-inline constexpr float kInt8Levels = 127.0f;    // weights and activations
-inline constexpr float kInt8KvLevels = 127.5f;  // the KV cache (MaxText)
-
-}  // namespace maxctx::kernels
+#include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels::ref {
 

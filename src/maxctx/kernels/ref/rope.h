@@ -17,29 +17,9 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels {
-
-enum class RopeScaling {
-  kNone,    // plain RoPE
-  kLlama3,  // Hugging Face rope_type "llama3" (Llama 3.1+ long-context frequency scaling)
-};
-
-struct RopeParams {
-  double theta = 10000.0;  // rope_theta; Llama 3 uses 500000
-  RopeScaling scaling = RopeScaling::kNone;
-  // Only read when scaling == kLlama3; the defaults are Llama 3.1's.
-  double factor = 8.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  double original_max_position_embeddings = 8192.0;
-};
-
-// inv_freq[i] = theta^(-2i/head_dim) for i < head_dim/2, then, for kLlama3: wavelengths
-// 2π/inv_freq shorter than original_max/high_freq_factor are kept, longer than
-// original_max/low_freq_factor are divided by factor, and the band between is interpolated
-// with s = (original_max/wavelength − low) / (high − low): (1 − s)·inv/factor + s·inv.
-std::vector<double> rope_inv_freq(const RopeParams& params, int64_t head_dim);
 
 namespace ref {
 

@@ -1,5 +1,6 @@
 // Attention over the `context_autoregressive` axis (size ca) for the two inference phases
-// (DESIGN.md §6), as model::InferenceAttention implementations.
+// (DESIGN.md §6), as LayerAttention implementations: decode-time context parallelism, beside
+// training's (context_attention.h) whose all-gather prefill reuses.
 //
 //  - PrefillAttention: this rank holds a contiguous 1/ca of every prompt; queries attend through
 //    parallel::AllGatherContextAttention (K/V of the KV heads all-gathered, exactly the training
@@ -18,12 +19,12 @@
 #include <span>
 #include <vector>
 
-#include "maxctx/infer/kv_cache.h"
 #include "maxctx/mesh/communicator.h"
-#include "maxctx/model/inference.h"
 #include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/kv_cache.h"
+#include "maxctx/parallel/model_plan.h"
 
-namespace maxctx::infer {
+namespace maxctx::parallel {
 
 enum class DecodeSharding {
   kSequence,  // KV cache sharded along the sequence, partials merged (the default)
@@ -35,44 +36,50 @@ inline int decode_owner(int32_t position, int ca) { return static_cast<int>(posi
 
 // tokens: (B = every slot, S = this rank's share of the padded prompt). Layer 0 also records
 // the rows' positions and segment ids in the cache.
-class PrefillAttention final : public model::InferenceAttention {
+class PrefillAttention final : public LayerAttention {
  public:
-  PrefillAttention(const Communicator& ca, DecodeSharding sharding, KvCache& cache);
-  void forward(int64_t layer, float* out, const float* q, const float* k, const float* v,
-               const parallel::TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+  PrefillAttention(const kernels::Kernels& kernels, const Communicator& ca, DecodeSharding sharding,
+                   KvCache& cache);
+  void forward(int64_t layer, TensorView out, TensorView lse, TensorView q, TensorView k,
+               TensorView v, const TokenLayout& tokens,
+               const kernels::AttentionParams& dims) override;
 
  private:
-  void store_batch_sharded(int64_t layer, const float* k, const float* v,
-                           const parallel::TokenLayout& tokens, int64_t row_elements);
+  void store_batch_sharded(int64_t layer, const float* k, const float* v, const TokenLayout& tokens,
+                           int64_t row_elements);
 
+  const kernels::Kernels& kernels_;
   const Communicator& ca_;
   DecodeSharding sharding_;
   KvCache& cache_;
-  parallel::AllGatherContextAttention attention_;
-  std::vector<float> lse_;                    // (B, Hq, S)
+  AllGatherContextAttention attention_;
+  Tensor lse_;                                // (B, Hq, S)
   std::vector<float> send_, recv_;            // batch sharding: K | V of every rank
   std::vector<int32_t> send_ids_, recv_ids_;  // batch sharding: positions | segments
 };
 
 // tokens: (B = the cache's slots, S = 1), each slot's new token at its position.
-class DecodeAttention final : public model::InferenceAttention {
+class DecodeAttention final : public LayerAttention {
  public:
-  DecodeAttention(const Communicator& ca, DecodeSharding sharding, KvCache& cache);
+  DecodeAttention(const kernels::Kernels& kernels, const Communicator& ca, DecodeSharding sharding,
+                  KvCache& cache);
   // Before a step's forward: slot b's new token sits at positions[b]; inactive slots (finished)
   // are computed but their K/V are not kept.
   void begin_step(std::span<const int32_t> positions, std::span<const uint8_t> active);
-  void forward(int64_t layer, float* out, const float* q, const float* k, const float* v,
-               const parallel::TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+  void forward(int64_t layer, TensorView out, TensorView lse, TensorView q, TensorView k,
+               TensorView v, const TokenLayout& tokens,
+               const kernels::AttentionParams& dims) override;
 
  private:
+  const kernels::Kernels& kernels_;
   const Communicator& ca_;
   DecodeSharding sharding_;
   KvCache& cache_;
-  std::vector<int64_t> rows_;    // (slots) where this rank stores the new K/V, −1: not here
-  std::vector<int32_t> q_seg_;   // (slots) all 1: a decode query is a token
-  std::vector<float> partial_;   // (B, Hq, D) then (B, Hq): this rank's out and lse
-  std::vector<float> gathered_;  // ca × partial_
-  std::vector<float> lse_;       // (B, Hq)
+  std::vector<int64_t> rows_;   // (slots) where this rank stores the new K/V, −1: not here
+  std::vector<int32_t> q_seg_;  // (slots) all 1: a decode query is a token
+  Tensor partial_;              // (B, Hq, D) then (B, Hq): this rank's out and lse
+  Tensor gathered_;             // ca × partial_
+  Tensor lse_;                  // (B, Hq)
 };
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::parallel

@@ -1,6 +1,6 @@
 // The row split of a sequence-sharded decode step over `context_autoregressive` (see
-// model::RowSplit): every rank holds the same tokens, computes its rows of the MLP and head
-// projections, and one all-gather per projection assembles the outputs. It pays because a
+// RowSplit in model_plan.h): every rank holds the same tokens, computes its rows of the MLP and
+// head projections, and one all-gather per projection assembles the outputs. It pays because a
 // decode step is memory-bound: each rank streams 1/ca of the MLP and head weights, which for
 // Llama are about two thirds of a step's weight bytes, for two all-gathers of a few KiB per
 // layer.
@@ -10,15 +10,15 @@
 #include <vector>
 
 #include "maxctx/mesh/communicator.h"
-#include "maxctx/model/inference.h"
+#include "maxctx/parallel/model_plan.h"
 
-namespace maxctx::infer {
+namespace maxctx::parallel {
 
-class AxisRowSplit final : public model::RowSplit {
+class AxisRowSplit final : public RowSplit {
  public:
   explicit AxisRowSplit(const Communicator& axis) : axis_(axis) {}
 
-  model::RowSplitPart part() const override { return {axis_.rank(), axis_.size()}; }
+  RowSplitPart part() const override { return {axis_.rank(), axis_.size()}; }
   void gather(float* out, const float* mine, int64_t N, int64_t out_dim) override;
 
  private:
@@ -27,4 +27,4 @@ class AxisRowSplit final : public model::RowSplit {
   std::vector<float> recv_;  // (ranks, N, widest part)
 };
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::parallel

@@ -1,9 +1,9 @@
-#include "maxctx/infer/row_split.h"
+#include "maxctx/parallel/row_split.h"
 
 #include <algorithm>
 #include <span>
 
-namespace maxctx::infer {
+namespace maxctx::parallel {
 
 void AxisRowSplit::gather(float* out, const float* mine, int64_t N, int64_t out_dim) {
   const int ranks = axis_.size();
@@ -26,4 +26,4 @@ void AxisRowSplit::gather(float* out, const float* mine, int64_t N, int64_t out_
   }
 }
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::parallel

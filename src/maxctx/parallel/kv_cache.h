@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/kernels.h"
 
-namespace maxctx::infer {
+namespace maxctx::parallel {
 
 struct KvCacheShape {
   int64_t layers = 0;
@@ -51,7 +52,8 @@ struct KvView {
 
 class KvCache {
  public:
-  explicit KvCache(const KvCacheShape& shape);
+  // Allocated through `kernels`, the backend attention reads it with.
+  KvCache(const kernels::Kernels& kernels, const KvCacheShape& shape);
 
   const KvCacheShape& shape() const { return shape_; }
 
@@ -82,6 +84,7 @@ class KvCache {
     return ((layer * shape_.slots + slot) * shape_.rows() + row) * shape_.row_elements();
   }
 
+  const kernels::Kernels& kernels_;
   KvCacheShape shape_;
   Tensor k_, v_;                        // (L, slots, rows, Hkv, D) f32 or int8
   Tensor k_scale_, v_scale_;            // (L, slots, rows) int8 only
@@ -90,4 +93,4 @@ class KvCache {
   std::vector<int64_t> decode_length_;  // (slots) decode rows used
 };
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::parallel

@@ -1,23 +1,23 @@
-#include "maxctx/infer/kv_cache.h"
+#include "maxctx/parallel/kv_cache.h"
 
 #include <algorithm>
 
 #include "maxctx/core/check.h"
-#include "maxctx/kernels/cpu/int8.h"
 
-namespace maxctx::infer {
+namespace maxctx::parallel {
 
-KvCache::KvCache(const KvCacheShape& s) : shape_(s) {
+KvCache::KvCache(const kernels::Kernels& kernels, const KvCacheShape& s)
+    : kernels_(kernels), shape_(s) {
   MAXCTX_CHECK(s.layers > 0 && s.slots > 0 && s.heads_kv > 0 && s.head_dim > 0 && s.rows() > 0,
                "KV cache shape (L={}, slots={}, Hkv={}, D={}, rows={}) must be positive", s.layers,
                s.slots, s.heads_kv, s.head_dim, s.rows());
   const DType dtype = s.int8 ? DType::kI8 : DType::kF32;
   const Shape kv_shape{s.layers, s.slots, s.rows(), s.heads_kv, s.head_dim};
-  k_ = Tensor(kv_shape, dtype);
-  v_ = Tensor(kv_shape, dtype);
+  k_ = kernels.empty(kv_shape, dtype);
+  v_ = kernels.empty(kv_shape, dtype);
   if (s.int8) {
-    k_scale_ = Tensor({s.layers, s.slots, s.rows()});
-    v_scale_ = Tensor({s.layers, s.slots, s.rows()});
+    k_scale_ = kernels.empty({s.layers, s.slots, s.rows()});
+    v_scale_ = kernels.empty({s.layers, s.slots, s.rows()});
   }
   positions_.assign(static_cast<size_t>(s.slots * s.rows()), 0);
   segments_.assign(static_cast<size_t>(s.slots * s.rows()), 0);
@@ -62,16 +62,21 @@ void KvCache::store(int64_t layer, int64_t slot, int64_t row, int64_t n, const f
                layer);
   const int64_t at = offset(layer, slot, row);
   const int64_t count = n * shape_.row_elements();
+  const auto rows_of = [&](const Tensor& t) {
+    return t.view().reshaped({t.numel()}).rows(at, at + count);
+  };
+  const TensorView k_in = TensorView::of(k, count), v_in = TensorView::of(v, count);
   if (!shape_.int8) {
-    std::copy(k, k + count, k_.data<float>() + at);
-    std::copy(v, v + count, v_.data<float>() + at);
+    kernels_.copy(rows_of(k_), k_in);
+    kernels_.copy(rows_of(v_), v_in);
     return;
   }
   const int64_t scale_at = (layer * shape_.slots + slot) * shape_.rows() + row;
-  kernels::cpu::quantize_rows_int8(k_.data<int8_t>() + at, k_scale_.data<float>() + scale_at, k, n,
-                                   shape_.row_elements(), kernels::kInt8KvLevels);
-  kernels::cpu::quantize_rows_int8(v_.data<int8_t>() + at, v_scale_.data<float>() + scale_at, v, n,
-                                   shape_.row_elements(), kernels::kInt8KvLevels);
+  const auto scales_of = [&](const Tensor& t) {
+    return t.view().reshaped({t.numel()}).rows(scale_at, scale_at + n);
+  };
+  kernels_.quantize_rows_int8(rows_of(k_), scales_of(k_scale_), k_in, kernels::kInt8KvLevels);
+  kernels_.quantize_rows_int8(rows_of(v_), scales_of(v_scale_), v_in, kernels::kInt8KvLevels);
 }
 
 KvView KvCache::view(int64_t layer) const {
@@ -110,4 +115,4 @@ int64_t KvCache::bytes_in_use() const {
   return shape_.layers * shape_.slots * rows_in_use() * per_row;
 }
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::parallel

@@ -1,22 +1,24 @@
-#include "maxctx/infer/attention.h"
+#include "maxctx/parallel/decode_attention.h"
 
 #include <algorithm>
 
 #include "maxctx/core/check.h"
-#include "maxctx/kernels/cpu/attention.h"
-#include "maxctx/kernels/cpu/single_query_attention.h"
 
-namespace maxctx::infer {
+namespace maxctx::parallel {
 
-PrefillAttention::PrefillAttention(const Communicator& ca, DecodeSharding sharding, KvCache& cache)
-    : ca_(ca), sharding_(sharding), cache_(cache), attention_(ca) {}
+PrefillAttention::PrefillAttention(const kernels::Kernels& kernels, const Communicator& ca,
+                                   DecodeSharding sharding, KvCache& cache)
+    : kernels_(kernels), ca_(ca), sharding_(sharding), cache_(cache), attention_(ca, kernels) {}
 
-void PrefillAttention::forward(int64_t layer, float* out, const float* q, const float* k,
-                               const float* v, const parallel::TokenLayout& tokens,
+void PrefillAttention::forward(int64_t layer, TensorView out_view, TensorView, TensorView q_view,
+                               TensorView k_view, TensorView v_view, const TokenLayout& tokens,
                                const kernels::AttentionParams& dims) {
   const int64_t B = tokens.batch, S = tokens.seq;
-  lse_.resize(static_cast<size_t>(B * dims.heads_q * S));
-  attention_.forward(out, lse_.data(), q, k, v, tokens, dims);
+  kernels_.reserve(lse_, B * dims.heads_q * S);
+  const float* k = k_view.data<float>();
+  const float* v = v_view.data<float>();
+  attention_.forward(out_view.data<float>(), lse_.data<float>(), q_view.data<float>(), k, v, tokens,
+                     dims);
   const int64_t row_elements = dims.heads_kv * dims.head_dim;
   if (sharding_ == DecodeSharding::kBatch && ca_.size() > 1) {
     store_batch_sharded(layer, k, v, tokens, row_elements);
@@ -34,8 +36,7 @@ void PrefillAttention::forward(int64_t layer, float* out, const float* q, const 
 }
 
 void PrefillAttention::store_batch_sharded(int64_t layer, const float* k, const float* v,
-                                           const parallel::TokenLayout& tokens,
-                                           int64_t row_elements) {
+                                           const TokenLayout& tokens, int64_t row_elements) {
   const int ca = ca_.size();
   const int64_t B = tokens.batch, S = tokens.seq;
   const int64_t slots = cache_.shape().slots;
@@ -71,8 +72,9 @@ void PrefillAttention::store_batch_sharded(int64_t layer, const float* k, const 
   }
 }
 
-DecodeAttention::DecodeAttention(const Communicator& ca, DecodeSharding sharding, KvCache& cache)
-    : ca_(ca), sharding_(sharding), cache_(cache) {}
+DecodeAttention::DecodeAttention(const kernels::Kernels& kernels, const Communicator& ca,
+                                 DecodeSharding sharding, KvCache& cache)
+    : kernels_(kernels), ca_(ca), sharding_(sharding), cache_(cache) {}
 
 void DecodeAttention::begin_step(std::span<const int32_t> positions,
                                  std::span<const uint8_t> active) {
@@ -88,9 +90,12 @@ void DecodeAttention::begin_step(std::span<const int32_t> positions,
   }
 }
 
-void DecodeAttention::forward(int64_t layer, float* out, const float* q, const float* k,
-                              const float* v, const parallel::TokenLayout& tokens,
+void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, TensorView q_view,
+                              TensorView k_view, TensorView v_view, const TokenLayout& tokens,
                               const kernels::AttentionParams& dims) {
+  float* out = out_view.data<float>();
+  const float* k = k_view.data<float>();
+  const float* v = v_view.data<float>();
   const int64_t B = tokens.batch;
   const int64_t Hq = dims.heads_q, D = dims.head_dim;
   const int64_t row_elements = dims.heads_kv * D;
@@ -113,28 +118,42 @@ void DecodeAttention::forward(int64_t layer, float* out, const float* q, const f
   const bool merge = sharding_ == DecodeSharding::kSequence && ca > 1;
   const int64_t out_numel = B * Hq * D;
   const int64_t part = out_numel + B * Hq;  // a rank's partial: out, then lse
-  lse_.resize(static_cast<size_t>(B * Hq));
-  partial_.resize(static_cast<size_t>(merge ? part : 0));
-  float* o = merge ? partial_.data() : out;
-  float* lse = merge ? partial_.data() + out_numel : lse_.data();
+  kernels_.reserve(lse_, B * Hq);
+  if (merge) kernels_.reserve(partial_, part);
+  const TensorView lse_view = lse_.view().rows(0, B * Hq);
+  const TensorView o = merge ? partial_.view().rows(0, out_numel) : out_view;
+  const TensorView lse = merge ? partial_.view().rows(out_numel, part) : lse_view;
+  const auto rows_of = [&](const float* data, int64_t numel) {
+    return TensorView::of(data, numel);
+  };
+  const int64_t kv_numel = B * kv.rows * row_elements;
   if (kv.k_codes != nullptr) {
-    kernels::cpu::single_query_attention_int8(o, lse, q, kv.k_codes, kv.k_scale, kv.v_codes,
-                                              kv.v_scale, tokens.positions, q_seg_.data(),
-                                              kv.positions, kv.segments, p);
+    const auto codes = [&](const int8_t* data) {
+      return TensorView(const_cast<int8_t*>(data), DType::kI8, Shape{kv_numel});
+    };
+    kernels_.single_query_attention_int8(o, lse, q_view, codes(kv.k_codes),
+                                         rows_of(kv.k_scale, B * kv.rows), codes(kv.v_codes),
+                                         rows_of(kv.v_scale, B * kv.rows), tokens.positions,
+                                         q_seg_.data(), kv.positions, kv.segments, p);
   } else {
-    kernels::cpu::single_query_attention(o, lse, q, kv.k, kv.v, tokens.positions, q_seg_.data(),
-                                         kv.positions, kv.segments, p);
+    kernels_.single_query_attention(o, lse, q_view, rows_of(kv.k, kv_numel),
+                                    rows_of(kv.v, kv_numel), tokens.positions, q_seg_.data(),
+                                    kv.positions, kv.segments, p);
   }
   if (!merge) return;
-  gathered_.resize(static_cast<size_t>(ca * part));
-  ca_.all_gather(std::span<const float>(partial_), std::span<float>(gathered_));
-  std::copy(gathered_.begin(), gathered_.begin() + out_numel, out);
-  std::copy(gathered_.begin() + out_numel, gathered_.begin() + part, lse_.begin());
+  kernels_.reserve(gathered_, ca * part);
+  const float* partial = partial_.data<float>();
+  float* gathered = gathered_.data<float>();
+  ca_.all_gather(std::span<const float>(partial, static_cast<size_t>(part)),
+                 std::span<float>(gathered, static_cast<size_t>(ca * part)));
+  float* merged_lse = lse_.data<float>();
+  std::copy(gathered, gathered + out_numel, out);
+  std::copy(gathered + out_numel, gathered + part, merged_lse);
   for (int c = 1; c < ca; ++c) {
-    const float* other = gathered_.data() + c * part;
-    kernels::cpu::attention_merge(out, lse_.data(), out, lse_.data(), other, other + out_numel, B,
-                                  1, Hq, D);
+    const float* other = gathered + c * part;
+    kernels_.attention_merge(out_view, lse_view, out_view, lse_view, rows_of(other, out_numel),
+                             rows_of(other + out_numel, B * Hq), B, 1, Hq, D);
   }
 }
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::parallel

@@ -1,9 +1,9 @@
-// The RoPE inverse frequencies, shared by ref/ and cpu/ (see rope.h for the formula).
-//
-// Computed in double and returned in double: the angles pos · inv_freq are formed in double by
-// both implementations before any rounding to float. The llama3 branch follows Hugging Face's
-// rope_type "llama3" (_compute_llama3_parameters) band for band.
-#include "maxctx/kernels/ref/rope.h"
+// Definitions for kernels/types.h: the attention parameter checks and the RoPE inverse
+// frequencies, shared by every backend and by the reference. Computed in double: the angles
+// pos · inv_freq are formed in double by every implementation before any rounding to float. The
+// llama3 branch follows Hugging Face's rope_type "llama3" (_compute_llama3_parameters) band for
+// band.
+#include "maxctx/kernels/types.h"
 
 #include <cmath>
 #include <numbers>
@@ -11,6 +11,23 @@
 #include "maxctx/core/check.h"
 
 namespace maxctx::kernels {
+
+double AttentionParams::softmax_scale() const {
+  return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+void check_attention_params(const AttentionParams& params) {
+  MAXCTX_CHECK_GT(params.batch, 0, "attention batch must be positive");
+  MAXCTX_CHECK_GE(params.seq_q, 0, "attention seq_q must be >= 0");
+  MAXCTX_CHECK_GE(params.seq_k, 0, "attention seq_k must be >= 0");
+  MAXCTX_CHECK_GT(params.heads_q, 0, "attention heads_q must be positive");
+  MAXCTX_CHECK_GT(params.heads_kv, 0, "attention heads_kv must be positive");
+  MAXCTX_CHECK_EQ(params.heads_q % params.heads_kv, 0,
+                  "heads_q must be a multiple of heads_kv (GQA groups)");
+  MAXCTX_CHECK_GT(params.head_dim, 0, "attention head_dim must be positive");
+  MAXCTX_CHECK_GE(params.sliding_window, 0, "sliding_window must be >= 0 (0 = no window)");
+  MAXCTX_CHECK(std::isfinite(params.scale), "attention scale must be finite, got {}", params.scale);
+}
 
 std::vector<double> rope_inv_freq(const RopeParams& params, int64_t head_dim) {
   MAXCTX_CHECK(head_dim > 0 && head_dim % 2 == 0,

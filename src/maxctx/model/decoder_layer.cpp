@@ -1,0 +1,98 @@
+#include "maxctx/model/decoder_layer.h"
+
+#include "maxctx/core/check.h"
+
+namespace maxctx::model {
+namespace {
+
+// A row split's part of a projection: this rank's rows into the scratch, then every rank's
+// rows gathered into out (N, out_dim).
+void project_split(const kernels::Kernels& k, DecoderLayerBuffers& b, parallel::RowSplit& split,
+                   TensorView in, const Linear& part, TensorView out, int64_t out_dim) {
+  const int64_t N = in.shape()[0];
+  k.reserve(*b.split_scratch, N * part.out_dim);
+  const TensorView mine = b.split_scratch->view().rows(0, N * part.out_dim);
+  project(k, b.int8_rows, in, {{&part, mine}});
+  split.gather(out.data<float>(), mine.data<float>(), N, out_dim);
+}
+
+void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
+                             const LayerInputs& in, const DecoderLayerPlan& plan, TensorView x_in,
+                             TensorView x_mid, DecoderLayerBuffers& b) {
+  const kernels::Kernels& k = *plan.kernels;
+  k.rmsnorm_forward(b.attn_norm_out, b.attn_norm_rstd, x_in, w.attn_norm, c.norm_eps);
+  project(k, b.int8_rows, b.attn_norm_out, {{&w.wq, b.q}, {&w.wk, b.k}, {&w.wv, b.v}});
+  k.rope_forward(b.q, b.q, in.rope_cos, in.rope_sin);
+  k.rope_forward(b.k, b.k, in.rope_cos, in.rope_sin);
+  plan.attention->forward(layer, b.attn_out, b.lse, b.q, b.k, b.v, in.tokens, in.dims);
+  // o_proj is row-parallel: each tensor rank holds a partial sum of the output.
+  project(k, b.int8_rows, b.attn_out, {{&w.wo, b.proj}});
+  plan.tensor->all_reduce_sum(b.proj.data<float>(), b.proj.numel());
+  k.add(x_mid, x_in, b.proj);
+}
+
+void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
+                       const DecoderLayerPlan& plan, TensorView x_mid, TensorView x_out,
+                       DecoderLayerBuffers& b) {
+  const kernels::Kernels& k = *plan.kernels;
+  k.rmsnorm_forward(b.mlp_norm_out, b.mlp_norm_rstd, x_mid, w.mlp_norm, c.norm_eps);
+  if (plan.row_split != nullptr) {
+    // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
+    MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr,
+                 "a row split needs this rank's MLP rows and a scratch buffer");
+    const MlpRowsPart& part = *plan.mlp_part;
+    const int64_t N = x_mid.shape()[0];
+    const int64_t Fr = part.w_gate.out_dim;
+    const TensorView gate = b.gate.reshaped({b.gate.numel()}).rows(0, N * Fr).reshaped({N, Fr});
+    const TensorView up = b.up.reshaped({b.up.numel()}).rows(0, N * Fr).reshaped({N, Fr});
+    project(k, b.int8_rows, b.mlp_norm_out, {{&part.w_gate, gate}, {&part.w_up, up}});
+    k.reserve(*b.split_scratch, N * Fr);
+    const TensorView hidden_part = b.split_scratch->view().rows(0, N * Fr).reshaped({N, Fr});
+    k.swiglu_forward(hidden_part, gate, up);
+    plan.row_split->gather(b.swiglu_out.data<float>(), hidden_part.data<float>(), N, c.mlp_dim);
+    project_split(k, b, *plan.row_split, b.swiglu_out, part.w_down, b.proj, c.emb_dim);
+  } else {
+    project(k, b.int8_rows, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});
+    k.swiglu_forward(b.swiglu_out, b.gate, b.up);
+    // down_proj is row-parallel like o_proj.
+    project(k, b.int8_rows, b.swiglu_out, {{&w.w_down, b.proj}});
+    plan.tensor->all_reduce_sum(b.proj.data<float>(), b.proj.numel());
+  }
+  k.add(x_out, x_mid, b.proj);
+}
+
+}  // namespace
+
+Linear linear_of(TensorView weight) {
+  MAXCTX_CHECK_EQ(weight.shape().rank(), 2, "a projection is (out_dim, in_dim)");
+  Linear l;
+  l.weight = weight;
+  l.out_dim = weight.shape()[0];
+  l.in_dim = weight.shape()[1];
+  return l;
+}
+
+void project(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, TensorView in,
+             std::initializer_list<std::pair<const Linear*, TensorView>> outs) {
+  const Linear& first = *outs.begin()->first;
+  if (first.i8 != nullptr) {
+    MAXCTX_CHECK(int8_rows != nullptr, "int8 projections need an int8 row buffer");
+    const int64_t N = in.numel() / first.in_dim;
+    k.int8_quantize_rows(*int8_rows, in.reshaped({N, first.in_dim}));
+    for (const auto& [w, out] : outs) k.int8_matmul_forward(out, *int8_rows, *w->i8);
+    return;
+  }
+  // One token (batch-1 decode) is a matrix-vector product, which matmul_forward streams once.
+  for (const auto& [w, out] : outs) k.matmul_forward(out, in, w->weight);
+}
+
+void decoder_layer_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
+                           const LayerInputs& in, const DecoderLayerPlan& plan, TensorView x_in,
+                           TensorView x_mid, TensorView x_out, DecoderLayerBuffers& b) {
+  MAXCTX_CHECK(plan.kernels != nullptr && plan.attention != nullptr && plan.tensor != nullptr,
+               "a decoder layer needs kernels, an attention and a tensor reducer");
+  attention_block_forward(c, layer, w, in, plan, x_in, x_mid, b);
+  mlp_block_forward(c, w, plan, x_mid, x_out, b);
+}
+
+}  // namespace maxctx::model

@@ -1,0 +1,135 @@
+#include "maxctx/parallel/parallelize.h"
+
+#include "maxctx/core/check.h"
+#include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/local_attention.h"
+#include "maxctx/parallel/tensor_parallel.h"
+
+namespace maxctx::parallel {
+namespace {
+
+ParallelDims read_dims(const Mesh& mesh, RunKind kind) {
+  ParallelDims d;
+  d.kind = kind;
+  d.data = mesh.axis_size(Axis::kData);
+  d.fsdp = mesh.axis_size(Axis::kFsdp);
+  d.context = mesh.axis_size(Axis::kContext);
+  d.context_autoregressive = mesh.axis_size(Axis::kContextAutoregressive);
+  d.tensor = mesh.axis_size(Axis::kTensor);
+  d.expert = mesh.axis_size(Axis::kExpert);
+  d.data_shards = d.data * d.fsdp;
+  d.data_rank = mesh.coord(Axis::kData) * d.fsdp + mesh.coord(Axis::kFsdp);
+  d.tensor_rank = static_cast<int>(mesh.coord(Axis::kTensor));
+  d.context_rank = mesh.coord(Axis::kContext);
+  return d;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+ParallelDims ParallelDims::training(const Mesh& mesh) {
+  const ParallelDims d = read_dims(mesh, RunKind::kTraining);
+  if (d.context_autoregressive != 1) {
+    fail(
+        "context_autoregressive = {} is the inference axis; training shards the sequence over "
+        "`context` (ici_context_parallelism / dcn_context_parallelism), set "
+        "ici_context_autoregressive_parallelism=1",
+        d.context_autoregressive);
+  }
+  if (d.expert != 1) {
+    fail(
+        "expert parallelism = {} needs a mixture-of-experts model; the CPU model is dense, set "
+        "ici_expert_parallelism=1",
+        d.expert);
+  }
+  return d;
+}
+
+ParallelDims ParallelDims::inference(const Mesh& mesh) {
+  const ParallelDims d = read_dims(mesh, RunKind::kInference);
+  if (d.context != 1) {
+    fail(
+        "context = {} is the training axis; inference shards the prompt and the KV cache over "
+        "context_autoregressive: set ici_context_parallelism=1 and "
+        "ici_context_autoregressive_parallelism={}",
+        d.context, d.context * d.context_autoregressive);
+  }
+  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor, Axis::kExpert}) {
+    if (mesh.axis_size(axis) != 1) {
+      fail(
+          "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "
+          "and dcn_{}_parallelism=1",
+          axis_name(axis), mesh.axis_size(axis), axis_name(axis), axis_name(axis));
+    }
+  }
+  return d;
+}
+
+TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const ParallelDims& dims,
+                                   const kernels::Kernels& kernels,
+                                   const std::vector<WeightSpec>* shard_parameters) {
+  MAXCTX_CHECK(dims.kind == RunKind::kTraining, "training plans need the training dims");
+  TrainingPlans plans;
+  const Communicator& context = mesh.axis(Axis::kContext);
+  if (dims.context == 1) {
+    plans.attention = std::make_unique<LocalAttention>(kernels);
+  } else if (c.context_parallel_strategy == "ring") {
+    plans.attention = std::make_unique<RingContextAttention>(context, kernels);
+  } else {
+    plans.attention = std::make_unique<AllGatherContextAttention>(context, kernels);
+  }
+  if (dims.tensor == 1) {
+    plans.tensor = std::make_unique<NoTensorReduction>();
+  } else {
+    plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor));
+  }
+  if (shard_parameters != nullptr) {
+    // ZeRO-3 over fsdp; gradients summed over the replica axes data × context.
+    plans.parameters = std::make_unique<ShardedParameters>(
+        *shard_parameters, mesh.axis(Axis::kFsdp), mesh.group({Axis::kData, Axis::kContext}),
+        mesh.axis(Axis::kTensor));
+  }
+  plans.model.kernels = &kernels;
+  plans.model.attention = plans.attention.get();
+  plans.model.tensor = plans.tensor.get();
+  plans.model.weights = plans.parameters.get();
+  plans.model.tensor_size = static_cast<int>(dims.tensor);
+  plans.model.tensor_rank = dims.tensor_rank;
+  return plans;
+}
+
+InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
+                                     const kernels::Kernels& kernels, int64_t layers,
+                                     int64_t heads_kv, int64_t head_dim) {
+  const Communicator& ca_axis = mesh.axis(Axis::kContextAutoregressive);
+  const int64_t ca = ca_axis.size();
+  InferencePlans plans;
+  // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
+  if (s.decode == DecodeSharding::kSequence && ca > 1) {
+    plans.row_split = std::make_unique<AxisRowSplit>(ca_axis);
+  }
+  KvCacheShape shape;
+  shape.layers = layers;
+  shape.heads_kv = heads_kv;
+  shape.head_dim = head_dim;
+  shape.int8 = s.quantize_kvcache;
+  if (s.decode == DecodeSharding::kSequence) {
+    shape.slots = s.slots;
+    shape.prefill_rows = s.max_prefill_length / ca;
+    // Decode tokens go round-robin, so a rank owns at most ceil(T / ca) of a sequence's.
+    shape.decode_rows = ceil_div(s.max_target_length, ca);
+    plans.local_slots = s.slots;
+  } else {
+    shape.slots = s.slots / ca;
+    shape.prefill_rows = s.max_prefill_length;
+    shape.decode_rows = s.max_target_length;
+    plans.local_slots = s.slots / ca;
+  }
+  plans.cache = std::make_unique<KvCache>(kernels, shape);
+  plans.prefill = std::make_unique<PrefillAttention>(kernels, ca_axis, s.decode, *plans.cache);
+  plans.decode = std::make_unique<DecodeAttention>(kernels, ca_axis, s.decode, *plans.cache);
+  return plans;
+}
+
+}  // namespace maxctx::parallel

@@ -1,0 +1,83 @@
+// The one owner of sharding (torchtitan's ParallelDims + parallelize_llama): which mesh axes a
+// run may use, and the plans that carry the model over them.
+//
+//  - ParallelDims validates the mesh once, for training (data, fsdp, context, tensor; the
+//    inference axis must be 1) or for inference (context_autoregressive only; the training axes
+//    must be 1), with one clear error naming the right axis, and gives each axis' size and this
+//    rank's coordinates.
+//  - parallelize_training builds what the model's training forward and backward run with: the
+//    attention plan (local, or context-parallel all_gather / ring by
+//    context_parallel_strategy), the tensor-axis reducer, and with `shard_parameters` the fsdp /
+//    data / context parameter sharding and gradient sync. train and check-logits call it.
+//  - parallelize_inference builds inference's: the sequence-sharded KV cache, prefill and decode
+//    attention over context_autoregressive, and the MLP/head row split of a sequence-sharded
+//    decode. The inference engine (decode, bench-inference) calls it.
+// The per-weight tensor split is weight_sharding.h's; the token split is load_balance.h's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "maxctx/config/config.h"
+#include "maxctx/kernels/kernels.h"
+#include "maxctx/mesh/mesh.h"
+#include "maxctx/parallel/decode_attention.h"
+#include "maxctx/parallel/kv_cache.h"
+#include "maxctx/parallel/model_plan.h"
+#include "maxctx/parallel/row_split.h"
+#include "maxctx/parallel/sharded_parameters.h"
+#include "maxctx/parallel/weight_sharding.h"
+
+namespace maxctx::parallel {
+
+enum class RunKind { kTraining, kInference };
+
+struct ParallelDims {
+  RunKind kind = RunKind::kTraining;
+  int64_t data = 1, fsdp = 1, context = 1, context_autoregressive = 1, tensor = 1, expert = 1;
+  int64_t data_shards = 1;  // data × fsdp: how a training batch's rows are split
+  int64_t data_rank = 0;    // this rank's share of the rows
+  int tensor_rank = 0;
+  int64_t context_rank = 0;
+
+  // Throws maxctx::Error (the same verdict on every rank) when an axis is used that the run
+  // kind does not shard over.
+  static ParallelDims training(const Mesh& mesh);
+  static ParallelDims inference(const Mesh& mesh);
+};
+
+// The training model's plans; `model` points into the others (do not copy).
+struct TrainingPlans {
+  std::unique_ptr<AttentionPlan> attention;
+  std::unique_ptr<TensorReducer> tensor;
+  std::unique_ptr<ShardedParameters> parameters;  // null for a forward-only run
+  ModelPlan model;
+};
+
+TrainingPlans parallelize_training(const Config& config, const Mesh& mesh, const ParallelDims& dims,
+                                   const kernels::Kernels& kernels,
+                                   const std::vector<WeightSpec>* shard_parameters = nullptr);
+
+// How a decode step is sharded over context_autoregressive.
+struct InferenceSharding {
+  DecodeSharding decode = DecodeSharding::kSequence;
+  int64_t slots = 1;               // decode slots of the whole job
+  int64_t max_prefill_length = 0;  // tokens of the longest prompt (a multiple of ca)
+  int64_t max_target_length = 0;   // prompt + generated tokens per slot
+  bool quantize_kvcache = false;
+};
+
+struct InferencePlans {
+  std::unique_ptr<RowSplit> row_split;  // sequence-sharded decode over ca > 1, else null
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<PrefillAttention> prefill;
+  std::unique_ptr<DecodeAttention> decode;
+  int64_t local_slots = 0;  // decode slots this rank computes
+};
+
+InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
+                                     const kernels::Kernels& kernels, int64_t layers,
+                                     int64_t heads_kv, int64_t head_dim);
+
+}  // namespace maxctx::parallel

@@ -1,0 +1,73 @@
+#include "maxctx/parallel/weight_sharding.h"
+
+#include <algorithm>
+
+#include "maxctx/core/check.h"
+
+namespace maxctx::parallel {
+
+TensorSplit tensor_split_of(WeightRole role) {
+  switch (role) {
+    case WeightRole::kHeadsOrHidden:
+      return TensorSplit::kRows;  // column-parallel: each rank its heads / hidden units
+    case WeightRole::kIntoResidual:
+      return TensorSplit::kCols;  // row-parallel: partial sums, all-reduced over `tensor`
+    case WeightRole::kNorm:
+    case WeightRole::kEmbedding:
+    case WeightRole::kOutputHead:
+      break;
+  }
+  return TensorSplit::kReplicated;
+}
+
+std::vector<WeightSpec> shard_weights(const std::vector<WeightDecl>& decls, int tp_size,
+                                      int tp_rank) {
+  MAXCTX_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor rank {} of {}", tp_rank,
+               tp_size);
+  std::vector<WeightSpec> specs;
+  int64_t offset = 0;
+  for (const WeightDecl& d : decls) {
+    const TensorSplit split = tensor_split_of(d.role);
+    MAXCTX_CHECK((split != TensorSplit::kRows || d.rows % tp_size == 0) &&
+                     (split != TensorSplit::kCols || d.cols % tp_size == 0),
+                 "{} ({} x {}) does not split over tensor = {}", d.name, d.rows, d.cols, tp_size);
+    const int64_t local_rows = split == TensorSplit::kRows ? d.rows / tp_size : d.rows;
+    const int64_t local_cols = split == TensorSplit::kCols ? d.cols / tp_size : d.cols;
+    const int64_t row_offset = split == TensorSplit::kRows ? tp_rank * local_rows : 0;
+    const int64_t col_offset = split == TensorSplit::kCols ? tp_rank * local_cols : 0;
+    specs.push_back({d.name, d.layer, local_rows, local_cols, d.rows, d.cols, row_offset,
+                     col_offset, d.role, split, d.init, offset});
+    offset += local_rows * local_cols;
+  }
+  return specs;
+}
+
+int64_t total_numel(const std::vector<WeightSpec>& specs) {
+  return specs.empty() ? 0 : specs.back().offset + specs.back().numel();
+}
+
+FlatRange layer_range(const std::vector<WeightSpec>& specs, int layer) {
+  FlatRange range{-1, -1};
+  for (const WeightSpec& s : specs) {
+    if (s.layer != layer) continue;
+    if (range.begin < 0) range.begin = s.offset;
+    MAXCTX_CHECK(range.end < 0 || range.end == s.offset, "layer {} is not contiguous", layer);
+    range.end = s.offset + s.numel();
+  }
+  MAXCTX_CHECK(range.begin >= 0, "no weights for layer {}", layer);
+  return range;
+}
+
+std::vector<FlatRange> weight_units(const std::vector<WeightSpec>& specs) {
+  MAXCTX_CHECK(!specs.empty() && specs.front().layer == -1, "the embedding comes first");
+  int num_layers = 0;
+  for (const WeightSpec& s : specs) num_layers = std::max(num_layers, s.layer + 1);
+  std::vector<FlatRange> units;
+  units.push_back({0, specs.front().numel()});
+  for (int l = 0; l < num_layers; ++l) units.push_back(layer_range(specs, l));
+  const int64_t head_begin = num_layers > 0 ? units.back().end : units.front().end;
+  units.push_back({head_begin, total_numel(specs)});
+  return units;
+}
+
+}  // namespace maxctx::parallel

@@ -1,0 +1,84 @@
+// The weight list as parallelism sees it, and the one place that decides how each weight is
+// split over the `tensor` axis (Megatron): the model declares each tensor with its global shape
+// and its role (model/weights.h llama_weight_decls), and shard_weights turns that declaration
+// into this tensor rank's blocks. ShardedParameters (fsdp), the gradient sync, the checkpoint
+// gather and tensor_parallel's block copies all read the WeightSpec list this returns; nothing
+// in the model names a split.
+//
+// Layout of the flat buffer: the declarations' order, each tensor's local block contiguous.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace maxctx::parallel {
+
+// How tensor parallelism (Megatron) splits a weight over the `tensor` axis.
+enum class TensorSplit {
+  kReplicated,  // every rank holds all of it (norms, embedding, lm_head)
+  kRows,        // output dim split: column-parallel q, k, v, gate, up
+  kCols,        // input dim split: row-parallel o, down (outputs all-reduced)
+};
+
+// What a weight is to the model; tensor_split_of (below) decides how it is sharded.
+enum class WeightRole {
+  kNorm,           // RMSNorm scales
+  kEmbedding,      // token embedding table (V, E)
+  kOutputHead,     // lm_head (V, E)
+  kHeadsOrHidden,  // q, k, v, gate, up: output features are heads or hidden units
+  kIntoResidual,   // o, down: input features are heads or hidden units, output the stream
+};
+
+enum class WeightInit {
+  kOnes,        // RMSNorm scales
+  kFanInNormal  // N(0, 1/in_dim): MaxText's variance scaling for dense kernels and embeddings
+};
+
+struct WeightSpec {
+  std::string name;     // Hugging Face name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  int layer;            // decoder layer, or -1 for embedding, final norm and head
+  int64_t rows;         // local (this tensor-parallel rank's) shape; rows = out_dim
+  int64_t cols;         // 1 for vectors
+  int64_t global_rows;  // the unsharded shape
+  int64_t global_cols;
+  int64_t row_offset;  // where this rank's block starts in the unsharded tensor
+  int64_t col_offset;
+  WeightRole role;
+  TensorSplit split;
+  WeightInit init;
+  int64_t offset;  // first element in the flat buffer
+
+  int64_t numel() const { return rows * cols; }
+};
+
+// How tensor parallelism splits a weight of this role (the per-weight rule, in one place).
+TensorSplit tensor_split_of(WeightRole role);
+
+// One weight as the model declares it: unsharded shape, role, initialisation.
+struct WeightDecl {
+  std::string name;  // Hugging Face name
+  int layer;         // decoder layer, or -1
+  int64_t rows;      // out_dim (the unsharded shape)
+  int64_t cols;      // in_dim; 1 for vectors
+  WeightRole role;
+  WeightInit init;
+};
+
+// This tensor rank's blocks of every declared weight, laid out in one flat buffer.
+std::vector<WeightSpec> shard_weights(const std::vector<WeightDecl>& decls, int tp_size,
+                                      int tp_rank);
+
+int64_t total_numel(const std::vector<WeightSpec>& specs);
+// Elements [begin, end) of the flat buffer that hold decoder layer `layer` (-1: the rest is not
+// contiguous, so only layers are asked for).
+struct FlatRange {
+  int64_t begin;
+  int64_t end;
+};
+FlatRange layer_range(const std::vector<WeightSpec>& specs, int layer);
+// The weight units in the model's order of use, each contiguous in the flat buffer:
+// [embedding, layer 0, ..., layer L-1, final norm + lm_head]. fsdp shards unit by unit.
+std::vector<FlatRange> weight_units(const std::vector<WeightSpec>& specs);
+
+}  // namespace maxctx::parallel
