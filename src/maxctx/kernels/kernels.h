@@ -36,13 +36,13 @@ struct AdamWStep {
 // lse (B, Hq, Sq), k, v (B, Sk, Hkv, D). For callers that hold the arrays as pointers (the
 // attention plans pass chunks of their buffers around).
 struct AttentionViews {
-  AttentionViews(const AttentionParams& p, const float* out, const float* lse, const float* q,
-                 const float* k, const float* v)
-      : out(TensorView::of(out, p.batch * p.seq_q * p.heads_q * p.head_dim)),
-        lse(TensorView::of(lse, p.batch * p.heads_q * p.seq_q)),
-        q(TensorView::of(q, p.batch * p.seq_q * p.heads_q * p.head_dim)),
-        k(TensorView::of(k, p.batch * p.seq_k * p.heads_kv * p.head_dim)),
-        v(TensorView::of(v, p.batch * p.seq_k * p.heads_kv * p.head_dim)) {}
+  AttentionViews(const AttentionParams& p, const float* out_data, const float* lse_data,
+                 const float* q_data, const float* k_data, const float* v_data)
+      : out(TensorView::of(out_data, p.batch * p.seq_q * p.heads_q * p.head_dim)),
+        lse(TensorView::of(lse_data, p.batch * p.heads_q * p.seq_q)),
+        q(TensorView::of(q_data, p.batch * p.seq_q * p.heads_q * p.head_dim)),
+        k(TensorView::of(k_data, p.batch * p.seq_k * p.heads_kv * p.head_dim)),
+        v(TensorView::of(v_data, p.batch * p.seq_k * p.heads_kv * p.head_dim)) {}
   TensorView out, lse, q, k, v;
 };
 

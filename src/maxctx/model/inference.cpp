@@ -20,7 +20,6 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
                                    const LlamaWeights& w, bool quantize_int8,
                                    parallel::RowSplitPart part)
     : split(part) {
-  const int64_t E = c.emb_dim, F = c.mlp_dim, V = c.vocab_size;
   MAXCTX_CHECK(part.ranks >= 1 && part.rank >= 0 && part.rank < part.ranks,
                "row split part {} of {}", part.rank, part.ranks);
   embed = w.embed;
