@@ -15,7 +15,7 @@
 #include "maxctx/core/log.h"
 #include "maxctx/infer/engine.h"
 #include "maxctx/infer/model_source.h"
-#include "maxctx/io/tokenizer.h"
+#include "maxctx/tokenizer/tokenizer.h"
 
 namespace maxctx::cli {
 namespace {
@@ -47,12 +47,12 @@ int run_decode(const Args& args) {
   log::info("{}", format_config(config));
   const Mesh mesh(mesh_spec_from(config));
   infer::InferenceSettings settings = infer::inference_settings_from(config, mesh);
-  std::unique_ptr<io::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::vector<int32_t> prompt;
   if (config.tokenizer_path.empty()) {
     prompt = parse_token_ids(config.prompt);
   } else {
-    tokenizer = io::load_tokenizer(config.tokenizer_path);
+    tokenizer = tokenizer::load_tokenizer(config.tokenizer_path);
     prompt = tokenizer->encode(config.prompt, config.add_bos);
     if (tokenizer->eos_id() >= 0) settings.eos_id = tokenizer->eos_id();
   }

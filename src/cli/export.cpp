@@ -22,10 +22,10 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
-#include "maxctx/io/tokenizer.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/checkpoint.h"
 
 namespace maxctx::cli {
@@ -60,7 +60,8 @@ fs::path resolve_checkpoint(const std::string& path_text) {
        path_text);
 }
 
-json hf_config(const Config& c, const model::LlamaConfig& m, const io::Tokenizer* tokenizer) {
+json hf_config(const Config& c, const model::LlamaConfig& m,
+               const tokenizer::Tokenizer* tokenizer) {
   const bool mistral = m.sliding_window > 0;
   json j;
   j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
@@ -100,8 +101,8 @@ json hf_config(const Config& c, const model::LlamaConfig& m, const io::Tokenizer
 }
 
 // The tokenizer's files under the names a Hugging Face directory uses.
-std::vector<std::pair<fs::path, std::string>> tokenizer_files(const fs::path& path,
-                                                              const io::Tokenizer& tokenizer) {
+std::vector<std::pair<fs::path, std::string>> tokenizer_files(
+    const fs::path& path, const tokenizer::Tokenizer& tokenizer) {
   if (fs::is_directory(path)) {
     fail("tokenizer_path {}: export copies one tokenizer file; name the file", path.string());
   }
@@ -166,9 +167,9 @@ int run_export(const Args& args) {
   std::vector<float> params(model::total_numel(specs));
   model::load_hf_weights(specs, params.data(), checkpoint);
 
-  std::unique_ptr<io::Tokenizer> tokenizer;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   if (!c.tokenizer_path.empty()) {
-    tokenizer = io::load_tokenizer(c.tokenizer_path);
+    tokenizer = tokenizer::load_tokenizer(c.tokenizer_path);
     if (tokenizer->vocab_size() > m.vocab_size) {
       fail("tokenizer_path {} has {} tokens, more than the model's vocab_size {}", c.tokenizer_path,
            tokenizer->vocab_size(), m.vocab_size);

@@ -15,10 +15,10 @@
 #include "io/temp_dir.h"
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
-#include "maxctx/io/tokenizer.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/checkpoint.h"
 
 namespace maxctx::cli {
@@ -130,7 +130,7 @@ TEST(Export, GqaLlama31WithTokenizer) {
   EXPECT_EQ(config.at("rms_norm_eps"), 1e-6);
   EXPECT_EQ(config.at("bos_token_id"), 1);
   EXPECT_EQ(config.at("eos_token_id"), 2);
-  const auto tokenizer = io::load_tokenizer((out / "tokenizer.model").string());
+  const auto tokenizer = tokenizer::load_tokenizer((out / "tokenizer.model").string());
   EXPECT_EQ(tokenizer->vocab_size(), 1000);
   EXPECT_EQ(fs::file_size(out / "tokenizer.model"), fs::file_size(spm));
 }

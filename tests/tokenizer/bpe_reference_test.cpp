@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "maxctx/io/bpe.h"
+#include "maxctx/tokenizer/bpe.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 namespace {
 
 std::string env(const char* name) {
@@ -62,4 +62,4 @@ TEST(BpeReference, Gpt3EncoderIdsAndJavaScriptSplits) {
 }
 
 }  // namespace
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

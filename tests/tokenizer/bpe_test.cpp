@@ -2,7 +2,7 @@
 // byte map, the merge order, ignore_merges, added tokens, BOS/EOS discovery and the loader's
 // errors, on small tokenizer.json files written here. (The comparison with an outside
 // implementation on real GPT-2 files is bpe_reference_test.)
-#include "maxctx/io/bpe.h"
+#include "maxctx/tokenizer/bpe.h"
 
 #include <gtest/gtest.h>
 
@@ -13,11 +13,12 @@
 
 #include "io/temp_dir.h"
 #include "maxctx/core/check.h"
-#include "maxctx/io/bpe_unicode.h"
+#include "maxctx/tokenizer/bpe_unicode.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 namespace {
 
+using io::TempDir;
 using nlohmann::json;
 using Pieces = std::vector<std::string>;
 
@@ -219,4 +220,4 @@ TEST(ByteLevelBpe, LoaderErrorsNameTheProblem) {
 }
 
 }  // namespace
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

@@ -3,7 +3,7 @@
 // the ids equal Debian's spm_encode, text round-trips exactly (the training text, and text the
 // model never saw through byte fallback), BOS/EOS as Llama, and load_tokenizer picks the format
 // by content with clear errors.
-#include "maxctx/io/tokenizer.h"
+#include "maxctx/tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -15,11 +15,13 @@
 
 #include "io/temp_dir.h"
 #include "maxctx/core/check.h"
-#include "maxctx/io/bpe.h"
-#include "maxctx/io/bpe_unicode.h"
+#include "maxctx/tokenizer/bpe.h"
+#include "maxctx/tokenizer/bpe_unicode.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 namespace {
+
+using io::TempDir;
 
 const std::string kFixtures = std::string(MAXCTX_TEST_FIXTURES) + "/tokenizer";
 
@@ -132,4 +134,4 @@ TEST(LoadTokenizer, ChoosesByContent) {
 }
 
 }  // namespace
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

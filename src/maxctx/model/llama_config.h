@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "maxctx/config/config.h"
-#include "maxctx/kernels/ref/rope.h"
+#include "maxctx/kernels/types.h"
 
 namespace maxctx::model {
 

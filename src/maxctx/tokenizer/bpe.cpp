@@ -1,5 +1,5 @@
 // Byte-level BPE: the model (merges over token ids) and its two file formats. See bpe.h.
-#include "maxctx/io/bpe.h"
+#include "maxctx/tokenizer/bpe.h"
 
 #include <fmt/format.h>
 
@@ -10,9 +10,9 @@
 #include <sstream>
 
 #include "maxctx/core/check.h"
-#include "maxctx/io/bpe_unicode.h"
+#include "maxctx/tokenizer/bpe_unicode.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -420,4 +420,4 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& enco
   return std::make_unique<ByteLevelBpe>(std::move(spec), encoder_json.string());
 }
 
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

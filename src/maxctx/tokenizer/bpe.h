@@ -21,9 +21,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "maxctx/io/tokenizer.h"
+#include "maxctx/tokenizer/tokenizer.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 
 // The split patterns maxctx implements; split_pattern_regex is the pattern's text exactly as
 // tokenizer.json spells it (how the loader recognises it).
@@ -117,4 +117,4 @@ class ByteLevelBpe final : public Tokenizer {
   int32_t eos_id_ = -1;
 };
 
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

@@ -8,10 +8,10 @@
 // "other"), so the pieces tile the text.
 #include <algorithm>
 
-#include "maxctx/io/bpe.h"
-#include "maxctx/io/bpe_unicode.h"
+#include "maxctx/tokenizer/bpe.h"
+#include "maxctx/tokenizer/bpe_unicode.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 
 namespace unicode {
 namespace {
@@ -225,4 +225,4 @@ std::vector<std::string_view> split_pretokens(std::string_view text, SplitPatter
   return pieces;
 }
 
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

@@ -1,5 +1,5 @@
 // load_tokenizer's choice of format, and the SentencePiece tokenizer over libsentencepiece.
-#include "maxctx/io/tokenizer.h"
+#include "maxctx/tokenizer/tokenizer.h"
 
 #include <sentencepiece_processor.h>
 
@@ -9,9 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
-#include "maxctx/io/bpe.h"
+#include "maxctx/tokenizer/bpe.h"
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 namespace {
 
 namespace fs = std::filesystem;
@@ -146,4 +146,4 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path_text) {
       path_text);
 }
 
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

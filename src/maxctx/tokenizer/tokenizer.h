@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-namespace maxctx::io {
+namespace maxctx::tokenizer {
 
 class Tokenizer {
  public:
@@ -45,4 +45,4 @@ class Tokenizer {
 // Every problem is a maxctx::Error naming the path and what was expected.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 
-}  // namespace maxctx::io
+}  // namespace maxctx::tokenizer

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace maxctx::io::unicode {
+namespace maxctx::tokenizer::unicode {
 
 struct CodePointRange {
   char32_t first;
@@ -41,4 +41,4 @@ DecodedCodePoint decode_utf8(std::string_view text, size_t offset);
 // Appends the UTF-8 encoding of a valid code point.
 void append_utf8(char32_t cp, std::string& out);
 
-}  // namespace maxctx::io::unicode
+}  // namespace maxctx::tokenizer::unicode
