@@ -1,6 +1,7 @@
-// Communicator verbs under MPI (1, 2, 4 and 8 ranks) against results computed without MPI: every
-// element type, sizes that do not divide the rank count (fewer elements than ranks too), both
-// reduce-scatter algorithms, and the chunked paths (per-call element limits of 3 and 1).
+// Communicator verbs on the MPI backend (1, 2, 4 and 8 ranks) against results computed without
+// MPI: every element type, sizes that do not divide the rank count (fewer elements than ranks
+// too), both reduce-scatter algorithms and the chunked paths (per-call element limits of 3 and
+// 1). The element limit is the MPI backend's knob, hence its header here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/mpi/mpi_communicator.h"
 
 namespace maxctx {
 namespace {
@@ -309,13 +311,40 @@ TEST_F(CollectivesTest, SizeMismatchesAreCheckFailuresWithTheValues) {
       check_message([&] { world_.all_gather_uneven<float>(wrong_part, ten); });
   EXPECT_NE(uneven.find("all_gather_uneven"), std::string::npos) << uneven;
   const std::string tag =
-      check_message([&] { world_.send_recv<float>(mine, MPI_PROC_NULL, mine, MPI_PROC_NULL, -1); });
+      check_message([&] { world_.send_recv<float>(mine, kNoPeer, mine, kNoPeer, -1); });
   EXPECT_NE(tag.find("tag -1"), std::string::npos) << tag;
   const std::string overlap = check_message([&] {
     world_.reduce_scatter<float>(in, std::span<float>(in).first(split_count(10, n_, r_)));
   });
   EXPECT_NE(overlap.find("overlaps"), std::string::npos) << overlap;
   world_.barrier();  // every rank failed before any MPI call, so the world is still in step
+}
+
+// kNoPeer turns either side of a transfer off: the receive buffer is left as it was.
+TEST_F(CollectivesTest, NoPeerSkipsThatSideOfATransfer) {
+  const std::vector<float> send = {1.0f, 2.0f};
+  std::vector<float> recv = {-1.0f, -1.0f};
+  world_.send_recv<float>(send, kNoPeer, recv, kNoPeer);
+  EXPECT_EQ(recv, (std::vector<float>{-1.0f, -1.0f}));
+  Request nothing = world_.irecv<float>(recv, kNoPeer);
+  nothing.wait();
+  EXPECT_EQ(recv, (std::vector<float>{-1.0f, -1.0f}));
+}
+
+// The runtime (the test main's MpiRuntime) has installed the hook that takes every rank down.
+TEST_F(CollectivesTest, RuntimeInstallsTheAbortHook) {
+  const AbortHook installed = set_abort_hook({});
+  EXPECT_TRUE(static_cast<bool>(installed));
+  set_abort_hook(installed);
+}
+
+TEST_F(CollectivesTest, CopiesShareOneCommunicator) {
+  const Communicator halves = world_.split(r_ % 2, r_);
+  const Communicator copy = halves;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_EQ(copy.impl(), halves.impl());
+  int64_t sum = 1;
+  copy.all_reduce<int64_t>({&sum, 1}, ReduceOp::kSum);
+  EXPECT_EQ(sum, halves.size());
 }
 
 TEST_F(CollectivesTest, SplitAndSelfCommunicators) {
