@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/tensor.h"
 #include "maxctx/mesh/communicator_impl.h"
 #include "maxctx/mesh/mpi/mpi_communicator.h"
 
@@ -42,6 +43,37 @@ void check_user_tag(int tag) {
 void check_peer(int peer, int size, const char* role) {
   MAXCTX_CHECK(peer == kNoPeer || (peer >= 0 && peer < size),
                "{} rank {}: allowed 0..{} or kNoPeer", role, peer, size - 1);
+}
+
+// The span type a tensor view's elements travel as: f32 as float, bf16 and int8 as their bits.
+template <typename F>
+void visit_view_type(const TensorView& view, F&& f) {
+  switch (view.dtype()) {
+    case DType::kF32:
+      return f.template operator()<float>();
+    case DType::kBF16:
+      return f.template operator()<uint16_t>();
+    case DType::kI8:
+      return f.template operator()<int8_t>();
+  }
+  MAXCTX_CHECK(false, "unknown dtype {}", static_cast<int>(view.dtype()));
+}
+
+template <typename T>
+std::span<T> elements(const TensorView& view) {
+  return {static_cast<T*>(view.raw()), static_cast<size_t>(view.numel())};
+}
+
+void check_same_dtype(const char* verb, const TensorView& a, const TensorView& b) {
+  MAXCTX_CHECK(a.dtype() == b.dtype(), "{}: tensors hold {} and {}; both must hold the same dtype",
+               verb, dtype_name(a.dtype()), dtype_name(b.dtype()));
+}
+
+void check_reducible(const char* verb, const TensorView& view) {
+  MAXCTX_CHECK(view.dtype() == DType::kF32,
+               "{}: tensor holds {}; reductions take f32 (reduce {} "
+               "as f32)",
+               verb, dtype_name(view.dtype()), dtype_name(view.dtype()));
 }
 
 }  // namespace
@@ -208,6 +240,20 @@ void Communicator::all_reduce(std::span<T> in_out, ReduceOp op) const {
 }
 
 template <typename T>
+void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
+  const CommunicatorImpl& impl = backend();
+  const int64_t total = static_cast<int64_t>(in.size());
+  MAXCTX_CHECK(total % impl.size() == 0,
+               "all_to_all: in holds {} elements, not size() = {} equal blocks", total,
+               impl.size());
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), total,
+                  "all_to_all: out holds as many elements as in");
+  MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
+               "all_to_all: out overlaps in; exchange into a separate buffer");
+  impl.all_to_all(in.data(), out.data(), total / impl.size(), element_type_of<T>());
+}
+
+template <typename T>
 void Communicator::broadcast(std::span<T> data, int root) const {
   const CommunicatorImpl& impl = backend();
   MAXCTX_CHECK(root >= 0 && root < impl.size(), "broadcast root {} of {} ranks", root, impl.size());
@@ -221,6 +267,7 @@ void Communicator::broadcast(std::span<T> data, int root) const {
   template void Communicator::reduce_scatter<T>(std::span<const T>, std::span<T>,                  \
                                                 ReduceScatterAlgorithm) const;                     \
   template void Communicator::all_reduce<T>(std::span<T>, ReduceOp) const;                         \
+  template void Communicator::all_to_all<T>(std::span<const T>, std::span<T>) const;               \
   template void Communicator::broadcast<T>(std::span<T>, int) const;                               \
   template void Communicator::send_recv<T>(std::span<const T>, int, std::span<T>, int, int) const; \
   template Request Communicator::isend<T>(std::span<const T>, int, int) const;                     \
@@ -235,5 +282,28 @@ MAXCTX_INSTANTIATE_VERBS(int8_t)
 MAXCTX_INSTANTIATE_VERBS(uint8_t)
 
 #undef MAXCTX_INSTANTIATE_VERBS
+
+// --- Communicator: tensor views ----------------------------------------------------------------
+
+void Communicator::all_gather(const TensorView& mine, const TensorView& out) const {
+  check_same_dtype("all_gather", mine, out);
+  visit_view_type(mine, [&]<typename T>() { all_gather<T>(elements<T>(mine), elements<T>(out)); });
+}
+
+void Communicator::reduce_scatter(const TensorView& in, const TensorView& out) const {
+  check_same_dtype("reduce_scatter", in, out);
+  check_reducible("reduce_scatter", in);
+  reduce_scatter<float>(elements<float>(in), elements<float>(out));
+}
+
+void Communicator::all_reduce(const TensorView& in_out, ReduceOp op) const {
+  check_reducible("all_reduce", in_out);
+  all_reduce<float>(elements<float>(in_out), op);
+}
+
+void Communicator::all_to_all(const TensorView& in, const TensorView& out) const {
+  check_same_dtype("all_to_all", in, out);
+  visit_view_type(in, [&]<typename T>() { all_to_all<T>(elements<T>(in), elements<T>(out)); });
+}
 
 }  // namespace maxctx

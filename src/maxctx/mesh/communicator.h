@@ -1,6 +1,6 @@
 // Communicator: the value type callers talk to, over a backend behind CommunicatorImpl
 // (communicator_impl.h), after MLX's Group over GroupImpl. Verbs: all_gather(_uneven),
-// reduce_scatter, all_reduce, broadcast, send_recv, isend/irecv, barrier, split.
+// reduce_scatter, all_reduce, all_to_all, broadcast, send_recv, isend/irecv, barrier, split.
 // What it is not: a backend. It checks every size, tag and peer (values printed) and hands a
 // type-erased call to its impl; no header here names MPI. Today's backend is MPI on host memory.
 //
@@ -20,6 +20,7 @@ namespace maxctx {
 
 class CommunicatorImpl;
 class RequestImpl;
+class TensorView;
 
 enum class ReduceOp { kSum, kMax, kMin };
 
@@ -109,6 +110,11 @@ class Communicator {
   template <typename T>
   void all_reduce(std::span<T> in_out, ReduceOp op) const;
 
+  // in and out hold size() blocks of in.size() / size() elements: block p of `in` goes to rank p,
+  // block p of `out` came from rank p. out must not overlap in.
+  template <typename T>
+  void all_to_all(std::span<const T> in, std::span<T> out) const;
+
   template <typename T>
   void broadcast(std::span<T> data, int root) const;
 
@@ -124,6 +130,15 @@ class Communicator {
   [[nodiscard]] Request irecv(std::span<T> data, int source, int tag = 0) const;
 
   void barrier() const;
+
+  // The collectives on tensor views: the same contracts, over each view's elements in memory
+  // order (shapes are the caller's business; element counts and dtypes are checked). f32 for
+  // every verb; bf16 and int8 move as raw bits, so they may be gathered and exchanged but not
+  // reduced (reduce bf16 as f32). The MPI backend requires host memory.
+  void all_gather(const TensorView& mine, const TensorView& out) const;
+  void reduce_scatter(const TensorView& in, const TensorView& out) const;
+  void all_reduce(const TensorView& in_out, ReduceOp op) const;
+  void all_to_all(const TensorView& in, const TensorView& out) const;
 
  private:
   const CommunicatorImpl& backend() const;  // checks that this communicator is not empty

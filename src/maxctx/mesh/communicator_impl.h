@@ -93,6 +93,8 @@ class CommunicatorImpl {
   virtual void reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
                               ReduceScatterAlgorithm algorithm) const = 0;
   virtual void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const = 0;
+  // part: the elements of one block; in and out hold size() blocks.
+  virtual void all_to_all(const void* in, void* out, int64_t part, ElementType type) const = 0;
   virtual void broadcast(void* data, int64_t count, ElementType type, int root) const = 0;
 
   virtual void send_recv(const void* send, int64_t send_count, int dest, void* recv,

@@ -1,7 +1,8 @@
 // The MPI backend's verbs (see mpi_communicator.h). Two kinds of path:
 //  - one MPI collective call when every count fits max_elements_per_call();
 //  - a ring of chunked MPI_Sendrecv otherwise (all-gathers), per-owner MPI_Reduce chunks
-//    (MPI reduce-scatter), or slices of the same call (all-reduce, broadcast).
+//    (MPI reduce-scatter), pairwise chunked exchanges (all-to-all), or slices of the same call
+//    (all-reduce, broadcast).
 // The ring reduce-scatter is always a ring: it cuts the blocks into cache-sized segments and
 // reduces each segment around the whole ring before the next, so the add reads data the receive
 // has just brought into cache and the scratch space is two segments, not two blocks. That add runs
@@ -438,6 +439,32 @@ void MpiCommunicator::all_reduce(void* in_out, int64_t count, ElementType type, 
                     mpi_type<T>(), mpi_op(op), comm_);
     }
   });
+}
+
+void MpiCommunicator::all_to_all(const void* in, void* out, int64_t part, ElementType type) const {
+  visit_element_type(type, [&]<typename T>() {
+    all_to_all_typed<T>(typed<T>(in, part * size_), typed<T>(out, part * size_));
+  });
+}
+
+// Too long for one MPI_Alltoall: size() - 1 pairwise steps, step s sending block (rank + s) to
+// its owner while receiving block (rank - s) from it, so every pair meets exactly once.
+template <typename T>
+void MpiCommunicator::all_to_all_typed(std::span<const T> in, std::span<T> out) const {
+  const int64_t part = static_cast<int64_t>(in.size()) / size_;
+  if (part == 0) return;
+  if (part <= g_max_elements_per_call) {
+    MPI_Alltoall(in.data(), as_count(part), mpi_type<T>(), out.data(), as_count(part),
+                 mpi_type<T>(), comm_);
+    return;
+  }
+  std::copy_n(in.data() + rank_ * part, part, out.data() + rank_ * part);
+  for (int s = 1; s < size_; ++s) {
+    const int dest = (rank_ + s) % size_;
+    const int source = (rank_ - s + size_) % size_;
+    exchange<T>(in.subspan(dest * part, part), dest, out.subspan(source * part, part), source,
+                kCollectiveTag);
+  }
 }
 
 void MpiCommunicator::broadcast(void* data, int64_t count, ElementType type, int root) const {

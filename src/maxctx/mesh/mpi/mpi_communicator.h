@@ -70,6 +70,7 @@ class MpiCommunicator final : public CommunicatorImpl {
   void reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
                       ReduceScatterAlgorithm algorithm) const override;
   void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const override;
+  void all_to_all(const void* in, void* out, int64_t part, ElementType type) const override;
   void broadcast(void* data, int64_t count, ElementType type, int root) const override;
 
   void send_recv(const void* send, int64_t send_count, int dest, void* recv, int64_t recv_count,
@@ -100,6 +101,8 @@ class MpiCommunicator final : public CommunicatorImpl {
   void ring_reduce_scatter(std::span<const T> in, std::span<T> out) const;
   template <typename T>
   void mpi_reduce_scatter(std::span<const T> in, std::span<T> out) const;
+  template <typename T>
+  void all_to_all_typed(std::span<const T> in, std::span<T> out) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   bool owned_ = false;
