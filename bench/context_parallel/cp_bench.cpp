@@ -189,12 +189,12 @@ json attention_case(const maxctx::Mesh& mesh, int64_t S, bool load_balance, int 
     double best_fwd_wall = 1e30, best_total_wall = 1e30;
     for (int r = 0; r < reps; ++r) {
       world.barrier();
-      const double start = MPI_Wtime();
+      const double start = bench::wall_seconds();
       plan->forward(out.data(), lse.data(), q.data(), k.data(), v.data(), layout, p);
-      double fwd_wall = MPI_Wtime() - start;
+      double fwd_wall = bench::wall_seconds() - start;
       plan->backward(dq.data(), dk.data(), dv.data(), d_out.data(), out.data(), lse.data(),
                      q.data(), k.data(), v.data(), layout, p);
-      double total_wall = MPI_Wtime() - start;
+      double total_wall = bench::wall_seconds() - start;
       world.all_reduce(std::span<double>(&fwd_wall, 1), maxctx::ReduceOp::kMax);
       world.all_reduce(std::span<double>(&total_wall, 1), maxctx::ReduceOp::kMax);
       best_fwd_wall = std::min(best_fwd_wall, fwd_wall);
@@ -218,8 +218,7 @@ json attention_case(const maxctx::Mesh& mesh, int64_t S, bool load_balance, int 
 
 json attention_mode(const Options& o) {
   maxctx::MeshSpec spec;
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_size = maxctx::Communicator::world().size();
   spec.ici[maxctx::axis_index(Axis::kContext)] = world_size;
   const maxctx::Mesh mesh(spec);
   json cases = json::object();
@@ -246,8 +245,7 @@ json attention_mode(const Options& o) {
 }
 
 json step_mode(const Options& o) {
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_size = maxctx::Communicator::world().size();
   std::vector<std::string> overrides = {
       "model_name=" + o.model_name, "max_target_length=" + std::to_string(o.seq),
       // One sequence in the global batch whatever the number of ranks.

@@ -9,7 +9,6 @@
 // can at best stream.
 //   dram_bandwidth --out <json> [--mib 1024] [--reps 5]
 #include <hwy/highway.h>
-#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +20,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/runtime.h"
 
 namespace hn = hwy::HWY_NAMESPACE;
 
@@ -46,10 +48,9 @@ float sum_floats(const float* data, int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const maxctx::MpiRuntime runtime(&argc, &argv);
+  const maxctx::Communicator world = maxctx::Communicator::world();
+  const int rank = world.rank(), ranks = world.size();
   std::string out_path;
   int64_t mib = 1024, reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
       reps = std::atoll(argv[i + 1]);
     } else {
       if (rank == 0) std::fprintf(stderr, "dram_bandwidth: unknown flag %s\n", flag.c_str());
-      MPI_Abort(MPI_COMM_WORLD, 2);
+      return 2;  // every rank reads the same flags, so every rank leaves here
     }
   }
   const int64_t n = mib * (int64_t{1} << 20) / int64_t{sizeof(float)};
@@ -71,12 +72,12 @@ int main(int argc, char** argv) {
   volatile float sink = sum_floats(buffer.data(), n);  // untimed: pages touched, caches warm
   double best = 1e30;
   for (int64_t r = 0; r < reps; ++r) {
-    MPI_Barrier(MPI_COMM_WORLD);
+    world.barrier();
     const auto start = std::chrono::steady_clock::now();
     sink = sum_floats(buffer.data(), n);
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MPI_Allreduce(MPI_IN_PLACE, &seconds, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    world.all_reduce<double>({&seconds, 1}, maxctx::ReduceOp::kMax);
     best = std::min(best, seconds);
   }
   (void)sink;
@@ -95,6 +96,5 @@ int main(int argc, char** argv) {
                 ranks);
     if (!out_path.empty()) std::ofstream(out_path) << j.dump(2) << "\n";
   }
-  MPI_Finalize();
   return 0;
 }

@@ -83,10 +83,10 @@ Timing best_of(int reps, const std::function<void()>& body) {
   Timing best;
   for (int r = 0; r < reps; ++r) {
     const double cpu_start = bench::process_cpu_seconds();
-    const double wall_start = MPI_Wtime();
+    const double wall_start = bench::wall_seconds();
     body();
     const double cpu = bench::process_cpu_seconds() - cpu_start;
-    if (cpu < best.cpu) best = {cpu, MPI_Wtime() - wall_start};
+    if (cpu < best.cpu) best = {cpu, bench::wall_seconds() - wall_start};
   }
   return best;
 }
@@ -233,12 +233,12 @@ json step_breakdown(const maxctx::Config& config, double peak, int reps) {
     attention.forward_seconds = attention.backward_seconds = 0;
     model::llama_forward(c, weights, batch, plan, acts);
     const double start = bench::process_cpu_seconds();
-    const double wall_start = MPI_Wtime();
+    const double wall_start = bench::wall_seconds();
     model::llama_backward(c, weights, gradients, batch, plan, acts, d_loss);
     const double took = bench::process_cpu_seconds() - start;
     if (took < backward_best) {
       backward_best = took;
-      backward_wall = MPI_Wtime() - wall_start;
+      backward_wall = bench::wall_seconds() - wall_start;
     }
     attention_backward = std::min(attention_backward, attention.backward_seconds);
   });

@@ -1,8 +1,10 @@
+// load_command_config and mesh_spec_from (see common.h): the config resolved for the world's
+// rank count, and the mesh spec read from it. The rank count comes from Communicator::world(),
+// so no subcommand names MPI.
 #include "cli/common.h"
 
-#include <mpi.h>
-
 #include "maxctx/core/check.h"
+#include "maxctx/mesh/communicator.h"
 
 namespace maxctx::cli {
 
@@ -11,9 +13,7 @@ Config load_command_config(const Args& args, const char* command) {
     fail("{} needs a config file first: maxctx {} configs/base.yml [key=value ...]", command,
          command);
   }
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  return load_config(args[0], Args(args.begin() + 1, args.end()), world_size);
+  return load_config(args[0], Args(args.begin() + 1, args.end()), Communicator::world().size());
 }
 
 MeshSpec mesh_spec_from(const Config& config) {

@@ -10,7 +10,6 @@
 // tokenizer_path is set. What it writes loads back through llama_config_from_hf and
 // load_hf_weights bit-exactly. One process: it reads and writes whole files, nothing to shard.
 #include <fmt/format.h>
-#include <mpi.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +21,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/mesh/communicator.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
@@ -139,8 +139,7 @@ int run_export(const Args& args) {
     if (log::rank() == 0) std::fputs(kUsage, stdout);
     return 0;
   }
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_size = Communicator::world().size();
   if (world_size != 1) {
     fail("export runs as one process (got {} ranks); run it without mpirun", world_size);
   }

@@ -1,3 +1,6 @@
+// MAXCTX_CHECK and fail(): the message a failed check carries, and the way out of a failed check
+// with no test handler (one "[rank R] file:line: ..." line on stderr, then the abort hook). The
+// hook is swapped for one that throws, so the process survives to assert on it.
 #include "maxctx/core/check.h"
 
 #include <gtest/gtest.h>
@@ -25,6 +28,28 @@ TEST(Check, MessageNamesFileLineValuesAndWhatIsAllowed) {
   EXPECT_NE(message.find("a == b (3 vs 4)"), std::string::npos) << message;
   EXPECT_NE(message.find("allowed: multiples of 4"), std::string::npos) << message;
   EXPECT_EQ(message_of_failed_check(2, 2), "");
+}
+
+TEST(Check, FailedCheckPrintsOneRankLineThenCallsTheAbortHook) {
+  int aborts = 0;
+  const AbortHook saved = set_abort_hook([&] {
+    ++aborts;
+    throw Error("abort hook");
+  });
+  testing::internal::CaptureStderr();
+  try {
+    MAXCTX_CHECK(aborts > 0, "nothing is allowed");
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "abort hook");
+  }
+  const std::string printed = testing::internal::GetCapturedStderr();
+  set_abort_hook(saved);
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(printed.rfind("[rank 0] ", 0), 0u) << printed;  // core_test runs as one process
+  EXPECT_NE(printed.find("check_test.cpp:"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("check failed: aborts > 0: nothing is allowed"), std::string::npos)
+      << printed;
+  EXPECT_EQ(printed.find('\n'), printed.size() - 1) << "one line: " << printed;
 }
 
 TEST(Check, FailThrowsUserError) {

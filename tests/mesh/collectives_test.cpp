@@ -1,6 +1,7 @@
-// Communicator verbs under MPI (1, 2, 4 and 8 ranks) against results computed without MPI: every
-// element type, sizes that do not divide the rank count (fewer elements than ranks too), both
-// reduce-scatter algorithms, and the chunked paths (per-call element limits of 3 and 1).
+// Communicator verbs on the MPI backend (1, 2, 4 and 8 ranks) against results computed without
+// MPI: every element type, sizes that do not divide the rank count (fewer elements than ranks
+// too), both reduce-scatter algorithms, the chunked paths (per-call element limits of 3 and 1),
+// and the tensor-view forms. The element limit is the MPI backend's knob, hence its header here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/tensor.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/mpi/mpi_communicator.h"
 
 namespace maxctx {
 namespace {
@@ -186,6 +189,26 @@ TYPED_TEST(TypedCollectivesTest, RingSendRecvWithUnequalSizes) {
   }
 }
 
+// Rank r's block for rank p holds m elements small(r, p * m + i); rank p receives it as block r.
+TYPED_TEST(TypedCollectivesTest, AllToAllSendsBlockPToRankP) {
+  using T = TypeParam;
+  const int n = this->n_, r = this->r_;
+  for (const int64_t limit : kLimits) {
+    const ElementLimit scope(limit);
+    for (const int64_t m : {0, 1, 7}) {
+      std::vector<T> in(m * n);
+      for (int64_t i = 0; i < m * n; ++i) in[i] = small<T>(r, i);
+      std::vector<T> out(m * n, T{99});
+      this->world_.template all_to_all<T>(in, out);
+      for (int p = 0; p < n; ++p) {
+        for (int64_t i = 0; i < m; ++i) {
+          ASSERT_EQ(out[p * m + i], small<T>(p, r * m + i)) << "limit " << limit << " m " << m;
+        }
+      }
+    }
+  }
+}
+
 class CollectivesTest : public testing::Test {
  protected:
   const Communicator world_ = Communicator::world();
@@ -309,13 +332,100 @@ TEST_F(CollectivesTest, SizeMismatchesAreCheckFailuresWithTheValues) {
       check_message([&] { world_.all_gather_uneven<float>(wrong_part, ten); });
   EXPECT_NE(uneven.find("all_gather_uneven"), std::string::npos) << uneven;
   const std::string tag =
-      check_message([&] { world_.send_recv<float>(mine, MPI_PROC_NULL, mine, MPI_PROC_NULL, -1); });
+      check_message([&] { world_.send_recv<float>(mine, kNoPeer, mine, kNoPeer, -1); });
   EXPECT_NE(tag.find("tag -1"), std::string::npos) << tag;
   const std::string overlap = check_message([&] {
     world_.reduce_scatter<float>(in, std::span<float>(in).first(split_count(10, n_, r_)));
   });
   EXPECT_NE(overlap.find("overlaps"), std::string::npos) << overlap;
   world_.barrier();  // every rank failed before any MPI call, so the world is still in step
+}
+
+// The view forms move the same elements as the span forms; bf16 and int8 travel as their bits.
+TEST_F(CollectivesTest, TensorViewsGatherScatterReduceAndExchange) {
+  const int64_t m = 5;
+  Tensor mine(Shape{1, m});
+  for (int64_t i = 0; i < m; ++i) mine.data<float>()[i] = static_cast<float>(r_ * 1000 + i);
+  Tensor gathered(Shape{n_, m});
+  world_.all_gather(mine.view(), gathered.view());
+  for (int64_t g = 0; g < n_ * m; ++g) {
+    ASSERT_EQ(gathered.data<float>()[g], static_cast<float>((g / m) * 1000 + g % m));
+  }
+
+  const int64_t total = 2 * n_ + 1;
+  Tensor in(Shape{total});
+  for (int64_t i = 0; i < total; ++i) in.data<float>()[i] = static_cast<float>(r_ * 1000 + i);
+  Tensor block(Shape{split_count(total, n_, r_)});
+  world_.reduce_scatter(in.view(), block.view());
+  for (int64_t j = 0; j < block.numel(); ++j) {
+    const int64_t g = split_offset(total, n_, r_) + j;
+    ASSERT_EQ(block.data<float>()[j], static_cast<float>(1000 * n_ * (n_ - 1) / 2 + n_ * g));
+  }
+  world_.all_reduce(in.view(), ReduceOp::kMax);
+  for (int64_t i = 0; i < total; ++i) {
+    ASSERT_EQ(in.data<float>()[i], static_cast<float>((n_ - 1) * 1000 + i));
+  }
+
+  Tensor bits(Shape{m}, DType::kBF16);
+  for (int64_t i = 0; i < m; ++i) bits.data<bf16>()[i] = float_to_bf16(r_ + 0.5f * i);
+  Tensor all_bits(Shape{n_, m}, DType::kBF16);
+  world_.all_gather(bits.view(), all_bits.view());
+  for (int64_t g = 0; g < n_ * m; ++g) {
+    ASSERT_EQ(all_bits.data<bf16>()[g].bits, float_to_bf16((g / m) + 0.5f * (g % m)).bits);
+  }
+
+  Tensor codes(Shape{n_, 3}, DType::kI8);
+  for (int64_t i = 0; i < 3 * n_; ++i) codes.data<int8_t>()[i] = static_cast<int8_t>(r_ - i);
+  Tensor exchanged(Shape{n_, 3}, DType::kI8);
+  world_.all_to_all(codes.view(), exchanged.view());
+  for (int p = 0; p < n_; ++p) {
+    for (int64_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(exchanged.data<int8_t>()[p * 3 + i], static_cast<int8_t>(p - (r_ * 3 + i)));
+    }
+  }
+}
+
+TEST_F(CollectivesTest, TensorViewDtypeMismatchesAreCheckFailures) {
+  Tensor f32(Shape{n_}), bf16s(Shape{n_}, DType::kBF16), out_bf16(Shape{n_ * n_}, DType::kBF16);
+  const std::string mixed = check_message([&] { world_.all_gather(f32.view(), out_bf16.view()); });
+  EXPECT_NE(mixed.find("f32 and bf16"), std::string::npos) << mixed;
+  const std::string reduced =
+      check_message([&] { world_.all_reduce(bf16s.view(), ReduceOp::kSum); });
+  EXPECT_NE(reduced.find("reduce bf16 as f32"), std::string::npos) << reduced;
+  if (n_ > 1) {  // every count splits into one block
+    Tensor uneven(Shape{n_ + 1}), uneven_out(Shape{n_ + 1});
+    const std::string blocks =
+        check_message([&] { world_.all_to_all(uneven.view(), uneven_out.view()); });
+    EXPECT_NE(blocks.find("equal blocks"), std::string::npos) << blocks;
+  }
+  world_.barrier();
+}
+
+// kNoPeer turns either side of a transfer off: the receive buffer is left as it was.
+TEST_F(CollectivesTest, NoPeerSkipsThatSideOfATransfer) {
+  const std::vector<float> send = {1.0f, 2.0f};
+  std::vector<float> recv = {-1.0f, -1.0f};
+  world_.send_recv<float>(send, kNoPeer, recv, kNoPeer);
+  EXPECT_EQ(recv, (std::vector<float>{-1.0f, -1.0f}));
+  Request nothing = world_.irecv<float>(recv, kNoPeer);
+  nothing.wait();
+  EXPECT_EQ(recv, (std::vector<float>{-1.0f, -1.0f}));
+}
+
+// The runtime (the test main's MpiRuntime) has installed the hook that takes every rank down.
+TEST_F(CollectivesTest, RuntimeInstallsTheAbortHook) {
+  const AbortHook installed = set_abort_hook({});
+  EXPECT_TRUE(static_cast<bool>(installed));
+  set_abort_hook(installed);
+}
+
+TEST_F(CollectivesTest, CopiesShareOneCommunicator) {
+  const Communicator halves = world_.split(r_ % 2, r_);
+  const Communicator copy = halves;  // NOLINT(performance-unnecessary-copy-initialization)
+  EXPECT_EQ(copy.impl(), halves.impl());
+  int64_t sum = 1;
+  copy.all_reduce<int64_t>({&sum, 1}, ReduceOp::kSum);
+  EXPECT_EQ(sum, halves.size());
 }
 
 TEST_F(CollectivesTest, SplitAndSelfCommunicators) {

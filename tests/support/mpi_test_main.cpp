@@ -2,12 +2,14 @@
 //
 // Ranks other than 0 print only their failures (prefixed with the rank), so an 8-rank run reads
 // like a 1-rank one. The exit code is the maximum over ranks: a failure on any rank fails the
-// test on every rank, and ctest sees it once.
+// test on every rank, and ctest sees it once. The MpiRuntime here is what makes a failed
+// MAXCTX_CHECK abort every rank (it installs core's abort hook).
 #include <gtest/gtest.h>
-#include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 
+#include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/runtime.h"
 
 namespace {
@@ -36,8 +38,7 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new FailureOnlyPrinter(runtime.rank()));
   }
-  const int local_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
-  int any_failed = 0;
-  MPI_Allreduce(&local_failed, &any_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  int32_t any_failed = RUN_ALL_TESTS() != 0 ? 1 : 0;
+  maxctx::Communicator::world().all_reduce<int32_t>({&any_failed, 1}, maxctx::ReduceOp::kMax);
   return any_failed;
 }

@@ -5,7 +5,7 @@
 // balancing), {context=3}, {context=4}, {data=2, context=2}, {context=2, tensor=2},
 // {fsdp=2, context=2}, each context mesh for both strategies. ctest runs this binary on 2, 3 and
 // 4 ranks; a case runs where the world size matches its mesh. Every rank also runs the
-// single-device reference, on a one-rank mesh of its own (MPI_COMM_SELF).
+// single-device reference, on a one-rank mesh of its own (Communicator::self()).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -64,8 +64,7 @@ class TrainEquality : public ::testing::TestWithParam<MeshCase> {};
 
 TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
   const MeshCase& c = GetParam();
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_size = Communicator::world().size();
   if (world_size != c.ranks) GTEST_SKIP() << "needs " << c.ranks << " ranks";
 
   testing::SharedTempDir dir;
@@ -126,8 +125,7 @@ namespace maxctx::train {
 namespace {
 
 std::string mesh_error(int ranks, std::vector<std::string> overrides) {
-  int world_size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  const int world_size = Communicator::world().size();
   if (world_size != ranks) return "skipped";
   testing::SharedTempDir dir;
   const std::vector<std::string> all =

@@ -1,17 +1,20 @@
 // Shared by the training-loop tests: configs for a tiny model, a packed token file, a temporary
-// run directory, and the norm-relative error.
+// run directory, and the norm-relative error. The file and directory helpers are collective over
+// Communicator::world(): rank 0 writes, every rank waits for it.
 #pragma once
 
-#include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/rng.h"
+#include "maxctx/mesh/communicator.h"
 #include "maxctx/train/token_file.h"
 
 namespace maxctx::train::testing {
@@ -24,20 +27,18 @@ inline const std::string kBaseConfig = std::string(MAXCTX_SOURCE_DIR) + "/config
 class SharedTempDir {
  public:
   SharedTempDir() {
-    int pid = static_cast<int>(::getpid());
-    MPI_Bcast(&pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    const Communicator world = Communicator::world();
+    int32_t pid = static_cast<int32_t>(::getpid());
+    world.broadcast<int32_t>({&pid, 1}, 0);
     path_ = fs::temp_directory_path() / ("maxctx_train_" + std::to_string(pid));
-    MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) fs::create_directories(path_);
-    MPI_Barrier(MPI_COMM_WORLD);
+    world.barrier();
+    if (world.rank() == 0) fs::create_directories(path_);
+    world.barrier();
   }
   ~SharedTempDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    if (rank == 0) fs::remove_all(path_);
+    const Communicator world = Communicator::world();
+    world.barrier();
+    if (world.rank() == 0) fs::remove_all(path_);
   }
   const fs::path& path() const { return path_; }
 
@@ -49,9 +50,8 @@ class SharedTempDir {
 // documents, so segment masks and position restarts are everywhere.
 inline std::string write_packed_token_file(const fs::path& dir) {
   const std::string path = (dir / "tokens.bin").string();
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank == 0) {
+  const Communicator world = Communicator::world();
+  if (world.rank() == 0) {
     std::vector<int32_t> tokens;
     for (int doc = 0; doc < 60; ++doc) {
       const int length = 5 + static_cast<int>(rng::u32_at(9, 1, doc) % 36);
@@ -62,7 +62,7 @@ inline std::string write_packed_token_file(const fs::path& dir) {
     }
     write_token_file(path, tokens, 2, TokenWidth::kUInt16);
   }
-  MPI_Barrier(MPI_COMM_WORLD);
+  world.barrier();
   return path;
 }
 

@@ -1,9 +1,14 @@
+// A failed check's one way out (see check.h): the test handler if one is installed, else the
+// message once on stderr, prefixed with the rank the runtime told the logger, then the abort
+// hook (every rank) and std::abort() (this process) behind it. No MPI here: the mesh runtime
+// supplies both the rank and the hook.
 #include "maxctx/core/check.h"
-
-#include <mpi.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
+
+#include "maxctx/core/log.h"
 
 namespace maxctx {
 namespace {
@@ -13,34 +18,26 @@ CheckHandler& check_handler() {
   return handler;
 }
 
-int world_rank_or_zero() {
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (!initialized || finalized) return 0;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
+AbortHook& abort_hook() {
+  static AbortHook hook;
+  return hook;
 }
 
 }  // namespace
 
 void set_check_handler(CheckHandler handler) { check_handler() = std::move(handler); }
 
+AbortHook set_abort_hook(AbortHook hook) { return std::exchange(abort_hook(), std::move(hook)); }
+
 void check_failed(const char* file, int line, const std::string& what) {
   const std::string message = fmt::format("{}:{}: {}", file, line, what);
   if (check_handler()) {
     check_handler()(message);
   }
-  std::fprintf(stderr, "[rank %d] %s\n", world_rank_or_zero(), message.c_str());
+  std::fprintf(stderr, "[rank %d] %s\n", log::rank(), message.c_str());
   std::fflush(stderr);
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) {
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  if (abort_hook()) {
+    abort_hook()();
   }
   std::abort();
 }

@@ -1,12 +1,12 @@
-// Always-on checks and the user-facing error type.
-//
-// Two kinds of failure, never mixed up:
+// Always-on checks and the user-facing error type. Two kinds of failure, never mixed up:
 //  - maxctx::Error: the user gave something wrong (config key, value, file, shape). Library code
 //    throws it where every rank reaches the same verdict; the CLI prints the message once and
 //    every rank exits non-zero. Its message is one line: what was wrong and what is allowed.
 //  - MAXCTX_CHECK*: an invariant the code relies on. A failure prints
-//    `file:line: check failed: <expr> (<values>): <what is allowed>` from the failing rank and
-//    aborts every rank (MPI_Abort), so no rank is left waiting inside a collective.
+//    `[rank R] file:line: check failed: <expr> (<values>): <what is allowed>` once, from the
+//    failing rank, and aborts every rank, so no rank is left waiting inside a collective.
+// core/ knows no MPI: R is log::rank() and "every rank" is the abort hook, both set by the mesh
+// runtime (mesh/runtime.cpp: MPI_Abort on MPI_COMM_WORLD).
 #pragma once
 
 #include <fmt/format.h>
@@ -32,6 +32,15 @@ template <typename... Args>
 // tests install a handler that throws so that they can assert a check fires.
 using CheckHandler = std::function<void(const std::string& message)>;
 void set_check_handler(CheckHandler handler);  // empty handler restores the default
+
+// Ends the whole job once a failed check's message is out: the mesh runtime installs
+// MPI_Abort(MPI_COMM_WORLD, 1) when MPI is up and removes it before MPI_Finalize. Should it
+// return, or with no hook installed, the process ends with std::abort(). Returns the hook it
+// replaces, so that a scope can put it back.
+using AbortHook = std::function<void()>;
+AbortHook set_abort_hook(AbortHook hook);  // empty hook: std::abort() of this process only
+
+// What MAXCTX_CHECK* calls: the handler if one is installed, else print, abort hook, abort.
 [[noreturn]] void check_failed(const char* file, int line, const std::string& what);
 
 namespace detail {

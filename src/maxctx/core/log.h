@@ -12,7 +12,8 @@
 
 namespace maxctx::log {
 
-// Called once after MPI_Init; before that every process believes it is rank 0 of 1.
+// Called once by the mesh runtime after MPI_Init; before that every process believes it is rank 0
+// of 1. A failed MAXCTX_CHECK prints this rank too.
 void set_rank(int rank, int world_size);
 int rank();
 int world_size();

@@ -1,19 +1,19 @@
-// Communicator verbs over MPI (see communicator.h). Two kinds of path:
-//  - one MPI collective call when every count fits max_elements_per_call();
-//  - a ring of chunked MPI_Sendrecv otherwise (all-gathers), per-owner MPI_Reduce chunks
-//    (MPI reduce-scatter), or slices of the same call (all-reduce, broadcast).
-// The ring reduce-scatter is always a ring: it cuts the blocks into cache-sized segments and
-// reduces each segment around the whole ring before the next, so the add reads data the receive
-// has just brought into cache and the scratch space is two segments, not two blocks.
+// Communicator (see communicator.h): the checks every backend relies on, then one call into the
+// backend with the element type erased. The messages name the verb and the values, so a failed
+// check reads the same whichever backend sits below.
+//
+// world() and self() are the only places that name a backend: MPI launched the job, so the
+// world is MPI's (mesh/mpi/mpi_communicator.h). A GPU backend is built over an MPI communicator,
+// not instead of one.
 #include "maxctx/mesh/communicator.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
-#include <type_traits>
 
-#include "maxctx/core/buffer.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/tensor.h"
+#include "maxctx/mesh/communicator_impl.h"
+#include "maxctx/mesh/mpi/mpi_communicator.h"
 
 namespace maxctx {
 namespace {
@@ -24,58 +24,9 @@ namespace {
 // Three runs gave speedups of 1.45-1.49x, 6.0-6.6x and 6.1-9.3x: the ring is the default.
 ReduceScatterAlgorithm g_default_reduce_scatter = ReduceScatterAlgorithm::kRing;
 
-int64_t g_max_elements_per_call = INT_MAX;
-
-// A ring segment: small enough that the received part is still in L2 (1 MiB per core here) when
-// it is added, large enough that the per-message cost (a few microseconds) stays under 5%.
-constexpr size_t kRingSegmentBytes = size_t{256} << 10;
-
-// User tags stay below this; the rings of the collectives use kCollectiveTag, so a pending user
-// irecv can never match a collective's message. 32767 is the smallest MPI_TAG_UB MPI allows.
+// User tags stay below this; backends keep the tags from here up for their collectives' own
+// messages, so a pending user irecv can never match one.
 constexpr int kMaxUserTag = 32000;
-constexpr int kCollectiveTag = 32001;
-
-template <typename T>
-MPI_Datatype mpi_type() {
-  if constexpr (std::is_same_v<T, float>) {
-    return MPI_FLOAT;
-  } else if constexpr (std::is_same_v<T, double>) {
-    return MPI_DOUBLE;
-  } else if constexpr (std::is_same_v<T, int32_t>) {
-    return MPI_INT32_T;
-  } else if constexpr (std::is_same_v<T, int64_t>) {
-    return MPI_INT64_T;
-  } else if constexpr (std::is_same_v<T, uint16_t>) {
-    return MPI_UINT16_T;
-  } else if constexpr (std::is_same_v<T, int8_t>) {
-    return MPI_INT8_T;
-  } else {
-    static_assert(std::is_same_v<T, uint8_t>, "no MPI datatype for this element type");
-    return MPI_UINT8_T;
-  }
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum:
-      return MPI_SUM;
-    case ReduceOp::kMax:
-      return MPI_MAX;
-    case ReduceOp::kMin:
-      return MPI_MIN;
-  }
-  MAXCTX_CHECK(false, "unknown ReduceOp {}", static_cast<int>(op));
-}
-
-// Every count handed to MPI passes through here: the chunking above must already have made it fit.
-int as_count(int64_t n) {
-  MAXCTX_CHECK(n >= 0 && n <= INT_MAX, "an MPI count of {} elements: chunking missed it", n);
-  return static_cast<int>(n);
-}
-
-// A point-to-point transfer of n elements is this many messages (at least one, even when empty,
-// so that both sides always agree on the number of messages).
-int64_t num_messages(int64_t n, int64_t limit) { return n == 0 ? 1 : (n + limit - 1) / limit; }
 
 bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   if (a_bytes == 0 || b_bytes == 0) return false;
@@ -84,31 +35,45 @@ bool overlaps(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_begin < b_begin + b_bytes && b_begin < a_begin + a_bytes;
 }
 
-// Scratch for the ring reduce-scatter's intermediate steps (ranks > 2). One per process: only the
-// main thread calls MPI (MPI_THREAD_FUNNELED) and no verb is re-entered.
-std::byte* ring_scratch(size_t bytes) {
-  static AlignedBuffer scratch;
-  if (scratch.size() < bytes) scratch = AlignedBuffer(bytes);
-  return scratch.data();
-}
-
-template <typename T>
-void add_into(T* __restrict acc, const T* __restrict in, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
-}
-
 void check_user_tag(int tag) {
   MAXCTX_CHECK(tag >= 0 && tag < kMaxUserTag, "tag {}: point-to-point tags are 0..{}", tag,
                kMaxUserTag - 1);
 }
 
-void check_received(const MPI_Status& status, MPI_Datatype type, int64_t expected) {
-  if (expected < 0) return;
-  int received = 0;
-  MPI_Get_count(&status, type, &received);
-  MAXCTX_CHECK_EQ(received, expected,
-                  "a message was shorter than its receive buffer: the sender and the receiver "
-                  "disagree on the size");
+void check_peer(int peer, int size, const char* role) {
+  MAXCTX_CHECK(peer == kNoPeer || (peer >= 0 && peer < size),
+               "{} rank {}: allowed 0..{} or kNoPeer", role, peer, size - 1);
+}
+
+// The span type a tensor view's elements travel as: f32 as float, bf16 and int8 as their bits.
+template <typename F>
+void visit_view_type(const TensorView& view, F&& f) {
+  switch (view.dtype()) {
+    case DType::kF32:
+      return f.template operator()<float>();
+    case DType::kBF16:
+      return f.template operator()<uint16_t>();
+    case DType::kI8:
+      return f.template operator()<int8_t>();
+  }
+  MAXCTX_CHECK(false, "unknown dtype {}", static_cast<int>(view.dtype()));
+}
+
+template <typename T>
+std::span<T> elements(const TensorView& view) {
+  return {static_cast<T*>(view.raw()), static_cast<size_t>(view.numel())};
+}
+
+void check_same_dtype(const char* verb, const TensorView& a, const TensorView& b) {
+  MAXCTX_CHECK(a.dtype() == b.dtype(), "{}: tensors hold {} and {}; both must hold the same dtype",
+               verb, dtype_name(a.dtype()), dtype_name(b.dtype()));
+}
+
+void check_reducible(const char* verb, const TensorView& view) {
+  MAXCTX_CHECK(view.dtype() == DType::kF32,
+               "{}: tensor holds {}; reductions take f32 (reduce {} "
+               "as f32)",
+               verb, dtype_name(view.dtype()), dtype_name(view.dtype()));
 }
 
 }  // namespace
@@ -123,32 +88,17 @@ void set_default_reduce_scatter_algorithm(ReduceScatterAlgorithm algorithm) {
 
 ReduceScatterAlgorithm default_reduce_scatter_algorithm() { return g_default_reduce_scatter; }
 
-void set_max_elements_per_call(int64_t max_elements) {
-  MAXCTX_CHECK(max_elements >= 1 && max_elements <= INT_MAX,
-               "max elements per MPI call is {}: allowed 1..{}", max_elements, INT_MAX);
-  g_max_elements_per_call = max_elements;
-}
-
-int64_t max_elements_per_call() { return g_max_elements_per_call; }
 
 // --- Request ---------------------------------------------------------------------------------
 
-Request::Request(Request&& other) noexcept
-    : requests_(std::move(other.requests_)),
-      expected_(std::move(other.expected_)),
-      type_(other.type_) {
-  other.requests_.clear();
-  other.expected_.clear();
-}
+Request::Request() = default;
+Request::Request(std::unique_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
+Request::Request(Request&& other) noexcept : impl_(std::move(other.impl_)) {}
 
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
     wait();
-    requests_ = std::move(other.requests_);
-    expected_ = std::move(other.expected_);
-    type_ = other.type_;
-    other.requests_.clear();
-    other.expected_.clear();
+    impl_ = std::move(other.impl_);
   }
   return *this;
 }
@@ -156,207 +106,96 @@ Request& Request::operator=(Request&& other) noexcept {
 Request::~Request() { wait(); }
 
 void Request::wait() {
-  if (requests_.empty()) return;
-  std::vector<MPI_Status> statuses(requests_.size());
-  MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), statuses.data());
-  for (size_t i = 0; i < statuses.size(); ++i) check_received(statuses[i], type_, expected_[i]);
-  requests_.clear();
-  expected_.clear();
+  if (!impl_) return;
+  impl_->wait();
+  impl_.reset();
 }
 
 void wait_all(std::span<Request> requests) {
-  std::vector<MPI_Request> all;
+  std::vector<RequestImpl*> batch;
   for (const Request& request : requests) {
-    all.insert(all.end(), request.requests_.begin(), request.requests_.end());
+    if (request.impl_) batch.push_back(request.impl_.get());
   }
-  std::vector<MPI_Status> statuses(all.size());
-  MPI_Waitall(static_cast<int>(all.size()), all.data(), statuses.data());
-  size_t next = 0;
-  for (Request& request : requests) {
-    for (int64_t expected : request.expected_) {
-      check_received(statuses[next++], request.type_, expected);
-    }
-    request.requests_.clear();
-    request.expected_.clear();
-  }
+  if (batch.empty()) return;
+  batch.front()->wait_all(batch);
+  for (Request& request : requests) request.impl_.reset();
 }
 
 // --- Communicator: lifetime --------------------------------------------------------------------
 
-Communicator::Communicator(MPI_Comm comm, bool owned) : comm_(comm), owned_(owned) {
-  MPI_Comm_rank(comm_, &rank_);
-  MPI_Comm_size(comm_, &size_);
-}
+Communicator::Communicator() = default;
+Communicator::Communicator(std::shared_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
 
-Communicator Communicator::world() { return Communicator(MPI_COMM_WORLD, false); }
-Communicator Communicator::self() { return Communicator(MPI_COMM_SELF, false); }
-Communicator Communicator::adopt(MPI_Comm comm) {
-  MAXCTX_CHECK(comm != MPI_COMM_NULL, "adopting MPI_COMM_NULL");
-  return Communicator(comm, true);
-}
+Communicator Communicator::world() { return mpi_world(); }
+Communicator Communicator::self() { return mpi_self(); }
 
-Communicator::Communicator(Communicator&& other) noexcept
-    : comm_(other.comm_), owned_(other.owned_), rank_(other.rank_), size_(other.size_) {
-  other.comm_ = MPI_COMM_NULL;
-  other.owned_ = false;
-}
+int Communicator::rank() const { return impl_ ? impl_->rank() : 0; }
+int Communicator::size() const { return impl_ ? impl_->size() : 1; }
 
-Communicator& Communicator::operator=(Communicator&& other) noexcept {
-  if (this != &other) {
-    Communicator doomed(std::move(*this));
-    comm_ = other.comm_;
-    owned_ = other.owned_;
-    rank_ = other.rank_;
-    size_ = other.size_;
-    other.comm_ = MPI_COMM_NULL;
-    other.owned_ = false;
-  }
-  return *this;
-}
-
-Communicator::~Communicator() {
-  if (!owned_ || comm_ == MPI_COMM_NULL) return;
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Comm_free(&comm_);
+const CommunicatorImpl& Communicator::backend() const {
+  MAXCTX_CHECK(impl_ != nullptr,
+               "a verb on an empty Communicator (default-constructed or moved "
+               "from); use world(), self(), split() or a Mesh group");
+  return *impl_;
 }
 
 Communicator Communicator::split(int color, int key) const {
-  MPI_Comm comm = MPI_COMM_NULL;
-  MPI_Comm_split(comm_, color, key, &comm);
-  return adopt(comm);
+  return Communicator(backend().split(color, key));
 }
 
-void Communicator::barrier() const { MPI_Barrier(comm_); }
+void Communicator::barrier() const { backend().barrier(); }
 
 // --- Communicator: point to point --------------------------------------------------------------
 
 template <typename T>
-Request Communicator::isend(std::span<const T> data, int dest, int tag) const {
+void Communicator::send_recv(std::span<const T> send, int dest, std::span<T> recv, int source,
+                             int tag) const {
+  const CommunicatorImpl& impl = backend();
   check_user_tag(tag);
-  return post_send(data, dest, tag);
+  check_peer(dest, impl.size(), "send_recv: dest");
+  check_peer(source, impl.size(), "send_recv: source");
+  impl.send_recv(send.data(), static_cast<int64_t>(send.size()), dest, recv.data(),
+                 static_cast<int64_t>(recv.size()), source, element_type_of<T>(), tag);
+}
+
+template <typename T>
+Request Communicator::isend(std::span<const T> data, int dest, int tag) const {
+  const CommunicatorImpl& impl = backend();
+  check_user_tag(tag);
+  check_peer(dest, impl.size(), "isend: dest");
+  return Request(
+      impl.isend(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), dest, tag));
 }
 
 template <typename T>
 Request Communicator::irecv(std::span<T> data, int source, int tag) const {
+  const CommunicatorImpl& impl = backend();
   check_user_tag(tag);
-  return post_recv(data, source, tag);
-}
-
-template <typename T>
-void Communicator::send_recv(std::span<const T> send, int dest, std::span<T> recv, int source,
-                             int tag) const {
-  check_user_tag(tag);
-  exchange(send, dest, recv, source, tag);
-}
-
-template <typename T>
-Request Communicator::post_send(std::span<const T> data, int dest, int tag) const {
-  const int64_t limit = g_max_elements_per_call;
-  const int64_t n = static_cast<int64_t>(data.size());
-  const int64_t messages = num_messages(n, limit);
-  Request request;
-  request.type_ = mpi_type<T>();
-  request.requests_.resize(messages);
-  request.expected_.assign(messages, -1);
-  for (int64_t m = 0; m < messages; ++m) {
-    const int64_t begin = m * limit;
-    const int64_t count = std::min(limit, n - begin);
-    MPI_Isend(data.data() + begin, as_count(count), request.type_, dest, tag, comm_,
-              &request.requests_[m]);
-  }
-  return request;
-}
-
-template <typename T>
-Request Communicator::post_recv(std::span<T> data, int source, int tag) const {
-  const int64_t limit = g_max_elements_per_call;
-  const int64_t n = static_cast<int64_t>(data.size());
-  const int64_t messages = num_messages(n, limit);
-  Request request;
-  request.type_ = mpi_type<T>();
-  request.requests_.resize(messages);
-  request.expected_.resize(messages);
-  for (int64_t m = 0; m < messages; ++m) {
-    const int64_t begin = m * limit;
-    const int64_t count = std::min(limit, n - begin);
-    request.expected_[m] = source == MPI_PROC_NULL ? -1 : count;
-    MPI_Irecv(data.data() + begin, as_count(count), request.type_, source, tag, comm_,
-              &request.requests_[m]);
-  }
-  return request;
-}
-
-template <typename T>
-void Communicator::exchange(std::span<const T> send, int dest, std::span<T> recv, int source,
-                            int tag) const {
-  const int64_t limit = g_max_elements_per_call;
-  if (static_cast<int64_t>(send.size()) <= limit && static_cast<int64_t>(recv.size()) <= limit) {
-    MPI_Status status;
-    MPI_Sendrecv(send.data(), as_count(send.size()), mpi_type<T>(), dest, tag, recv.data(),
-                 as_count(recv.size()), mpi_type<T>(), source, tag, comm_, &status);
-    if (source != MPI_PROC_NULL) {
-      check_received(status, mpi_type<T>(), static_cast<int64_t>(recv.size()));
-    }
-    return;
-  }
-  Request requests[2] = {post_recv(recv, source, tag), post_send(send, dest, tag)};
-  wait_all(requests);
+  check_peer(source, impl.size(), "irecv: source");
+  return Request(impl.irecv(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(),
+                            source, tag));
 }
 
 // --- Communicator: collectives -----------------------------------------------------------------
 
 template <typename T>
 void Communicator::all_gather(std::span<const T> mine, std::span<T> out) const {
+  const CommunicatorImpl& impl = backend();
   const int64_t n = static_cast<int64_t>(mine.size());
-  MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), n * size_,
-                  "all_gather: out must hold size() = {} parts of {} elements", size_, n);
-  if (n == 0) return;
-  if (n > g_max_elements_per_call) return ring_all_gather(mine, out, false);
-  const bool in_place = mine.data() == out.data() + rank_ * n;
-  MPI_Allgather(in_place ? MPI_IN_PLACE : mine.data(), as_count(n), mpi_type<T>(), out.data(),
-                as_count(n), mpi_type<T>(), comm_);
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), n * impl.size(),
+                  "all_gather: out must hold size() = {} parts of {} elements", impl.size(), n);
+  impl.all_gather(mine.data(), out.data(), n, element_type_of<T>());
 }
 
 template <typename T>
 void Communicator::all_gather_uneven(std::span<const T> mine, std::span<T> out) const {
+  const CommunicatorImpl& impl = backend();
   const int64_t total = static_cast<int64_t>(out.size());
-  const int64_t my_offset = split_offset(total, size_, rank_);
-  MAXCTX_CHECK_EQ(static_cast<int64_t>(mine.size()), split_count(total, size_, rank_),
-                  "all_gather_uneven: rank {} of {} holds this block of {} elements", rank_, size_,
-                  total);
-  if (total == 0) return;
-  if (total > g_max_elements_per_call) return ring_all_gather(mine, out, true);
-  std::vector<int> counts(size_);
-  std::vector<int> offsets(size_);
-  for (int p = 0; p < size_; ++p) {
-    counts[p] = as_count(split_count(total, size_, p));
-    offsets[p] = as_count(split_offset(total, size_, p));
-  }
-  const bool in_place = !mine.empty() && mine.data() == out.data() + my_offset;
-  MPI_Allgatherv(in_place ? MPI_IN_PLACE : mine.data(), as_count(mine.size()), mpi_type<T>(),
-                 out.data(), counts.data(), offsets.data(), mpi_type<T>(), comm_);
-}
-
-// Step s: pass block (rank - s) to the right, receive block (rank - s - 1) from the left.
-template <typename T>
-void Communicator::ring_all_gather(std::span<const T> mine, std::span<T> out, bool uneven) const {
-  const int n = size_;
-  const int64_t total = static_cast<int64_t>(out.size());
-  const int64_t part = static_cast<int64_t>(mine.size());
-  auto block = [&](int b) {
-    return uneven ? out.subspan(split_offset(total, n, b), split_count(total, n, b))
-                  : out.subspan(b * part, part);
-  };
-  std::span<T> my_block = block(rank_);
-  if (mine.data() != my_block.data()) std::copy(mine.begin(), mine.end(), my_block.begin());
-  const int right = (rank_ + 1) % n;
-  const int left = (rank_ + n - 1) % n;
-  for (int s = 0; s + 1 < n; ++s) {
-    std::span<T> send = block((rank_ - s + n) % n);
-    std::span<T> recv = block((rank_ - s - 1 + 2 * n) % n);
-    exchange<T>(send, right, recv, left, kCollectiveTag);
-  }
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(mine.size()), split_count(total, impl.size(), impl.rank()),
+                  "all_gather_uneven: rank {} of {} holds this block of {} elements", impl.rank(),
+                  impl.size(), total);
+  impl.all_gather_uneven(mine.data(), out.data(), total, element_type_of<T>());
 }
 
 template <typename T>
@@ -367,109 +206,41 @@ void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out) const
 template <typename T>
 void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out,
                                   ReduceScatterAlgorithm algorithm) const {
+  const CommunicatorImpl& impl = backend();
   const int64_t total = static_cast<int64_t>(in.size());
-  MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), split_count(total, size_, rank_),
-                  "reduce_scatter: out is rank {}'s block of {} elements over {} ranks", rank_,
-                  total, size_);
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), split_count(total, impl.size(), impl.rank()),
+                  "reduce_scatter: out is rank {}'s block of {} elements over {} ranks",
+                  impl.rank(), total, impl.size());
   MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
                "reduce_scatter: out overlaps in; reduce into a separate buffer");
-  if (total == 0) return;
-  if (size_ == 1) {
-    std::copy(in.begin(), in.end(), out.begin());
-    return;
-  }
-  if (algorithm == ReduceScatterAlgorithm::kRing) {
-    ring_reduce_scatter(in, out);
-  } else {
-    mpi_reduce_scatter(in, out);
-  }
-}
-
-// Segment by segment (the same element range of every block), n-1 steps: at step s rank r sends
-// its running sum of block (r - s - 1) to the right and receives the left neighbour's running sum
-// of block (r - s - 2), adding its own part. After the last step it holds the full sum of block r.
-template <typename T>
-void Communicator::ring_reduce_scatter(std::span<const T> in, std::span<T> out) const {
-  const int n = size_;
-  const int64_t total = static_cast<int64_t>(in.size());
-  const int right = (rank_ + 1) % n;
-  const int left = (rank_ + n - 1) % n;
-  const int64_t segment = std::max<int64_t>(
-      1, std::min<int64_t>(kRingSegmentBytes / sizeof(T), g_max_elements_per_call));
-  T* scratch[2] = {nullptr, nullptr};
-  if (n > 2) {
-    T* base = reinterpret_cast<T*>(ring_scratch(2 * segment * sizeof(T)));
-    scratch[0] = base;
-    scratch[1] = base + segment;
-  }
-  // Block b's piece of the segment starting at `begin` (empty past the end of a shorter block).
-  struct Piece {
-    int64_t offset;  // into in
-    int64_t count;
-  };
-  auto piece = [&](int b, int64_t begin) {
-    const int64_t count = std::clamp<int64_t>(split_count(total, n, b) - begin, 0, segment);
-    return Piece{split_offset(total, n, b) + begin, count};
-  };
-  const int64_t longest = split_count(total, n, 0);
-  for (int64_t begin = 0; begin < longest; begin += segment) {
-    const Piece first = piece((rank_ + n - 1) % n, begin);
-    const T* send = in.data() + first.offset;
-    int64_t send_count = first.count;
-    for (int s = 0; s + 1 < n; ++s) {
-      const Piece incoming = piece(((rank_ - s - 2) % n + n) % n, begin);
-      T* recv =
-          s + 2 == n ? (incoming.count > 0 ? out.data() + begin : out.data()) : scratch[s % 2];
-      exchange<T>({send, static_cast<size_t>(send_count)}, right,
-                  {recv, static_cast<size_t>(incoming.count)}, left, kCollectiveTag);
-      add_into(recv, in.data() + incoming.offset, incoming.count);
-      send = recv;
-      send_count = incoming.count;
-    }
-  }
-}
-
-template <typename T>
-void Communicator::mpi_reduce_scatter(std::span<const T> in, std::span<T> out) const {
-  const int64_t total = static_cast<int64_t>(in.size());
-  const int64_t limit = g_max_elements_per_call;
-  if (total <= limit) {
-    std::vector<int> counts(size_);
-    for (int p = 0; p < size_; ++p) counts[p] = as_count(split_count(total, size_, p));
-    MPI_Reduce_scatter(in.data(), out.data(), counts.data(), mpi_type<T>(), MPI_SUM, comm_);
-    return;
-  }
-  // Too long for one call: reduce each owner's block to it, a chunk at a time.
-  for (int owner = 0; owner < size_; ++owner) {
-    const int64_t offset = split_offset(total, size_, owner);
-    const int64_t count = split_count(total, size_, owner);
-    for (int64_t begin = 0; begin < count; begin += limit) {
-      const int64_t chunk = std::min(limit, count - begin);
-      MPI_Reduce(in.data() + offset + begin, owner == rank_ ? out.data() + begin : nullptr,
-                 as_count(chunk), mpi_type<T>(), MPI_SUM, owner, comm_);
-    }
-  }
+  impl.reduce_scatter(in.data(), out.data(), total, element_type_of<T>(), algorithm);
 }
 
 template <typename T>
 void Communicator::all_reduce(std::span<T> in_out, ReduceOp op) const {
-  const int64_t n = static_cast<int64_t>(in_out.size());
-  const int64_t limit = g_max_elements_per_call;
-  for (int64_t begin = 0; begin < n; begin += limit) {
-    MPI_Allreduce(MPI_IN_PLACE, in_out.data() + begin, as_count(std::min(limit, n - begin)),
-                  mpi_type<T>(), mpi_op(op), comm_);
-  }
+  backend().all_reduce(in_out.data(), static_cast<int64_t>(in_out.size()), element_type_of<T>(),
+                       op);
+}
+
+template <typename T>
+void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
+  const CommunicatorImpl& impl = backend();
+  const int64_t total = static_cast<int64_t>(in.size());
+  MAXCTX_CHECK(total % impl.size() == 0,
+               "all_to_all: in holds {} elements, not size() = {} equal blocks", total,
+               impl.size());
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), total,
+                  "all_to_all: out holds as many elements as in");
+  MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
+               "all_to_all: out overlaps in; exchange into a separate buffer");
+  impl.all_to_all(in.data(), out.data(), total / impl.size(), element_type_of<T>());
 }
 
 template <typename T>
 void Communicator::broadcast(std::span<T> data, int root) const {
-  MAXCTX_CHECK(root >= 0 && root < size_, "broadcast root {} of {} ranks", root, size_);
-  const int64_t n = static_cast<int64_t>(data.size());
-  const int64_t limit = g_max_elements_per_call;
-  for (int64_t begin = 0; begin < n; begin += limit) {
-    MPI_Bcast(data.data() + begin, as_count(std::min(limit, n - begin)), mpi_type<T>(), root,
-              comm_);
-  }
+  const CommunicatorImpl& impl = backend();
+  MAXCTX_CHECK(root >= 0 && root < impl.size(), "broadcast root {} of {} ranks", root, impl.size());
+  impl.broadcast(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), root);
 }
 
 #define MAXCTX_INSTANTIATE_VERBS(T)                                                                \
@@ -479,6 +250,7 @@ void Communicator::broadcast(std::span<T> data, int root) const {
   template void Communicator::reduce_scatter<T>(std::span<const T>, std::span<T>,                  \
                                                 ReduceScatterAlgorithm) const;                     \
   template void Communicator::all_reduce<T>(std::span<T>, ReduceOp) const;                         \
+  template void Communicator::all_to_all<T>(std::span<const T>, std::span<T>) const;               \
   template void Communicator::broadcast<T>(std::span<T>, int) const;                               \
   template void Communicator::send_recv<T>(std::span<const T>, int, std::span<T>, int, int) const; \
   template Request Communicator::isend<T>(std::span<const T>, int, int) const;                     \
@@ -493,5 +265,28 @@ MAXCTX_INSTANTIATE_VERBS(int8_t)
 MAXCTX_INSTANTIATE_VERBS(uint8_t)
 
 #undef MAXCTX_INSTANTIATE_VERBS
+
+// --- Communicator: tensor views ----------------------------------------------------------------
+
+void Communicator::all_gather(const TensorView& mine, const TensorView& out) const {
+  check_same_dtype("all_gather", mine, out);
+  visit_view_type(mine, [&]<typename T>() { all_gather<T>(elements<T>(mine), elements<T>(out)); });
+}
+
+void Communicator::reduce_scatter(const TensorView& in, const TensorView& out) const {
+  check_same_dtype("reduce_scatter", in, out);
+  check_reducible("reduce_scatter", in);
+  reduce_scatter<float>(elements<float>(in), elements<float>(out));
+}
+
+void Communicator::all_reduce(const TensorView& in_out, ReduceOp op) const {
+  check_reducible("all_reduce", in_out);
+  all_reduce<float>(elements<float>(in_out), op);
+}
+
+void Communicator::all_to_all(const TensorView& in, const TensorView& out) const {
+  check_same_dtype("all_to_all", in, out);
+  visit_view_type(in, [&]<typename T>() { all_to_all<T>(elements<T>(in), elements<T>(out)); });
+}
 
 }  // namespace maxctx

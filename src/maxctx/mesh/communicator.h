@@ -1,23 +1,17 @@
-// Communicator: a small value type over MPI_Comm with the handful of verbs maxctx needs
-// (all_gather, reduce_scatter, all_reduce, broadcast, send_recv, isend/irecv, barrier).
+// Communicator: the value type callers talk to, over a backend behind CommunicatorImpl
+// (communicator_impl.h), after MLX's Group over GroupImpl. Verbs: all_gather(_uneven),
+// reduce_scatter, all_reduce, all_to_all, broadcast, send_recv, isend/irecv, barrier, split.
+// What it is not: a backend. It checks every size, tag and peer (values printed) and hands a
+// type-erased call to its impl; no header here names MPI. Today's backend is MPI on host memory.
 //
-// What it is not: a general MPI wrapper. Verbs take spans of one element type (float, double,
-// int32_t, int64_t, uint16_t for bf16 bits, int8_t, uint8_t; call as `comm.all_gather<float>(a,
-// b)` to pass vectors) and check every size against the others (MAXCTX_CHECK, values printed).
-// Reductions on uint16_t are integer reductions of the bits: reduce bf16 as float.
-//
-// Invariants: every verb except the point-to-point ones is collective over the communicator, and
-// every rank must call it with matching sizes. Uneven parts always follow split_counts (first
-// total % parts blocks one element longer). No single MPI call carries more than
-// max_elements_per_call() elements (Open MPI 4.1 has no large-count calls); longer transfers are
-// cut into chunks, and every rank must use the same limit. A point-to-point transfer of n elements
-// is always max(1, ceil(n / limit)) messages, so send_recv, isend and irecv pair up with each
-// other.
+// Invariants: every verb but the point-to-point ones is collective, with matching sizes on every
+// rank. Uneven parts follow split_counts. Span verbs take float, double, int32_t, int64_t,
+// uint16_t (bf16 bits: reduce bf16 as float), int8_t, uint8_t (`comm.all_gather<float>(a, b)`
+// to pass vectors). Copies share one backend communicator, freed with the last copy.
 #pragma once
 
-#include <mpi.h>
-
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -26,27 +20,31 @@
 
 namespace maxctx {
 
+class CommunicatorImpl;
+class RequestImpl;
+class TensorView;
+
 enum class ReduceOp { kSum, kMax, kMin };
 
-// kRing: n-1 steps of sendrecv to the right neighbour plus a local add, in cache-sized segments.
-// kMpi: MPI_Reduce_scatter.
+// How reduce_scatter reduces. kRing: the backend's own ring, n-1 steps of a send to the right
+// neighbour plus a local add, in cache-sized segments. kMpi: the communication library's own
+// reduce-scatter (MPI_Reduce_scatter in the MPI backend).
 enum class ReduceScatterAlgorithm { kRing, kMpi };
 
 std::string_view algorithm_name(ReduceScatterAlgorithm algorithm);  // "ring", "mpi"
 void set_default_reduce_scatter_algorithm(ReduceScatterAlgorithm algorithm);
 ReduceScatterAlgorithm default_reduce_scatter_algorithm();
 
-// The most elements one MPI call may carry (default INT_MAX). Tests lower it to exercise the
-// chunked paths; every rank must set the same value.
-void set_max_elements_per_call(int64_t max_elements);
-int64_t max_elements_per_call();
+// A peer of the point-to-point verbs that means "nobody": that side of the transfer does nothing.
+inline constexpr int kNoPeer = -1;
 
 // A pending isend or irecv. Move-only; wait() completes it (and checks that a receive got exactly
 // the elements its buffer holds). A Request destroyed while pending waits first, so its buffer is
 // never written after it is freed.
 class Request {
  public:
-  Request() = default;
+  Request();
+  explicit Request(std::unique_ptr<RequestImpl> impl);
   Request(Request&& other) noexcept;
   Request& operator=(Request&& other) noexcept;
   Request(const Request&) = delete;
@@ -54,38 +52,37 @@ class Request {
   ~Request();
 
   void wait();
-  bool pending() const { return !requests_.empty(); }
+  bool pending() const { return impl_ != nullptr; }
 
  private:
-  friend class Communicator;
   friend void wait_all(std::span<Request> requests);
 
-  std::vector<MPI_Request> requests_;  // one per chunk
-  std::vector<int64_t> expected_;      // elements per chunk for receives, -1 for sends
-  MPI_Datatype type_ = MPI_DATATYPE_NULL;
+  std::unique_ptr<RequestImpl> impl_;  // null once completed
 };
 
-// Waits for all of them with one MPI_Waitall, so no transfer waits behind another.
+// Waits for all of them together (one MPI_Waitall in the MPI backend), so no transfer waits
+// behind another.
 void wait_all(std::span<Request> requests);
 
 class Communicator {
  public:
-  Communicator() = default;                  // empty: rank 0 of 1, usable only as a move target
-  static Communicator world();               // MPI_COMM_WORLD, never freed
-  static Communicator self();                // MPI_COMM_SELF, never freed
-  static Communicator adopt(MPI_Comm comm);  // takes ownership: freed on destruction
+  Communicator();  // empty: rank 0 of 1, usable only as an assignment target
+  explicit Communicator(std::shared_ptr<CommunicatorImpl> impl);
+  static Communicator world();  // every rank the launcher started (MPI_COMM_WORLD)
+  static Communicator self();   // this rank alone (MPI_COMM_SELF)
 
-  Communicator(Communicator&& other) noexcept;
-  Communicator& operator=(Communicator&& other) noexcept;
-  Communicator(const Communicator&) = delete;
-  Communicator& operator=(const Communicator&) = delete;
+  Communicator(const Communicator&) = default;
+  Communicator& operator=(const Communicator&) = default;
+  Communicator(Communicator&&) noexcept = default;
+  Communicator& operator=(Communicator&&) noexcept = default;
   ~Communicator();
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
-  MPI_Comm raw() const { return comm_; }
+  int rank() const;
+  int size() const;
+  // The backend, for code that must reach under the interface (the MPI bootstrap in mesh/).
+  CommunicatorImpl* impl() const { return impl_.get(); }
 
-  // Collective MPI_Comm_split: ranks with the same color form a communicator, ordered by key.
+  // Collective: ranks with the same color form a communicator, ordered by key.
   Communicator split(int color, int key) const;
 
   // out (size() * mine.size()) = every rank's `mine`, in rank order. `mine` may already sit in
@@ -109,10 +106,15 @@ class Communicator {
   template <typename T>
   void all_reduce(std::span<T> in_out, ReduceOp op) const;
 
+  // in and out hold size() blocks of in.size() / size() elements: block p of `in` goes to rank p,
+  // block p of `out` came from rank p. out must not overlap in.
+  template <typename T>
+  void all_to_all(std::span<const T> in, std::span<T> out) const;
+
   template <typename T>
   void broadcast(std::span<T> data, int root) const;
 
-  // Sends `send` to dest while receiving `recv` from source (either may be MPI_PROC_NULL).
+  // Sends `send` to dest while receiving `recv` from source (either may be kNoPeer).
   // Tags are 0..31999; the collectives' own messages use a tag above that range.
   template <typename T>
   void send_recv(std::span<const T> send, int dest, std::span<T> recv, int source,
@@ -125,28 +127,19 @@ class Communicator {
 
   void barrier() const;
 
+  // The collectives on tensor views: the same contracts, over each view's elements in memory
+  // order (shapes are the caller's business; element counts and dtypes are checked). f32 for
+  // every verb; bf16 and int8 move as raw bits, so they may be gathered and exchanged but not
+  // reduced (reduce bf16 as f32). The MPI backend requires host memory.
+  void all_gather(const TensorView& mine, const TensorView& out) const;
+  void reduce_scatter(const TensorView& in, const TensorView& out) const;
+  void all_reduce(const TensorView& in_out, ReduceOp op) const;
+  void all_to_all(const TensorView& in, const TensorView& out) const;
+
  private:
-  Communicator(MPI_Comm comm, bool owned);
+  const CommunicatorImpl& backend() const;  // checks that this communicator is not empty
 
-  // The point-to-point verbs without the user-tag check (the collectives' rings use their own tag).
-  template <typename T>
-  Request post_send(std::span<const T> data, int dest, int tag) const;
-  template <typename T>
-  Request post_recv(std::span<T> data, int source, int tag) const;
-  template <typename T>
-  void exchange(std::span<const T> send, int dest, std::span<T> recv, int source, int tag) const;
-
-  template <typename T>
-  void ring_all_gather(std::span<const T> mine, std::span<T> out, bool uneven) const;
-  template <typename T>
-  void ring_reduce_scatter(std::span<const T> in, std::span<T> out) const;
-  template <typename T>
-  void mpi_reduce_scatter(std::span<const T> in, std::span<T> out) const;
-
-  MPI_Comm comm_ = MPI_COMM_NULL;
-  bool owned_ = false;
-  int rank_ = 0;
-  int size_ = 1;
+  std::shared_ptr<CommunicatorImpl> impl_;
 };
 
 }  // namespace maxctx

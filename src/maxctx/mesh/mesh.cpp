@@ -1,6 +1,10 @@
 // Mesh construction (see mesh.h): find the nodes, resolve the shape, place this rank, split the
 // communicators. Every step that can fail decides from data every rank holds (the spec and the
 // gathered node table), so all ranks throw together and none waits in a collective.
+//
+// Finding the nodes and the host name is bootstrap, and MPI is the bootstrap: those two steps
+// reach the MPI_Comm under the base communicator (mpi/mpi_communicator.h). Everything after them
+// goes through Communicator's verbs.
 #include "maxctx/mesh/mesh.h"
 
 #include <fmt/format.h>
@@ -9,6 +13,7 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/mesh/mpi/mpi_communicator.h"
 
 namespace maxctx {
 namespace {
@@ -38,8 +43,8 @@ Placement simulated_placement(const Communicator& world, int simulated_nodes) {
 // within a node by world rank.
 Placement detected_placement(const Communicator& world) {
   MPI_Comm shared = MPI_COMM_NULL;
-  MPI_Comm_split_type(world.raw(), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &shared);
-  const Communicator node = Communicator::adopt(shared);
+  MPI_Comm_split_type(mpi_comm(world), MPI_COMM_TYPE_SHARED, world.rank(), MPI_INFO_NULL, &shared);
+  const Communicator node = adopt_mpi_comm(shared);
   // The key above orders a node's ranks by world rank, so its local rank 0 is its lowest.
   int64_t leader = world.rank();
   node.broadcast<int64_t>({&leader, 1}, 0);

@@ -4,11 +4,11 @@
 // What it is not: a sharding plan. parallel/ decides which tensor is split over which axis; the
 // mesh only says where this rank sits and whom it talks to.
 //
-// Invariants: construction is collective over MPI_COMM_WORLD and creates every communicator
-// eagerly, in the same order on every rank (MPI_Comm_split is collective), so axis() and group()
-// are cheap, const and never collective. A group over axes A is the ranks that differ only on A;
-// a rank's rank in it is its row-major index over A in canonical axis order (for one axis: its
-// coordinate). Axes of size 1 add nothing, so groups that differ only by them share one
+// Invariants: construction is collective over the base communicator (the world) and creates every
+// communicator eagerly, in the same order on every rank (split is collective), so axis() and
+// group() are cheap, const and never collective. A group over axes A is the ranks that differ only
+// on A; a rank's rank in it is its row-major index over A in canonical axis order (for one axis:
+// its coordinate). Axes of size 1 add nothing, so groups that differ only by them share one
 // communicator.
 #pragma once
 
@@ -25,8 +25,8 @@ namespace maxctx {
 
 class Mesh {
  public:
-  // Collective over MPI_COMM_WORLD. Throws maxctx::Error (on every rank alike) when the spec does
-  // not fit the ranks and nodes.
+  // Collective over Communicator::world(). Throws maxctx::Error (on every rank alike) when the spec
+  // does not fit the ranks and nodes.
   explicit Mesh(const MeshSpec& spec);
   // The same over the ranks of `base` (Communicator::self() gives a one-device mesh inside a
   // multi-rank job: the single-device reference of the equality tests).

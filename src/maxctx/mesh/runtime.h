@@ -1,5 +1,8 @@
-// The process's MPI lifetime: MPI_Init_thread on construction, MPI_Finalize on destruction, and
-// the logger told which rank this is. One per process, owned by main().
+// The process's MPI lifetime: MPI_Init_thread on construction, MPI_Finalize on destruction. In
+// between, core/ is told which rank this is (log::set_rank, also the rank a failed check prints)
+// and how to take the whole job down (set_abort_hook: MPI_Abort on MPI_COMM_WORLD), since core/
+// itself knows no MPI. One per process, owned by main(); MPI is the launcher and bootstrap of
+// every backend, so a process without an MpiRuntime has no Communicator::world().
 #pragma once
 
 namespace maxctx {
