@@ -88,7 +88,6 @@ void set_default_reduce_scatter_algorithm(ReduceScatterAlgorithm algorithm) {
 
 ReduceScatterAlgorithm default_reduce_scatter_algorithm() { return g_default_reduce_scatter; }
 
-
 // --- Request ---------------------------------------------------------------------------------
 
 Request::Request() = default;

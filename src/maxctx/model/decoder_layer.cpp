@@ -5,15 +5,9 @@
 namespace maxctx::model {
 namespace {
 
-// A row split's part of a projection: this rank's rows into the scratch, then every rank's
-// rows gathered into out (N, out_dim).
-void project_split(const kernels::Kernels& k, DecoderLayerBuffers& b, parallel::RowSplit& split,
-                   TensorView in, const Linear& part, TensorView out, int64_t out_dim) {
-  const int64_t N = in.shape()[0];
-  k.reserve(*b.split_scratch, N * part.out_dim);
-  const TensorView mine = b.split_scratch->view().rows(0, N * part.out_dim);
-  project(k, b.int8_rows, in, {{&part, mine}});
-  split.gather(out.data<float>(), mine.data<float>(), N, out_dim);
+// The first N·cols elements of a buffer sized for more, as (N, cols).
+TensorView leading(TensorView buffer, int64_t N, int64_t cols) {
+  return buffer.reshaped({buffer.numel()}).rows(0, N * cols).reshaped({N, cols});
 }
 
 void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
@@ -43,14 +37,15 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     const MlpRowsPart& part = *plan.mlp_part;
     const int64_t N = x_mid.shape()[0];
     const int64_t Fr = part.w_gate.out_dim;
-    const TensorView gate = b.gate.reshaped({b.gate.numel()}).rows(0, N * Fr).reshaped({N, Fr});
-    const TensorView up = b.up.reshaped({b.up.numel()}).rows(0, N * Fr).reshaped({N, Fr});
+    const TensorView gate = leading(b.gate, N, Fr);
+    const TensorView up = leading(b.up, N, Fr);
     project(k, b.int8_rows, b.mlp_norm_out, {{&part.w_gate, gate}, {&part.w_up, up}});
     k.reserve(*b.split_scratch, N * Fr);
-    const TensorView hidden_part = b.split_scratch->view().rows(0, N * Fr).reshaped({N, Fr});
+    const TensorView hidden_part = leading(b.split_scratch->view(), N, Fr);
     k.swiglu_forward(hidden_part, gate, up);
     plan.row_split->gather(b.swiglu_out.data<float>(), hidden_part.data<float>(), N, c.mlp_dim);
-    project_split(k, b, *plan.row_split, b.swiglu_out, part.w_down, b.proj, c.emb_dim);
+    project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, b.swiglu_out, part.w_down,
+                  b.proj);
   } else {
     project(k, b.int8_rows, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});
     k.swiglu_forward(b.swiglu_out, b.gate, b.up);
@@ -84,6 +79,15 @@ void project(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, TensorView
   }
   // One token (batch-1 decode) is a matrix-vector product, which matmul_forward streams once.
   for (const auto& [w, out] : outs) k.matmul_forward(out, in, w->weight);
+}
+
+void project_split(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, Tensor& scratch,
+                   parallel::RowSplit& split, TensorView in, const Linear& part, TensorView out) {
+  const int64_t N = in.shape()[0];
+  k.reserve(scratch, N * part.out_dim);
+  const TensorView mine = leading(scratch.view(), N, part.out_dim);
+  project(k, int8_rows, in, {{&part, mine}});
+  split.gather(out.data<float>(), mine.data<float>(), N, out.numel() / N);
 }
 
 void decoder_layer_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,

@@ -100,4 +100,9 @@ void decoder_layer_forward(const LlamaConfig& config, int64_t layer,
 void project(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, TensorView in,
              std::initializer_list<std::pair<const Linear*, TensorView>> outs);
 
+// A row split's part of a projection: this rank's rows (part) of in (N, in_dim) · Wᵀ into
+// `scratch`, then every rank's rows gathered into out (N, out_dim).
+void project_split(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, Tensor& scratch,
+                   parallel::RowSplit& split, TensorView in, const Linear& part, TensorView out);
+
 }  // namespace maxctx::model

@@ -1,8 +1,5 @@
 #include "maxctx/model/inference.h"
 
-#include <algorithm>
-#include <initializer_list>
-
 #include "maxctx/core/check.h"
 #include "maxctx/core/split.h"
 
@@ -171,10 +168,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   k.rmsnorm_forward(normed, ws.rstd.rows(R), head_in, w.final_norm, c.norm_eps);
   const TensorView logits_view(logits, DType::kF32, Shape{R, c.vocab_size});
   if (row_split != nullptr) {
-    k.reserve(ws.part, R * w.lm_head_part.out_dim);
-    const TensorView mine = ws.part.view().rows(0, R * w.lm_head_part.out_dim);
-    project(k, &ws.int8_rows, normed, {{&w.lm_head_part, mine}});
-    row_split->gather(logits, mine.data<float>(), R, c.vocab_size);
+    project_split(k, &ws.int8_rows, ws.part, *row_split, normed, w.lm_head_part, logits_view);
   } else {
     project(k, &ws.int8_rows, normed, {{&w.lm_head, logits_view}});
   }

@@ -1,7 +1,5 @@
 #include "maxctx/model/llama.h"
 
-#include <algorithm>
-
 #include "maxctx/core/check.h"
 #include "maxctx/model/decoder_layer.h"
 

@@ -67,7 +67,7 @@ LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat) {
   std::map<std::string, TensorView> by_name;
   int num_layers = 0;
   for (const WeightSpec& s : specs) {
-    const Shape shape = s.cols == 1 ? Shape{s.rows} : Shape{s.rows, s.cols};
+    const Shape shape = s.role == WeightRole::kNorm ? Shape{s.rows} : Shape{s.rows, s.cols};
     by_name[s.name] = TensorView(flat + s.offset, DType::kF32, shape);
     num_layers = std::max(num_layers, s.layer + 1);
   }

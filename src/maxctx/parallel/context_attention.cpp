@@ -157,8 +157,9 @@ void RingContextAttention::forward(float* out, float* lse, const float* q, const
     kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
                                tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, &stats_);
     if (step > 0) {
-      const kernels::AttentionViews merged(p, out, lse, q, chunk_k, chunk_k);
-      kernels_.attention_merge(merged.out, merged.lse, merged.out, merged.lse, views.out, views.lse,
+      const TensorView merged_out = TensorView::of(out, views.out.numel());
+      const TensorView merged_lse = TensorView::of(lse, views.lse.numel());
+      kernels_.attention_merge(merged_out, merged_lse, merged_out, merged_lse, views.out, views.lse,
                                B, S, dims.heads_q, dims.head_dim);
     }
     wait_all(in_flight);
@@ -178,7 +179,7 @@ void RingContextAttention::backward(float* dq, float* dk, float* dv, const float
   for (int slot = 0; slot < 2; ++slot) chunk_grad_[slot].resize(2 * kv_numel);
   std::fill(chunk_grad_[0].begin(), chunk_grad_[0].end(), 0.0f);
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
-  kernels_.fill_zero(kernels::AttentionViews(p, d_out, lse, dq, k, v).q);
+  kernels_.fill_zero(TensorView::of(dq, B * S * dims.heads_q * dims.head_dim));
 
   // At step i this rank holds the chunk of rank (r − i) with the dK/dV its earlier holders
   // accumulated; after the last step one more hop takes every chunk's gradients home.

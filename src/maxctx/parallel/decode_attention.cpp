@@ -93,7 +93,6 @@ void DecodeAttention::begin_step(std::span<const int32_t> positions,
 void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, TensorView q_view,
                               TensorView k_view, TensorView v_view, const TokenLayout& tokens,
                               const kernels::AttentionParams& dims) {
-  float* out = out_view.data<float>();
   const float* k = k_view.data<float>();
   const float* v = v_view.data<float>();
   const int64_t B = tokens.batch;
@@ -123,21 +122,18 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
   const TensorView lse_view = lse_.view().rows(0, B * Hq);
   const TensorView o = merge ? partial_.view().rows(0, out_numel) : out_view;
   const TensorView lse = merge ? partial_.view().rows(out_numel, part) : lse_view;
-  const auto rows_of = [&](const float* data, int64_t numel) {
-    return TensorView::of(data, numel);
-  };
   const int64_t kv_numel = B * kv.rows * row_elements;
   if (kv.k_codes != nullptr) {
     const auto codes = [&](const int8_t* data) {
       return TensorView(const_cast<int8_t*>(data), DType::kI8, Shape{kv_numel});
     };
     kernels_.single_query_attention_int8(o, lse, q_view, codes(kv.k_codes),
-                                         rows_of(kv.k_scale, B * kv.rows), codes(kv.v_codes),
-                                         rows_of(kv.v_scale, B * kv.rows), tokens.positions,
+                                         TensorView::of(kv.k_scale, B * kv.rows), codes(kv.v_codes),
+                                         TensorView::of(kv.v_scale, B * kv.rows), tokens.positions,
                                          q_seg_.data(), kv.positions, kv.segments, p);
   } else {
-    kernels_.single_query_attention(o, lse, q_view, rows_of(kv.k, kv_numel),
-                                    rows_of(kv.v, kv_numel), tokens.positions, q_seg_.data(),
+    kernels_.single_query_attention(o, lse, q_view, TensorView::of(kv.k, kv_numel),
+                                    TensorView::of(kv.v, kv_numel), tokens.positions, q_seg_.data(),
                                     kv.positions, kv.segments, p);
   }
   if (!merge) return;
@@ -146,13 +142,13 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
   float* gathered = gathered_.data<float>();
   ca_.all_gather(std::span<const float>(partial, static_cast<size_t>(part)),
                  std::span<float>(gathered, static_cast<size_t>(ca * part)));
-  float* merged_lse = lse_.data<float>();
-  std::copy(gathered, gathered + out_numel, out);
-  std::copy(gathered + out_numel, gathered + part, merged_lse);
+  kernels_.copy(out_view, TensorView::of(gathered, out_numel));
+  kernels_.copy(lse_view, TensorView::of(gathered + out_numel, B * Hq));
   for (int c = 1; c < ca; ++c) {
     const float* other = gathered + c * part;
-    kernels_.attention_merge(out_view, lse_view, out_view, lse_view, rows_of(other, out_numel),
-                             rows_of(other + out_numel, B * Hq), B, 1, Hq, D);
+    kernels_.attention_merge(out_view, lse_view, out_view, lse_view,
+                             TensorView::of(other, out_numel),
+                             TensorView::of(other + out_numel, B * Hq), B, 1, Hq, D);
   }
 }
 

@@ -119,12 +119,10 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
     shape.prefill_rows = s.max_prefill_length / ca;
     // Decode tokens go round-robin, so a rank owns at most ceil(T / ca) of a sequence's.
     shape.decode_rows = ceil_div(s.max_target_length, ca);
-    plans.local_slots = s.slots;
   } else {
     shape.slots = s.slots / ca;
     shape.prefill_rows = s.max_prefill_length;
     shape.decode_rows = s.max_target_length;
-    plans.local_slots = s.slots / ca;
   }
   plans.cache = std::make_unique<KvCache>(kernels, shape);
   plans.prefill = std::make_unique<PrefillAttention>(kernels, ca_axis, s.decode, *plans.cache);

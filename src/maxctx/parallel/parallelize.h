@@ -73,7 +73,6 @@ struct InferencePlans {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<PrefillAttention> prefill;
   std::unique_ptr<DecodeAttention> decode;
-  int64_t local_slots = 0;  // decode slots this rank computes
 };
 
 InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,

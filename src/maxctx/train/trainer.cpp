@@ -61,7 +61,6 @@ struct Trainer::State {
   std::vector<model::WeightSpec> global_specs;  // unsharded (checkpoints)
   std::vector<model::WeightSpec> specs;         // this tensor rank's blocks
   parallel::TrainingPlans plans;                // attention, tensor reducer, sharded parameters
-  parallel::ShardedParameters* parameters = nullptr;
   model::LlamaWeights weights, gradients;
   model::LlamaActivations acts;
   std::unique_ptr<DataLoader> loader;
@@ -81,7 +80,7 @@ struct Trainer::State {
 
   void save_checkpoint() {
     std::vector<float> params, m, v;
-    parameters->gather_full(params, m, v);
+    plans.parameters->gather_full(params, m, v);
     const auto& tensor = mesh.axis(Axis::kTensor);
     params = parallel::gather_blocks(params, global_specs, specs, tensor);
     m = parallel::gather_blocks(m, global_specs, specs, tensor);
@@ -106,9 +105,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
       model::llama_weight_specs(s.model_config, tp, static_cast<int>(mesh.coord(Axis::kTensor)));
 
   s.plans = parallel::parallelize_training(c, mesh, s.axes, s.kernels, &s.specs);
-  s.parameters = s.plans.parameters.get();
-  s.weights = model::bind_weights(s.specs, s.parameters->full_params());
-  s.gradients = model::bind_weights(s.specs, s.parameters->full_grads());
+  s.weights = model::bind_weights(s.specs, s.plans.parameters->full_params());
+  s.gradients = model::bind_weights(s.specs, s.plans.parameters->full_grads());
 
   const int64_t rows = c.derived.global_batch_size_to_train_on / s.axes.data_shards;
   const int64_t local_seq = context_shard_len(c.max_target_length, s.axes.context);
@@ -154,7 +152,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     local_m = parallel::local_blocks(m, s.global_specs, s.specs);
     local_v = parallel::local_blocks(v, s.global_specs, s.specs);
   }
-  s.parameters->set_from_full(local, local_m, local_v);
+  s.plans.parameters->set_from_full(local, local_m, local_v);
   s.loader = std::make_unique<DataLoader>(make_data_source(c), shard, data_position);
 
   MetricLoggerOptions options;
@@ -184,7 +182,7 @@ void Trainer::run(int64_t max_new_steps) {
   const int64_t last = max_new_steps < 0 ? c.steps : std::min(c.steps, s.step + max_new_steps);
   auto previous = std::chrono::steady_clock::now();
   while (s.step < last) {
-    s.parameters->begin_step();
+    s.plans.parameters->begin_step();
     const Batch batch = s.loader->next();
     std::vector<float> loss_weights(batch.size());
     for (int64_t i = 0; i < batch.size(); ++i) {
@@ -208,12 +206,12 @@ void Trainer::run(int64_t max_new_steps) {
     double totals[3] = {sums.loss_sum, static_cast<double>(accuracy.correct),
                         static_cast<double>(accuracy.scored)};
     s.batch_group().all_reduce(std::span<double>(totals, 3), ReduceOp::kSum);
-    const double raw_norm = s.parameters->global_grad_norm();
-    clip_by_global_norm(s.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
+    const double raw_norm = s.plans.parameters->global_grad_norm();
+    clip_by_global_norm(s.plans.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
     const double learning_rate = learning_rate_at(s.schedule, s.step);
     adamw_update(s.kernels, s.adamw, s.step + 1, static_cast<float>(learning_rate),
-                 s.parameters->master(), s.parameters->grad_shard(), s.parameters->adam_m(),
-                 s.parameters->adam_v());
+                 s.plans.parameters->master(), s.plans.parameters->grad_shard(),
+                 s.plans.parameters->adam_m(), s.plans.parameters->adam_v());
 
     StepRecord record;
     record.step = s.step;
@@ -255,7 +253,7 @@ kernels::AttentionStats Trainer::attention_stats() const {
 std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;
   std::vector<float> params, m, v;
-  s.parameters->gather_full(params, m, v);
+  s.plans.parameters->gather_full(params, m, v);
   return parallel::gather_blocks(params, s.global_specs, s.specs, s.mesh.axis(Axis::kTensor));
 }
 

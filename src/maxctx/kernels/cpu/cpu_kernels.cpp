@@ -77,31 +77,11 @@ class CpuKernels final : public Kernels {
   }
   void matmul_backward(TensorView d_in, TensorView d_weight, TensorView d_out, TensorView in,
                        TensorView weight) const override {
-    const auto [out_dim, in_dim] = matrix_dims(weight);
-    const int64_t N = rows_of(in, in_dim);
-    check_numel(d_out, N * out_dim, "matmul d_out");
-    check_numel(d_weight, out_dim * in_dim, "matmul d_weight");
-    float* d_in_data = nullptr;
-    if (!d_in.empty()) {
-      check_numel(d_in, N * in_dim, "matmul d_in");
-      d_in_data = f32(d_in);
-    }
-    cpu::matmul_backward(d_in_data, f32(d_weight), f32(d_out), f32(in), f32(weight), N, in_dim,
-                         out_dim);
+    matmul_backward_with(&cpu::matmul_backward, d_in, d_weight, d_out, in, weight);
   }
   void matmul_backward_accumulate_input(TensorView d_in, TensorView d_weight, TensorView d_out,
                                         TensorView in, TensorView weight) const override {
-    const auto [out_dim, in_dim] = matrix_dims(weight);
-    const int64_t N = rows_of(in, in_dim);
-    check_numel(d_out, N * out_dim, "matmul d_out");
-    check_numel(d_weight, out_dim * in_dim, "matmul d_weight");
-    float* d_in_data = nullptr;
-    if (!d_in.empty()) {
-      check_numel(d_in, N * in_dim, "matmul d_in");
-      d_in_data = f32(d_in);
-    }
-    cpu::matmul_backward_accumulate_input(d_in_data, f32(d_weight), f32(d_out), f32(in),
-                                          f32(weight), N, in_dim, out_dim);
+    matmul_backward_with(&cpu::matmul_backward_accumulate_input, d_in, d_weight, d_out, in, weight);
   }
   void embedding_forward(TensorView out, const int32_t* tokens, TensorView table) const override {
     const auto [V, E] = matrix_dims(table);
@@ -298,6 +278,23 @@ class CpuKernels final : public Kernels {
   }
 
  private:
+  // The two matmul backwards differ only in whether d_in is overwritten or accumulated.
+  using MatmulBackward = void (*)(float*, float*, const float*, const float*, const float*, int64_t,
+                                  int64_t, int64_t);
+  static void matmul_backward_with(MatmulBackward backward, TensorView d_in, TensorView d_weight,
+                                   TensorView d_out, TensorView in, TensorView weight) {
+    const auto [out_dim, in_dim] = matrix_dims(weight);
+    const int64_t N = rows_of(in, in_dim);
+    check_numel(d_out, N * out_dim, "matmul d_out");
+    check_numel(d_weight, out_dim * in_dim, "matmul d_weight");
+    float* d_in_data = nullptr;  // empty d_in: the input gradient is skipped
+    if (!d_in.empty()) {
+      check_numel(d_in, N * in_dim, "matmul d_in");
+      d_in_data = f32(d_in);
+    }
+    backward(d_in_data, f32(d_weight), f32(d_out), f32(in), f32(weight), N, in_dim, out_dim);
+  }
+
   static void check_attention_views(const TensorView& out, const TensorView& lse,
                                     const TensorView& q, const TensorView& k, const TensorView& v,
                                     const AttentionParams& p) {
