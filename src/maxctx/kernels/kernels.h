@@ -13,6 +13,24 @@
 // ids) are int32 arrays in the backend's memory, passed as pointers with the count given by the
 // views beside them. Conventions of the reference hold for every backend: parameter gradients
 // accumulate, activation gradients are overwritten unless the op says `accumulate`.
+//
+// Precision (MaxText's mixed precision; the dtype of every view is the caller's choice, never a
+// flag). "Float" views are f32 or bf16, each independently, unless an op says otherwise; int8
+// views only where an op names them. An op widens bf16 inputs to fp32 (exact), computes in fp32
+// and rounds each output once to its view's dtype (round to nearest even). Statistics are always
+// f32: rstd, lse, loss and loss weights, rope cos/sin.
+// Products run in the *activation's* dtype, so that `dtype=bfloat16` means bf16 matmul inputs:
+//   - matmul_*: `in` decides. in bf16: weight (and d_out in backward) are rounded to bf16 and
+//     multiplied with fp32 accumulation (AVX512_BF16's vdpbf16ps: the two products of a pair
+//     are exact in fp32 and added to the accumulator one after the other; a CPU without it runs
+//     the same sequence of fp32 adds, bit for bit). in f32: fp32 products (a bf16 weight widens
+//     exactly). d_weight is f32 (gradients are reduced in fp32); d_in and out are any float.
+//   - attention_*: q, k, v share one dtype, which decides; bf16: S = q·kᵀ from bf16 products, the
+//     softmax in fp32, P rounded to bf16 for P·v; backward likewise rounds d_out, P and dS to
+//     bf16 for its products. lse f32; out and d_out any float; dq, dk, dv f32 (accumulated).
+//   - single_query_attention(_int8): q, out any float; k, v f32 or bf16 (the cache's dtype).
+// A dtype an op does not list is a MAXCTX_CHECK failure naming the op and the dtypes, never a
+// silent conversion.
 #pragma once
 
 #include <cstdint>
