@@ -34,6 +34,10 @@ using maxctx::kernels::AttentionStats;
 using nlohmann::json;
 namespace bench = maxctx::bench;
 
+maxctx::TensorView view(const std::vector<float>& values) {
+  return maxctx::TensorView::of(values.data(), static_cast<int64_t>(values.size()));
+}
+
 struct Options {
   std::string mode;
   std::string config = std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml";
@@ -190,10 +194,10 @@ json attention_case(const maxctx::Mesh& mesh, int64_t S, bool load_balance, int 
     for (int r = 0; r < reps; ++r) {
       world.barrier();
       const double start = bench::wall_seconds();
-      plan->forward(out.data(), lse.data(), q.data(), k.data(), v.data(), layout, p);
+      plan->forward(view(out), view(lse), view(q), view(k), view(v), layout, p);
       double fwd_wall = bench::wall_seconds() - start;
-      plan->backward(dq.data(), dk.data(), dv.data(), d_out.data(), out.data(), lse.data(),
-                     q.data(), k.data(), v.data(), layout, p);
+      plan->backward(view(dq), view(dk), view(dv), view(d_out), view(out), view(lse), view(q),
+                     view(k), view(v), layout, p);
       double total_wall = bench::wall_seconds() - start;
       world.all_reduce(std::span<double>(&fwd_wall, 1), maxctx::ReduceOp::kMax);
       world.all_reduce(std::span<double>(&total_wall, 1), maxctx::ReduceOp::kMax);

@@ -36,6 +36,7 @@ using nlohmann::json;
 namespace bench = maxctx::bench;
 namespace model = maxctx::model;
 namespace parallel = maxctx::parallel;
+using maxctx::TensorView;
 
 struct Options {
   std::string config = std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml";
@@ -104,15 +105,15 @@ double fma_peak_gflops() {
 // LocalAttention with the CPU time of its calls added up, forward and backward apart.
 class TimedAttention final : public parallel::AttentionPlan {
  public:
-  void forward(float* out, float* lse, const float* q, const float* k, const float* v,
+  void forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                const parallel::TokenLayout& tokens,
                const maxctx::kernels::AttentionParams& dims) override {
     const double start = bench::process_cpu_seconds();
     inner_.forward(out, lse, q, k, v, tokens, dims);
     forward_seconds += bench::process_cpu_seconds() - start;
   }
-  void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
-                const float* lse, const float* q, const float* k, const float* v,
+  void backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out, TensorView out,
+                TensorView lse, TensorView q, TensorView k, TensorView v,
                 const parallel::TokenLayout& tokens,
                 const maxctx::kernels::AttentionParams& dims) override {
     const double start = bench::process_cpu_seconds();

@@ -106,6 +106,10 @@ std::vector<T> take_rows(const std::vector<T>& full, int64_t B, int64_t S, int64
   return out;
 }
 
+TensorView view(const std::vector<float>& values) {
+  return TensorView::of(values.data(), static_cast<int64_t>(values.size()));
+}
+
 double norm_relative_error(const std::vector<float>& a, const std::vector<float>& ref) {
   double diff = 0.0, scale = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -130,10 +134,10 @@ TEST_P(ContextAttention, EachRankMatchesTheSingleDeviceRows) {
   const TokenLayout all_tokens{p.B, p.S, p.positions.data(), p.segments.data()};
   std::vector<float> ref_out(N * p.Hq * p.D), ref_lse(p.B * p.Hq * p.S);
   std::vector<float> ref_dq(p.q.size()), ref_dk(p.k.size()), ref_dv(p.v.size());
-  reference.forward(ref_out.data(), ref_lse.data(), p.q.data(), p.k.data(), p.v.data(), all_tokens,
+  reference.forward(view(ref_out), view(ref_lse), view(p.q), view(p.k), view(p.v), all_tokens,
                     dims);
-  reference.backward(ref_dq.data(), ref_dk.data(), ref_dv.data(), p.d_out.data(), ref_out.data(),
-                     ref_lse.data(), p.q.data(), p.k.data(), p.v.data(), all_tokens, dims);
+  reference.backward(view(ref_dq), view(ref_dk), view(ref_dv), view(p.d_out), view(ref_out),
+                     view(ref_lse), view(p.q), view(p.k), view(p.v), all_tokens, dims);
 
   // This rank's tokens.
   const std::vector<int64_t> mine = context_shard_indices(p.S, cp, world.rank(), c.load_balance);
@@ -154,9 +158,9 @@ TEST_P(ContextAttention, EachRankMatchesTheSingleDeviceRows) {
   }
   std::vector<float> out(q.size()), lse(p.B * p.Hq * S_local);
   std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
-  plan->forward(out.data(), lse.data(), q.data(), k.data(), v.data(), local, dims);
-  plan->backward(dq.data(), dk.data(), dv.data(), d_out.data(), out.data(), lse.data(), q.data(),
-                 k.data(), v.data(), local, dims);
+  plan->forward(view(out), view(lse), view(q), view(k), view(v), local, dims);
+  plan->backward(view(dq), view(dk), view(dv), view(d_out), view(out), view(lse), view(q), view(k),
+                 view(v), local, dims);
 
   EXPECT_LT(norm_relative_error(out, take_rows(ref_out, p.B, p.S, p.Hq * p.D, mine)), 1e-5);
   std::vector<float> expected_lse;

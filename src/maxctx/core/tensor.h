@@ -79,6 +79,10 @@ class TensorView {
   TensorView reshaped(Shape shape) const;
   // Rows [begin, end) along dim 0.
   TensorView rows(int64_t begin, int64_t end) const;
+  // Elements [begin, begin + count) in memory order, as a 1-D view.
+  TensorView elements(int64_t begin, int64_t count) const {
+    return reshaped(Shape{numel()}).rows(begin, begin + count);
+  }
 
  private:
   void* data_ = nullptr;

@@ -299,7 +299,8 @@ void InferenceEngine::fill_synthetic(int64_t context) {
           static_cast<uint64_t>(((l * shape.slots + j) * 2) * shape.rows() * row);
       rng::fill_normal(k, 0, stream, first, 0.0f, 1.0f);
       rng::fill_normal(v, 0, stream, first + static_cast<uint64_t>(shape.rows() * row), 0.0f, 1.0f);
-      plans_.cache->store(l, j, 0, S, k.data(), v.data());
+      plans_.cache->store(l, j, 0, S, TensorView::of(k.data(), S * row),
+                          TensorView::of(v.data(), S * row));
     }
   }
   std::fill(length_.begin(), length_.end(), context);

@@ -288,4 +288,26 @@ void Communicator::all_to_all(const TensorView& in, const TensorView& out) const
   visit_view_type(in, [&]<typename T>() { all_to_all<T>(elements<T>(in), elements<T>(out)); });
 }
 
+void Communicator::send_recv(const TensorView& send, int dest, const TensorView& recv, int source,
+                             int tag) const {
+  check_same_dtype("send_recv", send, recv);
+  visit_view_type(send, [&]<typename T>() {
+    send_recv<T>(elements<T>(send), dest, elements<T>(recv), source, tag);
+  });
+}
+
+Request Communicator::isend(const TensorView& data, int dest, int tag) const {
+  Request request;
+  visit_view_type(data, [&]<typename T>() {
+    request = isend<T>(std::span<const T>(elements<T>(data)), dest, tag);
+  });
+  return request;
+}
+
+Request Communicator::irecv(const TensorView& data, int source, int tag) const {
+  Request request;
+  visit_view_type(data, [&]<typename T>() { request = irecv<T>(elements<T>(data), source, tag); });
+  return request;
+}
+
 }  // namespace maxctx

@@ -135,6 +135,10 @@ class Communicator {
   void reduce_scatter(const TensorView& in, const TensorView& out) const;
   void all_reduce(const TensorView& in_out, ReduceOp op) const;
   void all_to_all(const TensorView& in, const TensorView& out) const;
+  void send_recv(const TensorView& send, int dest, const TensorView& recv, int source,
+                 int tag = 0) const;
+  [[nodiscard]] Request isend(const TensorView& data, int dest, int tag = 0) const;
+  [[nodiscard]] Request irecv(const TensorView& data, int source, int tag = 0) const;
 
  private:
   const CommunicatorImpl& backend() const;  // checks that this communicator is not empty

@@ -21,7 +21,7 @@ void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderL
   plan.attention->forward(layer, b.attn_out, b.lse, b.q, b.k, b.v, in.tokens, in.dims);
   // o_proj is row-parallel: each tensor rank holds a partial sum of the output.
   project(k, b.int8_rows, b.attn_out, {{&w.wo, b.proj}});
-  plan.tensor->all_reduce_sum(b.proj.data<float>(), b.proj.numel());
+  plan.tensor->all_reduce_sum(b.proj);
   k.add(x_mid, x_in, b.proj);
 }
 
@@ -40,10 +40,10 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     const TensorView gate = leading(b.gate, N, Fr);
     const TensorView up = leading(b.up, N, Fr);
     project(k, b.int8_rows, b.mlp_norm_out, {{&part.w_gate, gate}, {&part.w_up, up}});
-    k.reserve(*b.split_scratch, N * Fr);
+    k.reserve(*b.split_scratch, N * Fr, b.swiglu_out.dtype());
     const TensorView hidden_part = leading(b.split_scratch->view(), N, Fr);
     k.swiglu_forward(hidden_part, gate, up);
-    plan.row_split->gather(b.swiglu_out.data<float>(), hidden_part.data<float>(), N, c.mlp_dim);
+    plan.row_split->gather(b.swiglu_out.reshaped({N, c.mlp_dim}), hidden_part);
     project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, b.swiglu_out, part.w_down,
                   b.proj);
   } else {
@@ -51,7 +51,7 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     k.swiglu_forward(b.swiglu_out, b.gate, b.up);
     // down_proj is row-parallel like o_proj.
     project(k, b.int8_rows, b.swiglu_out, {{&w.w_down, b.proj}});
-    plan.tensor->all_reduce_sum(b.proj.data<float>(), b.proj.numel());
+    plan.tensor->all_reduce_sum(b.proj);
   }
   k.add(x_out, x_mid, b.proj);
 }
@@ -84,10 +84,10 @@ void project(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, TensorView
 void project_split(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, Tensor& scratch,
                    parallel::RowSplit& split, TensorView in, const Linear& part, TensorView out) {
   const int64_t N = in.shape()[0];
-  k.reserve(scratch, N * part.out_dim);
+  k.reserve(scratch, N * part.out_dim, out.dtype());
   const TensorView mine = leading(scratch.view(), N, part.out_dim);
   project(k, int8_rows, in, {{&part, mine}});
-  split.gather(out.data<float>(), mine.data<float>(), N, out.numel() / N);
+  split.gather(out.reshaped({N, out.numel() / N}), mine);
 }
 
 void decoder_layer_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,

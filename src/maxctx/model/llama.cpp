@@ -50,8 +50,7 @@ class PlanAttention final : public parallel::LayerAttention {
   explicit PlanAttention(parallel::AttentionPlan& plan) : plan_(plan) {}
   void forward(int64_t, TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                const parallel::TokenLayout& tokens, const kernels::AttentionParams& dims) override {
-    plan_.forward(out.data<float>(), lse.data<float>(), q.data<float>(), k.data<float>(),
-                  v.data<float>(), tokens, dims);
+    plan_.forward(out, lse, q, k, v, tokens, dims);
   }
 
  private:
@@ -94,7 +93,7 @@ void mlp_block_backward(const kernels::Kernels& k, const LayerWeights& w, const 
   k.matmul_backward_accumulate_input(d_normed, g.w_up, acts.d_up.view(), a.mlp_norm_out.view(),
                                      w.w_up);
   // gate/up are column-parallel: their input gradients are partial sums over tensor ranks.
-  plan.tensor->all_reduce_sum(d_normed.data<float>(), d_normed.numel());
+  plan.tensor->all_reduce_sum(d_normed);
   k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, d_normed, residual_in, w.mlp_norm,
                      a.mlp_norm_rstd.view());
   k.add_inplace(d_residual, acts.d_x.view());
@@ -106,10 +105,9 @@ void attention_block_backward(const kernels::Kernels& k, const kernels::Attentio
                               LlamaActivations& acts, LayerActivations& a) {
   const TensorView d_residual = acts.d_residual.view();
   k.matmul_backward(acts.d_attn.view(), g.wo, d_residual, a.attn_out.view(), w.wo);
-  plan.attention->backward(acts.d_q.data<float>(), acts.d_k.data<float>(), acts.d_v.data<float>(),
-                           acts.d_attn.data<float>(), a.attn_out.data<float>(), a.lse.data<float>(),
-                           a.q.data<float>(), a.k.data<float>(), a.v.data<float>(), token_layout(b),
-                           dims);
+  plan.attention->backward(acts.d_q.view(), acts.d_k.view(), acts.d_v.view(), acts.d_attn.view(),
+                           a.attn_out.view(), a.lse.view(), a.q.view(), a.k.view(), a.v.view(),
+                           token_layout(b), dims);
   k.rope_backward(acts.d_q.view(), acts.d_q.view(), acts.rope_cos.view(), acts.rope_sin.view());
   k.rope_backward(acts.d_k.view(), acts.d_k.view(), acts.rope_cos.view(), acts.rope_sin.view());
   const TensorView d_normed = acts.d_normed.view();
@@ -117,7 +115,7 @@ void attention_block_backward(const kernels::Kernels& k, const kernels::Attentio
   k.matmul_backward(d_normed, g.wq, acts.d_q.view(), normed, w.wq);
   k.matmul_backward_accumulate_input(d_normed, g.wk, acts.d_k.view(), normed, w.wk);
   k.matmul_backward_accumulate_input(d_normed, g.wv, acts.d_v.view(), normed, w.wv);
-  plan.tensor->all_reduce_sum(d_normed.data<float>(), d_normed.numel());
+  plan.tensor->all_reduce_sum(d_normed);
   k.rmsnorm_backward(acts.d_x.view(), g.attn_norm, d_normed, residual_in, w.attn_norm,
                      a.attn_norm_rstd.view());
   k.add_inplace(d_residual, acts.d_x.view());

@@ -22,100 +22,106 @@ kernels::AttentionParams chunk_params(const TokenLayout& tokens,
 
 }  // namespace
 
-void AllGatherContextAttention::gather_keys(const float* k, const float* v,
-                                            const TokenLayout& tokens,
-                                            const kernels::AttentionParams& dims) {
+void AllGatherContextAttention::gather_keys(TensorView k, TensorView v, const TokenLayout& tokens) {
   const int64_t cp = context_.size();
   const int64_t B = tokens.batch, S = tokens.seq;
-  const int64_t row = dims.heads_kv * dims.head_dim;
-  const int64_t kv_numel = B * S * row;
+  const int64_t kv_numel = k.numel();
+  const int64_t run = kv_numel / B;  // one sequence's rows of this rank: S·Hkv·D elements
   // One all-gather for K and V together, one for positions and segment ids.
-  send_.resize(2 * kv_numel);
-  std::copy(k, k + kv_numel, send_.begin());
-  std::copy(v, v + kv_numel, send_.begin() + kv_numel);
-  recv_.resize(cp * 2 * kv_numel);
-  context_.all_gather(std::span<const float>(send_), std::span<float>(recv_));
+  kernels_.reserve(send_, 2 * kv_numel, k.dtype());
+  kernels_.reserve(recv_, cp * 2 * kv_numel, k.dtype());
+  const TensorView send = send_.view().elements(0, 2 * kv_numel);
+  const TensorView recv = recv_.view().elements(0, cp * 2 * kv_numel);
+  kernels_.copy(send.elements(0, kv_numel), k);
+  kernels_.copy(send.elements(kv_numel, kv_numel), v);
+  context_.all_gather(send, recv);
   send_ids_.resize(2 * B * S);
   std::copy(tokens.positions, tokens.positions + B * S, send_ids_.begin());
   std::copy(tokens.segment_ids, tokens.segment_ids + B * S, send_ids_.begin() + B * S);
   recv_ids_.resize(cp * 2 * B * S);
   context_.all_gather(std::span<const int32_t>(send_ids_), std::span<int32_t>(recv_ids_));
 
-  full_k_.resize(cp * kv_numel);
-  full_v_.resize(cp * kv_numel);
+  kernels_.reserve(full_k_, cp * kv_numel, k.dtype());
+  kernels_.reserve(full_v_, cp * kv_numel, k.dtype());
   full_pos_.resize(cp * B * S);
   full_seg_.resize(cp * B * S);
   for (int64_t c = 0; c < cp; ++c) {
-    const float* from = recv_.data() + c * 2 * kv_numel;
+    const TensorView from = recv.elements(c * 2 * kv_numel, 2 * kv_numel);
     const int32_t* ids = recv_ids_.data() + c * 2 * B * S;
     for (int64_t b = 0; b < B; ++b) {
       const int64_t dst_row = b * cp * S + c * S;  // sequence b, rank c's tokens
-      std::copy(from + b * S * row, from + (b + 1) * S * row, full_k_.data() + dst_row * row);
-      std::copy(from + kv_numel + b * S * row, from + kv_numel + (b + 1) * S * row,
-                full_v_.data() + dst_row * row);
+      kernels_.copy(full_k_.view().elements(dst_row * (run / S), run), from.elements(b * run, run));
+      kernels_.copy(full_v_.view().elements(dst_row * (run / S), run),
+                    from.elements(kv_numel + b * run, run));
       std::copy(ids + b * S, ids + (b + 1) * S, full_pos_.data() + dst_row);
       std::copy(ids + B * S + b * S, ids + B * S + (b + 1) * S, full_seg_.data() + dst_row);
     }
   }
 }
 
-void AllGatherContextAttention::forward(float* out, float* lse, const float* q, const float* k,
-                                        const float* v, const TokenLayout& tokens,
+void AllGatherContextAttention::forward(TensorView out, TensorView lse, TensorView q, TensorView k,
+                                        TensorView v, const TokenLayout& tokens,
                                         const kernels::AttentionParams& dims) {
-  gather_keys(k, v, tokens, dims);
+  gather_keys(k, v, tokens);
   const int64_t cp = context_.size();
+  const int64_t full_numel = cp * k.numel();
   const kernels::AttentionParams p = chunk_params(tokens, dims, cp * tokens.seq);
-  const kernels::AttentionViews views(p, out, lse, q, full_k_.data(), full_v_.data());
-  kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
+  kernels_.attention_forward(out, lse, q, full_k_.view().elements(0, full_numel),
+                             full_v_.view().elements(0, full_numel), tokens.positions,
                              tokens.segment_ids, full_pos_.data(), full_seg_.data(), p, &stats_);
 }
 
-void AllGatherContextAttention::backward(float* dq, float* dk, float* dv, const float* d_out,
-                                         const float* out, const float* lse, const float* q,
-                                         const float* k, const float* v, const TokenLayout& tokens,
+void AllGatherContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
+                                         TensorView d_out, TensorView out, TensorView lse,
+                                         TensorView q, TensorView k, TensorView v,
+                                         const TokenLayout& tokens,
                                          const kernels::AttentionParams& dims) {
-  gather_keys(k, v, tokens, dims);
+  gather_keys(k, v, tokens);
   const int64_t cp = context_.size();
   const int64_t B = tokens.batch, S = tokens.seq;
-  const int64_t row = dims.heads_kv * dims.head_dim;
-  const int64_t kv_numel = B * S * row;
-  full_dk_.assign(cp * kv_numel, 0.0f);
-  full_dv_.assign(cp * kv_numel, 0.0f);
+  const int64_t kv_numel = k.numel();
+  const int64_t run = kv_numel / B;
+  const int64_t full_numel = cp * kv_numel;
+  kernels_.reserve(full_dk_, full_numel, DType::kF32);
+  kernels_.reserve(full_dv_, full_numel, DType::kF32);
+  const TensorView full_dk = full_dk_.view().elements(0, full_numel);
+  const TensorView full_dv = full_dv_.view().elements(0, full_numel);
+  kernels_.fill_zero(full_dk);
+  kernels_.fill_zero(full_dv);
+  kernels_.fill_zero(dq);
   const kernels::AttentionParams p = chunk_params(tokens, dims, cp * S);
-  const kernels::AttentionViews views(p, out, lse, q, full_k_.data(), full_v_.data());
-  const kernels::AttentionViews grads(p, d_out, lse, dq, full_dk_.data(), full_dv_.data());
-  kernels_.fill_zero(grads.q);
-  kernels_.attention_backward(grads.q, grads.k, grads.v, grads.out, views.out, views.lse, views.q,
-                              views.k, views.v, tokens.positions, tokens.segment_ids,
-                              full_pos_.data(), full_seg_.data(), p, &stats_);
-  // Every rank holds partial dK/dV for every rank's keys: sum them at their owners. The blocks
-  // are [rank][dK | dV] so that one reduce-scatter delivers both.
-  send_.resize(cp * 2 * kv_numel);
+  kernels_.attention_backward(dq, full_dk, full_dv, d_out, out, lse, q,
+                              full_k_.view().elements(0, full_numel),
+                              full_v_.view().elements(0, full_numel), tokens.positions,
+                              tokens.segment_ids, full_pos_.data(), full_seg_.data(), p, &stats_);
+  // Every rank holds partial dK/dV for every rank's keys: sum them at their owners, in f32. The
+  // blocks are [rank][dK | dV] so that one reduce-scatter delivers both.
+  kernels_.reserve(grad_send_, cp * 2 * kv_numel, DType::kF32);
+  kernels_.reserve(grad_recv_, 2 * kv_numel, DType::kF32);
+  const TensorView send = grad_send_.view().elements(0, cp * 2 * kv_numel);
+  const TensorView recv = grad_recv_.view().elements(0, 2 * kv_numel);
   for (int64_t c = 0; c < cp; ++c) {
-    float* block = send_.data() + c * 2 * kv_numel;
+    const TensorView block = send.elements(c * 2 * kv_numel, 2 * kv_numel);
     for (int64_t b = 0; b < B; ++b) {
-      const int64_t src_row = b * cp * S + c * S;
-      std::copy(full_dk_.data() + src_row * row, full_dk_.data() + (src_row + S) * row,
-                block + b * S * row);
-      std::copy(full_dv_.data() + src_row * row, full_dv_.data() + (src_row + S) * row,
-                block + kv_numel + b * S * row);
+      const int64_t src = (b * cp * S + c * S) * (run / S);
+      kernels_.copy(block.elements(b * run, run), full_dk.elements(src, run));
+      kernels_.copy(block.elements(kv_numel + b * run, run), full_dv.elements(src, run));
     }
   }
-  recv_.resize(2 * kv_numel);
-  context_.reduce_scatter(std::span<const float>(send_), std::span<float>(recv_));
-  std::copy(recv_.begin(), recv_.begin() + kv_numel, dk);
-  std::copy(recv_.begin() + kv_numel, recv_.end(), dv);
+  context_.reduce_scatter(send, recv);
+  kernels_.copy(dk, recv.elements(0, kv_numel));
+  kernels_.copy(dv, recv.elements(kv_numel, kv_numel));
 }
 
-void RingContextAttention::load_own_chunk(const float* k, const float* v, const TokenLayout& tokens,
-                                          int64_t kv_numel) {
+void RingContextAttention::load_own_chunk(TensorView k, TensorView v, const TokenLayout& tokens) {
   const int64_t n = tokens.batch * tokens.seq;
+  kv_numel_ = k.numel();
   for (int slot = 0; slot < 2; ++slot) {
-    chunk_kv_[slot].resize(2 * kv_numel);
+    kernels_.reserve(chunk_kv_[slot], 2 * kv_numel_, k.dtype());
     chunk_ids_[slot].resize(2 * n);
   }
-  std::copy(k, k + kv_numel, chunk_kv_[0].begin());
-  std::copy(v, v + kv_numel, chunk_kv_[0].begin() + kv_numel);
+  kernels_.copy(chunk_kv(0).elements(0, kv_numel_), k);
+  kernels_.copy(chunk_kv(0).elements(kv_numel_, kv_numel_), v);
   std::copy(tokens.positions, tokens.positions + n, chunk_ids_[0].begin());
   std::copy(tokens.segment_ids, tokens.segment_ids + n, chunk_ids_[0].begin() + n);
 }
@@ -125,83 +131,85 @@ std::vector<Request> RingContextAttention::pass_chunk_along(int cur) {
   const int next = (context_.rank() + 1) % cp;
   const int prev = (context_.rank() + cp - 1) % cp;
   std::vector<Request> in_flight;
-  in_flight.push_back(context_.isend(std::span<const float>(chunk_kv_[cur]), next, kTagKeysValues));
+  in_flight.push_back(context_.isend(chunk_kv(cur), next, kTagKeysValues));
   in_flight.push_back(context_.isend(std::span<const int32_t>(chunk_ids_[cur]), next, kTagIds));
-  in_flight.push_back(context_.irecv(std::span<float>(chunk_kv_[1 - cur]), prev, kTagKeysValues));
+  in_flight.push_back(context_.irecv(chunk_kv(1 - cur), prev, kTagKeysValues));
   in_flight.push_back(context_.irecv(std::span<int32_t>(chunk_ids_[1 - cur]), prev, kTagIds));
   return in_flight;
 }
 
-void RingContextAttention::forward(float* out, float* lse, const float* q, const float* k,
-                                   const float* v, const TokenLayout& tokens,
+void RingContextAttention::forward(TensorView out, TensorView lse, TensorView q, TensorView k,
+                                   TensorView v, const TokenLayout& tokens,
                                    const kernels::AttentionParams& dims) {
   const int cp = context_.size();
   const int64_t B = tokens.batch, S = tokens.seq;
-  const int64_t kv_numel = B * S * dims.heads_kv * dims.head_dim;
-  const int64_t out_numel = B * S * dims.heads_q * dims.head_dim;
-  const int64_t lse_numel = B * dims.heads_q * S;
-  load_own_chunk(k, v, tokens, kv_numel);
-  partial_out_.resize(out_numel);
-  partial_lse_.resize(lse_numel);
+  load_own_chunk(k, v, tokens);
+  // The merge runs in f32: a lower-precision output is rounded once, after the last chunk.
+  TensorView merged = out;
+  if (out.dtype() != DType::kF32) {
+    kernels_.reserve(merged_out_, out.numel(), DType::kF32);
+    merged = merged_out_.view().elements(0, out.numel());
+  }
+  kernels_.reserve(partial_out_, out.numel(), DType::kF32);
+  kernels_.reserve(partial_lse_, lse.numel(), DType::kF32);
+  const TensorView partial_out = partial_out_.view().elements(0, out.numel());
+  const TensorView partial_lse = partial_lse_.view().elements(0, lse.numel());
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
 
   for (int step = 0; step < cp; ++step) {
     const int cur = step % 2;
     // Post the hand-off of the current chunk before computing with it.
     std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
-    const float* chunk_k = chunk_kv_[cur].data();
+    const TensorView chunk = chunk_kv(cur);
     const int32_t* chunk_pos = chunk_ids_[cur].data();
-    float* step_out = step == 0 ? out : partial_out_.data();
-    float* step_lse = step == 0 ? lse : partial_lse_.data();
-    const kernels::AttentionViews views(p, step_out, step_lse, q, chunk_k, chunk_k + kv_numel);
-    kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
-                               tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, &stats_);
+    kernels_.attention_forward(step == 0 ? merged : partial_out, step == 0 ? lse : partial_lse, q,
+                               chunk.elements(0, kv_numel_), chunk.elements(kv_numel_, kv_numel_),
+                               tokens.positions, tokens.segment_ids, chunk_pos, chunk_pos + B * S,
+                               p, &stats_);
     if (step > 0) {
-      const TensorView merged_out = TensorView::of(out, views.out.numel());
-      const TensorView merged_lse = TensorView::of(lse, views.lse.numel());
-      kernels_.attention_merge(merged_out, merged_lse, merged_out, merged_lse, views.out, views.lse,
-                               B, S, dims.heads_q, dims.head_dim);
+      kernels_.attention_merge(merged, lse, merged, lse, partial_out, partial_lse, B, S,
+                               dims.heads_q, dims.head_dim);
     }
     wait_all(in_flight);
   }
+  if (merged.raw() != out.raw()) kernels_.copy(out, merged);
 }
 
-void RingContextAttention::backward(float* dq, float* dk, float* dv, const float* d_out,
-                                    const float* out, const float* lse, const float* q,
-                                    const float* k, const float* v, const TokenLayout& tokens,
+void RingContextAttention::backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
+                                    TensorView out, TensorView lse, TensorView q, TensorView k,
+                                    TensorView v, const TokenLayout& tokens,
                                     const kernels::AttentionParams& dims) {
   const int cp = context_.size();
   const int next = (context_.rank() + 1) % cp;
   const int prev = (context_.rank() + cp - 1) % cp;
   const int64_t B = tokens.batch, S = tokens.seq;
-  const int64_t kv_numel = B * S * dims.heads_kv * dims.head_dim;
-  load_own_chunk(k, v, tokens, kv_numel);
-  for (int slot = 0; slot < 2; ++slot) chunk_grad_[slot].resize(2 * kv_numel);
-  std::fill(chunk_grad_[0].begin(), chunk_grad_[0].end(), 0.0f);
+  load_own_chunk(k, v, tokens);
+  for (int slot = 0; slot < 2; ++slot) {
+    kernels_.reserve(chunk_grad_[slot], 2 * kv_numel_, DType::kF32);
+  }
+  kernels_.fill_zero(chunk_grad(0));
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
-  kernels_.fill_zero(TensorView::of(dq, B * S * dims.heads_q * dims.head_dim));
+  kernels_.fill_zero(dq);
 
   // At step i this rank holds the chunk of rank (r − i) with the dK/dV its earlier holders
   // accumulated; after the last step one more hop takes every chunk's gradients home.
   for (int step = 0; step < cp; ++step) {
     const int cur = step % 2;
     std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
-    const float* chunk_k = chunk_kv_[cur].data();
+    const TensorView chunk = chunk_kv(cur);
+    const TensorView grad = chunk_grad(cur);
     const int32_t* chunk_pos = chunk_ids_[cur].data();
-    float* chunk_dk = chunk_grad_[cur].data();
-    const kernels::AttentionViews views(p, out, lse, q, chunk_k, chunk_k + kv_numel);
-    const kernels::AttentionViews grads(p, d_out, lse, dq, chunk_dk, chunk_dk + kv_numel);
-    kernels_.attention_backward(grads.q, grads.k, grads.v, grads.out, views.out, views.lse, views.q,
-                                views.k, views.v, tokens.positions, tokens.segment_ids, chunk_pos,
-                                chunk_pos + B * S, p, &stats_);
+    kernels_.attention_backward(
+        dq, grad.elements(0, kv_numel_), grad.elements(kv_numel_, kv_numel_), d_out, out, lse, q,
+        chunk.elements(0, kv_numel_), chunk.elements(kv_numel_, kv_numel_), tokens.positions,
+        tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, &stats_);
     wait_all(in_flight);
     // The gradients can only leave once computed.
-    context_.send_recv(std::span<const float>(chunk_grad_[cur]), next,
-                       std::span<float>(chunk_grad_[1 - cur]), prev, kTagGradients);
+    context_.send_recv(grad, next, chunk_grad(1 - cur), prev, kTagGradients);
   }
-  const std::vector<float>& home = chunk_grad_[cp % 2];
-  std::copy(home.begin(), home.begin() + kv_numel, dk);
-  std::copy(home.begin() + kv_numel, home.end(), dv);
+  const TensorView home = chunk_grad(cp % 2);
+  kernels_.copy(dk, home.elements(0, kv_numel_));
+  kernels_.copy(dv, home.elements(kv_numel_, kv_numel_));
 }
 
 }  // namespace maxctx::parallel

@@ -28,25 +28,26 @@ class AllGatherContextAttention final : public AttentionPlan {
  public:
   AllGatherContextAttention(const Communicator& context, const kernels::Kernels& kernels)
       : context_(context), kernels_(kernels) {}
-  void forward(float* out, float* lse, const float* q, const float* k, const float* v,
+  void forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
-  void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
-                const float* lse, const float* q, const float* k, const float* v,
-                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+  void backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out, TensorView out,
+                TensorView lse, TensorView q, TensorView k, TensorView v, const TokenLayout& tokens,
+                const kernels::AttentionParams& dims) override;
   kernels::AttentionStats stats() const override { return stats_; }
 
  private:
   // Gathers this rank's K, V, positions and segment ids from every context rank into
   // full_k_/full_v_ (B, cp·S, Hkv, D) and full_pos_/full_seg_ (B, cp·S), rank-major per row.
-  void gather_keys(const float* k, const float* v, const TokenLayout& tokens,
-                   const kernels::AttentionParams& dims);
+  void gather_keys(TensorView k, TensorView v, const TokenLayout& tokens);
 
   const Communicator& context_;
   const kernels::Kernels& kernels_;
   kernels::AttentionStats stats_;
-  std::vector<float> send_, recv_;            // staging for the collectives
-  std::vector<float> full_k_, full_v_;        // (B, cp·S, Hkv, D)
-  std::vector<float> full_dk_, full_dv_;      // (B, cp·S, Hkv, D)
+  // Staging in the backend's memory: K and V in their dtype, the gradients in f32.
+  Tensor send_, recv_;                        // K | V of this rank, of every rank
+  Tensor grad_send_, grad_recv_;              // dK | dV blocks of every rank, of this rank
+  Tensor full_k_, full_v_;                    // (B, cp·S, Hkv, D)
+  Tensor full_dk_, full_dv_;                  // (B, cp·S, Hkv, D)
   std::vector<int32_t> full_pos_, full_seg_;  // (B, cp·S)
   std::vector<int32_t> send_ids_, recv_ids_;
 };
@@ -55,28 +56,35 @@ class RingContextAttention final : public AttentionPlan {
  public:
   RingContextAttention(const Communicator& context, const kernels::Kernels& kernels)
       : context_(context), kernels_(kernels) {}
-  void forward(float* out, float* lse, const float* q, const float* k, const float* v,
+  void forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
-  void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
-                const float* lse, const float* q, const float* k, const float* v,
-                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+  void backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out, TensorView out,
+                TensorView lse, TensorView q, TensorView k, TensorView v, const TokenLayout& tokens,
+                const kernels::AttentionParams& dims) override;
   kernels::AttentionStats stats() const override { return stats_; }
 
  private:
   // Slot 0 := this rank's K, V, positions and segment ids.
-  void load_own_chunk(const float* k, const float* v, const TokenLayout& tokens, int64_t kv_numel);
+  void load_own_chunk(TensorView k, TensorView v, const TokenLayout& tokens);
   // Sends slot `cur` to the next rank and receives the previous rank's into the other slot.
   std::vector<Request> pass_chunk_along(int cur);
+  // The live part of a chunk slot: K | V, or dK | dV.
+  TensorView chunk_kv(int slot) const { return chunk_kv_[slot].view().elements(0, 2 * kv_numel_); }
+  TensorView chunk_grad(int slot) const {
+    return chunk_grad_[slot].view().elements(0, 2 * kv_numel_);
+  }
 
   const Communicator& context_;
   const kernels::Kernels& kernels_;
   kernels::AttentionStats stats_;
   // Two chunk slots (current, next): K, V (B, S, Hkv, D), positions, segments (B, S); the
   // backward's travelling dK/dV accumulators likewise.
-  std::vector<float> chunk_kv_[2];     // K then V, 2·B·S·Hkv·D
+  int64_t kv_numel_ = 0;               // B·S·Hkv·D of the current call
+  Tensor chunk_kv_[2];                 // K then V, 2·B·S·Hkv·D, in K's dtype
   std::vector<int32_t> chunk_ids_[2];  // positions then segments, 2·B·S
-  std::vector<float> chunk_grad_[2];   // dK then dV, 2·B·S·Hkv·D
-  std::vector<float> partial_out_, partial_lse_;
+  Tensor chunk_grad_[2];               // dK then dV, 2·B·S·Hkv·D, f32
+  // The output's f32 accumulator (when out is not f32) and one step's partial (out, lse).
+  Tensor merged_out_, partial_out_, partial_lse_;
 };
 
 }  // namespace maxctx::parallel

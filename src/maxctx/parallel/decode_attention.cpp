@@ -15,13 +15,11 @@ void PrefillAttention::forward(int64_t layer, TensorView out_view, TensorView, T
                                const kernels::AttentionParams& dims) {
   const int64_t B = tokens.batch, S = tokens.seq;
   kernels_.reserve(lse_, B * dims.heads_q * S);
-  const float* k = k_view.data<float>();
-  const float* v = v_view.data<float>();
-  attention_.forward(out_view.data<float>(), lse_.data<float>(), q_view.data<float>(), k, v, tokens,
-                     dims);
+  attention_.forward(out_view, lse_.view().elements(0, B * dims.heads_q * S), q_view, k_view,
+                     v_view, tokens, dims);
   const int64_t row_elements = dims.heads_kv * dims.head_dim;
   if (sharding_ == DecodeSharding::kBatch && ca_.size() > 1) {
-    store_batch_sharded(layer, k, v, tokens, row_elements);
+    store_batch_sharded(layer, k_view, v_view, tokens, row_elements);
     return;
   }
   MAXCTX_CHECK(B == cache_.shape().slots && S <= cache_.shape().prefill_rows,
@@ -31,11 +29,12 @@ void PrefillAttention::forward(int64_t layer, TensorView out_view, TensorView, T
     if (layer == 0) {
       cache_.set_rows(b, 0, S, tokens.positions + b * S, tokens.segment_ids + b * S);
     }
-    cache_.store(layer, b, 0, S, k + b * S * row_elements, v + b * S * row_elements);
+    const int64_t run = S * row_elements;
+    cache_.store(layer, b, 0, S, k_view.elements(b * run, run), v_view.elements(b * run, run));
   }
 }
 
-void PrefillAttention::store_batch_sharded(int64_t layer, const float* k, const float* v,
+void PrefillAttention::store_batch_sharded(int64_t layer, TensorView k, TensorView v,
                                            const TokenLayout& tokens, int64_t row_elements) {
   const int ca = ca_.size();
   const int64_t B = tokens.batch, S = tokens.seq;
@@ -45,11 +44,13 @@ void PrefillAttention::store_batch_sharded(int64_t layer, const float* k, const 
                "prefill rows",
                B, S, ca, slots, cache_.shape().prefill_rows);
   const int64_t kv_numel = B * S * row_elements;
-  send_.resize(static_cast<size_t>(2 * kv_numel));
-  std::copy(k, k + kv_numel, send_.begin());
-  std::copy(v, v + kv_numel, send_.begin() + kv_numel);
-  recv_.resize(static_cast<size_t>(ca * 2 * kv_numel));
-  ca_.all_gather(std::span<const float>(send_), std::span<float>(recv_));
+  kernels_.reserve(send_, 2 * kv_numel, k.dtype());
+  kernels_.reserve(recv_, ca * 2 * kv_numel, k.dtype());
+  const TensorView send = send_.view().elements(0, 2 * kv_numel);
+  const TensorView recv = recv_.view().elements(0, ca * 2 * kv_numel);
+  kernels_.copy(send.elements(0, kv_numel), k);
+  kernels_.copy(send.elements(kv_numel, kv_numel), v);
+  ca_.all_gather(send, recv);
   if (layer == 0) {
     send_ids_.resize(static_cast<size_t>(2 * B * S));
     std::copy(tokens.positions, tokens.positions + B * S, send_ids_.begin());
@@ -62,12 +63,13 @@ void PrefillAttention::store_batch_sharded(int64_t layer, const float* k, const 
   for (int64_t j = 0; j < slots; ++j) {
     const int64_t g = ca_.rank() * slots + j;
     for (int c = 0; c < ca; ++c) {
-      const float* from = recv_.data() + c * 2 * kv_numel + g * S * row_elements;
+      const int64_t from = c * 2 * kv_numel + g * S * row_elements;
       if (layer == 0) {
         const int32_t* ids = recv_ids_.data() + c * 2 * B * S;
         cache_.set_rows(j, c * S, S, ids + g * S, ids + B * S + g * S);
       }
-      cache_.store(layer, j, c * S, S, from, from + kv_numel);
+      cache_.store(layer, j, c * S, S, recv.elements(from, S * row_elements),
+                   recv.elements(from + kv_numel, S * row_elements));
     }
   }
 }
@@ -93,8 +95,6 @@ void DecodeAttention::begin_step(std::span<const int32_t> positions,
 void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, TensorView q_view,
                               TensorView k_view, TensorView v_view, const TokenLayout& tokens,
                               const kernels::AttentionParams& dims) {
-  const float* k = k_view.data<float>();
-  const float* v = v_view.data<float>();
   const int64_t B = tokens.batch;
   const int64_t Hq = dims.heads_q, D = dims.head_dim;
   const int64_t row_elements = dims.heads_kv * D;
@@ -104,7 +104,8 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
                rows_.size(), B, tokens.seq);
   for (int64_t b = 0; b < B; ++b) {
     if (rows_[b] >= 0) {
-      cache_.store(layer, b, rows_[b], 1, k + b * row_elements, v + b * row_elements);
+      cache_.store(layer, b, rows_[b], 1, k_view.elements(b * row_elements, row_elements),
+                   v_view.elements(b * row_elements, row_elements));
     }
   }
   const KvView kv = cache_.view(layer);
@@ -116,40 +117,39 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
   const int ca = ca_.size();
   const bool merge = sharding_ == DecodeSharding::kSequence && ca > 1;
   const int64_t out_numel = B * Hq * D;
-  const int64_t part = out_numel + B * Hq;  // a rank's partial: out, then lse
+  const int64_t part = out_numel + B * Hq;  // a rank's partial: out, then lse, in f32
   kernels_.reserve(lse_, B * Hq);
   if (merge) kernels_.reserve(partial_, part);
-  const TensorView lse_view = lse_.view().rows(0, B * Hq);
-  const TensorView o = merge ? partial_.view().rows(0, out_numel) : out_view;
-  const TensorView lse = merge ? partial_.view().rows(out_numel, part) : lse_view;
-  const int64_t kv_numel = B * kv.rows * row_elements;
-  if (kv.k_codes != nullptr) {
-    const auto codes = [&](const int8_t* data) {
-      return TensorView(const_cast<int8_t*>(data), DType::kI8, Shape{kv_numel});
-    };
-    kernels_.single_query_attention_int8(o, lse, q_view, codes(kv.k_codes),
-                                         TensorView::of(kv.k_scale, B * kv.rows), codes(kv.v_codes),
-                                         TensorView::of(kv.v_scale, B * kv.rows), tokens.positions,
-                                         q_seg_.data(), kv.positions, kv.segments, p);
+  const TensorView lse_view = lse_.view().elements(0, B * Hq);
+  const TensorView o = merge ? partial_.view().elements(0, out_numel) : out_view;
+  const TensorView lse = merge ? partial_.view().elements(out_numel, B * Hq) : lse_view;
+  if (kv.quantized()) {
+    kernels_.single_query_attention_int8(o, lse, q_view, kv.k, kv.k_scale, kv.v, kv.v_scale,
+                                         tokens.positions, q_seg_.data(), kv.positions, kv.segments,
+                                         p);
   } else {
-    kernels_.single_query_attention(o, lse, q_view, TensorView::of(kv.k, kv_numel),
-                                    TensorView::of(kv.v, kv_numel), tokens.positions, q_seg_.data(),
+    kernels_.single_query_attention(o, lse, q_view, kv.k, kv.v, tokens.positions, q_seg_.data(),
                                     kv.positions, kv.segments, p);
   }
   if (!merge) return;
   kernels_.reserve(gathered_, ca * part);
-  const float* partial = partial_.data<float>();
-  float* gathered = gathered_.data<float>();
-  ca_.all_gather(std::span<const float>(partial, static_cast<size_t>(part)),
-                 std::span<float>(gathered, static_cast<size_t>(ca * part)));
-  kernels_.copy(out_view, TensorView::of(gathered, out_numel));
-  kernels_.copy(lse_view, TensorView::of(gathered + out_numel, B * Hq));
-  for (int c = 1; c < ca; ++c) {
-    const float* other = gathered + c * part;
-    kernels_.attention_merge(out_view, lse_view, out_view, lse_view,
-                             TensorView::of(other, out_numel),
-                             TensorView::of(other + out_numel, B * Hq), B, 1, Hq, D);
+  const TensorView gathered = gathered_.view().elements(0, ca * part);
+  ca_.all_gather(partial_.view().elements(0, part), gathered);
+  // The merge runs in f32 (into out itself when it is f32); the result is rounded once.
+  TensorView merged = out_view;
+  if (out_view.dtype() != DType::kF32) {
+    kernels_.reserve(merged_, out_numel);
+    merged = merged_.view().elements(0, out_numel);
   }
+  kernels_.copy(merged, gathered.elements(0, out_numel));
+  kernels_.copy(lse_view, gathered.elements(out_numel, B * Hq));
+  for (int c = 1; c < ca; ++c) {
+    const int64_t other = c * part;
+    kernels_.attention_merge(merged, lse_view, merged, lse_view,
+                             gathered.elements(other, out_numel),
+                             gathered.elements(other + out_numel, B * Hq), B, 1, Hq, D);
+  }
+  if (merged.raw() != out_view.raw()) kernels_.copy(out_view, merged);
 }
 
 }  // namespace maxctx::parallel

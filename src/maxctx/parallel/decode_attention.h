@@ -45,7 +45,7 @@ class PrefillAttention final : public LayerAttention {
                const kernels::AttentionParams& dims) override;
 
  private:
-  void store_batch_sharded(int64_t layer, const float* k, const float* v, const TokenLayout& tokens,
+  void store_batch_sharded(int64_t layer, TensorView k, TensorView v, const TokenLayout& tokens,
                            int64_t row_elements);
 
   const kernels::Kernels& kernels_;
@@ -54,7 +54,7 @@ class PrefillAttention final : public LayerAttention {
   KvCache& cache_;
   AllGatherContextAttention attention_;
   Tensor lse_;                                // (B, Hq, S)
-  std::vector<float> send_, recv_;            // batch sharding: K | V of every rank
+  Tensor send_, recv_;                        // batch sharding: K | V of every rank
   std::vector<int32_t> send_ids_, recv_ids_;  // batch sharding: positions | segments
 };
 
@@ -80,6 +80,7 @@ class DecodeAttention final : public LayerAttention {
   Tensor partial_;              // (B, Hq, D) then (B, Hq): this rank's out and lse
   Tensor gathered_;             // ca × partial_
   Tensor lse_;                  // (B, Hq)
+  Tensor merged_;               // (B, Hq, D) f32: the merge's output when out is not f32
 };
 
 }  // namespace maxctx::parallel

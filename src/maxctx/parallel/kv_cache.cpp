@@ -11,7 +11,7 @@ KvCache::KvCache(const kernels::Kernels& kernels, const KvCacheShape& s)
   MAXCTX_CHECK(s.layers > 0 && s.slots > 0 && s.heads_kv > 0 && s.head_dim > 0 && s.rows() > 0,
                "KV cache shape (L={}, slots={}, Hkv={}, D={}, rows={}) must be positive", s.layers,
                s.slots, s.heads_kv, s.head_dim, s.rows());
-  const DType dtype = s.int8 ? DType::kI8 : DType::kF32;
+  const DType dtype = s.int8 ? DType::kI8 : s.dtype;
   const Shape kv_shape{s.layers, s.slots, s.rows(), s.heads_kv, s.head_dim};
   k_ = kernels.empty(kv_shape, dtype);
   v_ = kernels.empty(kv_shape, dtype);
@@ -54,27 +54,25 @@ int64_t KvCache::rows_in_use() const {
   return shape_.prefill_rows + longest;
 }
 
-void KvCache::store(int64_t layer, int64_t slot, int64_t row, int64_t n, const float* k,
-                    const float* v) {
+void KvCache::store(int64_t layer, int64_t slot, int64_t row, int64_t n, TensorView k_in,
+                    TensorView v_in) {
   MAXCTX_CHECK(layer >= 0 && layer < shape_.layers && slot >= 0 && slot < shape_.slots &&
                    row >= 0 && row + n <= shape_.rows(),
                "store of rows [{}, {}) of slot {} layer {} outside the cache", row, row + n, slot,
                layer);
   const int64_t at = offset(layer, slot, row);
   const int64_t count = n * shape_.row_elements();
-  const auto rows_of = [&](const Tensor& t) {
-    return t.view().reshaped({t.numel()}).rows(at, at + count);
-  };
-  const TensorView k_in = TensorView::of(k, count), v_in = TensorView::of(v, count);
+  const auto rows_of = [&](const Tensor& t) { return t.view().elements(at, count); };
+  MAXCTX_CHECK(k_in.numel() == count && v_in.numel() == count,
+               "store of {} rows of {} elements got K of {} and V of {} elements", n,
+               shape_.row_elements(), k_in.numel(), v_in.numel());
   if (!shape_.int8) {
     kernels_.copy(rows_of(k_), k_in);
     kernels_.copy(rows_of(v_), v_in);
     return;
   }
   const int64_t scale_at = (layer * shape_.slots + slot) * shape_.rows() + row;
-  const auto scales_of = [&](const Tensor& t) {
-    return t.view().reshaped({t.numel()}).rows(scale_at, scale_at + n);
-  };
+  const auto scales_of = [&](const Tensor& t) { return t.view().elements(scale_at, n); };
   kernels_.quantize_rows_int8(rows_of(k_), scales_of(k_scale_), k_in, kernels::kInt8KvLevels);
   kernels_.quantize_rows_int8(rows_of(v_), scales_of(v_scale_), v_in, kernels::kInt8KvLevels);
 }
@@ -89,16 +87,14 @@ KvView KvCache::view(int64_t layer) const {
   view.positions = positions_.data();
   view.segments = segments_.data();
   const int64_t at = offset(layer, 0, 0);
-  if (!shape_.int8) {
-    view.k = k_.data<float>() + at;
-    view.v = v_.data<float>() + at;
-    return view;
+  const int64_t count = shape_.slots * view.rows * shape_.row_elements();
+  view.k = k_.view().elements(at, count);
+  view.v = v_.view().elements(at, count);
+  if (shape_.int8) {
+    const int64_t scale_at = layer * shape_.slots * shape_.rows();
+    view.k_scale = k_scale_.view().elements(scale_at, shape_.slots * view.rows);
+    view.v_scale = v_scale_.view().elements(scale_at, shape_.slots * view.rows);
   }
-  const int64_t scale_at = layer * shape_.slots * shape_.rows();
-  view.k_codes = k_.data<int8_t>() + at;
-  view.v_codes = v_.data<int8_t>() + at;
-  view.k_scale = k_scale_.data<float>() + scale_at;
-  view.v_scale = v_scale_.data<float>() + scale_at;
   return view;
 }
 
@@ -109,7 +105,7 @@ int64_t KvCache::bytes() const {
 }
 
 int64_t KvCache::bytes_in_use() const {
-  const int64_t element = shape_.int8 ? 1 : int64_t{sizeof(float)};
+  const auto element = static_cast<int64_t>(dtype_size(k_.dtype()));
   const int64_t per_row =
       2 * shape_.row_elements() * element + (shape_.int8 ? 2 * int64_t{sizeof(float)} : 0);
   return shape_.layers * shape_.slots * rows_in_use() * per_row;

@@ -9,7 +9,8 @@
 //
 // int8 (quantize_kvcache): one scale per token over heads × head_dim, the KV rule of
 // kernels/ref/int8.h (q = rint(x·127.5/max|x|) clamped to [−127, 127], scale = max|x|/127.5).
-// Attention reads the cache in place, fp32 rows or int8 codes and scales (the decode kernel
+// Otherwise rows are stored in `dtype` (f32, or bf16: half the bytes a decode step streams).
+// Attention reads the cache in place, rows or int8 codes and scales (the decode kernel
 // dequantizes an int8 block of rows in L1 as it uses it).
 #pragma once
 
@@ -23,29 +24,27 @@ namespace maxctx::parallel {
 
 struct KvCacheShape {
   int64_t layers = 0;
-  int64_t slots = 0;         // decode slots held by this rank
-  int64_t heads_kv = 0;      // Hkv
-  int64_t head_dim = 0;      // D
-  int64_t prefill_rows = 0;  // per slot: this rank's share of the longest prompt
-  int64_t decode_rows = 0;   // per slot: generated tokens this rank may own
-  bool int8 = false;
+  int64_t slots = 0;          // decode slots held by this rank
+  int64_t heads_kv = 0;       // Hkv
+  int64_t head_dim = 0;       // D
+  int64_t prefill_rows = 0;   // per slot: this rank's share of the longest prompt
+  int64_t decode_rows = 0;    // per slot: generated tokens this rank may own
+  bool int8 = false;          // int8 codes with a scale per row, else rows in `dtype`
+  DType dtype = DType::kF32;  // f32 or bf16, when not int8
 
   int64_t rows() const { return prefill_rows + decode_rows; }
   int64_t row_elements() const { return heads_kv * head_dim; }
 };
 
 // K and V of one layer as attention reads them: (slots, rows, Hkv, D) with positions and
-// segment ids (slots, rows), in fp32 (k, v) or, for an int8 cache, codes with one scale per row
-// (k_codes, v_codes; k_scale, v_scale (slots, rows)). `rows` may be less than the cache's (one
+// segment ids (slots, rows); for an int8 cache k and v are codes with one scale per row
+// (k_scale, v_scale (slots, rows); empty otherwise). `rows` may be less than the cache's (one
 // slot: only the rows in use).
 struct KvView {
   int64_t rows = 0;
-  const float* k = nullptr;
-  const float* v = nullptr;
-  const int8_t* k_codes = nullptr;
-  const int8_t* v_codes = nullptr;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
+  TensorView k, v;
+  TensorView k_scale, v_scale;
+  bool quantized() const { return !k_scale.empty(); }
   const int32_t* positions = nullptr;
   const int32_t* segments = nullptr;
 };
@@ -69,8 +68,8 @@ class KvCache {
   // Rows in use: the prefill region and the longest decode region of any slot.
   int64_t rows_in_use() const;
 
-  // k, v (n, Hkv, D) into rows [row, row + n) of `slot` in `layer`.
-  void store(int64_t layer, int64_t slot, int64_t row, int64_t n, const float* k, const float* v);
+  // k, v (n·Hkv·D elements, any float dtype) into rows [row, row + n) of `slot` in `layer`.
+  void store(int64_t layer, int64_t slot, int64_t row, int64_t n, TensorView k, TensorView v);
 
   // The layer's K/V for attention, in place.
   KvView view(int64_t layer) const;
@@ -86,7 +85,7 @@ class KvCache {
 
   const kernels::Kernels& kernels_;
   KvCacheShape shape_;
-  Tensor k_, v_;                        // (L, slots, rows, Hkv, D) f32 or int8
+  Tensor k_, v_;                        // (L, slots, rows, Hkv, D) f32, bf16 or int8
   Tensor k_scale_, v_scale_;            // (L, slots, rows) int8 only
   std::vector<int32_t> positions_;      // (slots, rows)
   std::vector<int32_t> segments_;       // (slots, rows) 1 = a token, 0 = empty

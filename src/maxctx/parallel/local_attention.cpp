@@ -16,26 +16,24 @@ kernels::AttentionParams self_attention_params(const TokenLayout& tokens,
 
 }  // namespace
 
-void LocalAttention::forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                             const TokenLayout& tokens, const kernels::AttentionParams& dims) {
+void LocalAttention::forward(TensorView out, TensorView lse, TensorView q, TensorView k,
+                             TensorView v, const TokenLayout& tokens,
+                             const kernels::AttentionParams& dims) {
   const kernels::AttentionParams p = self_attention_params(tokens, dims);
-  const kernels::AttentionViews views(p, out, lse, q, k, v);
-  kernels_.attention_forward(views.out, views.lse, views.q, views.k, views.v, tokens.positions,
-                             tokens.segment_ids, tokens.positions, tokens.segment_ids, p, &stats_);
+  kernels_.attention_forward(out, lse, q, k, v, tokens.positions, tokens.segment_ids,
+                             tokens.positions, tokens.segment_ids, p, &stats_);
 }
 
-void LocalAttention::backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
-                              const float* lse, const float* q, const float* k, const float* v,
-                              const TokenLayout& tokens, const kernels::AttentionParams& dims) {
+void LocalAttention::backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
+                              TensorView out, TensorView lse, TensorView q, TensorView k,
+                              TensorView v, const TokenLayout& tokens,
+                              const kernels::AttentionParams& dims) {
   const kernels::AttentionParams p = self_attention_params(tokens, dims);
-  const kernels::AttentionViews views(p, out, lse, q, k, v);
-  const kernels::AttentionViews grads(p, d_out, lse, dq, dk, dv);
-  kernels_.fill_zero(grads.q);
-  kernels_.fill_zero(grads.k);
-  kernels_.fill_zero(grads.v);
-  kernels_.attention_backward(grads.q, grads.k, grads.v, grads.out, views.out, views.lse, views.q,
-                              views.k, views.v, tokens.positions, tokens.segment_ids,
-                              tokens.positions, tokens.segment_ids, p, &stats_);
+  kernels_.fill_zero(dq);
+  kernels_.fill_zero(dk);
+  kernels_.fill_zero(dv);
+  kernels_.attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, tokens.positions,
+                              tokens.segment_ids, tokens.positions, tokens.segment_ids, p, &stats_);
 }
 
 }  // namespace maxctx::parallel

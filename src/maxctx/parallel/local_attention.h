@@ -10,11 +10,11 @@ namespace maxctx::parallel {
 class LocalAttention final : public AttentionPlan {
  public:
   explicit LocalAttention(const kernels::Kernels& kernels) : kernels_(kernels) {}
-  void forward(float* out, float* lse, const float* q, const float* k, const float* v,
+  void forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
-  void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
-                const float* lse, const float* q, const float* k, const float* v,
-                const TokenLayout& tokens, const kernels::AttentionParams& dims) override;
+  void backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out, TensorView out,
+                TensorView lse, TensorView q, TensorView k, TensorView v, const TokenLayout& tokens,
+                const kernels::AttentionParams& dims) override;
   kernels::AttentionStats stats() const override { return stats_; }
 
  private:

@@ -28,15 +28,17 @@ struct TokenLayout {
 // of their sequence, wherever those keys live. Shapes use this rank's heads (Hq, Hkv after the
 // tensor split) and this rank's tokens:
 //   q, out (B, S, Hq, D)   k, v (B, S, Hkv, D)   lse (B, Hq, S)
-// `dims` carries heads, head_dim and the window; its batch/seq fields are ignored.
+// `dims` carries heads, head_dim and the window; its batch/seq fields are ignored. Dtypes are
+// the op table's (kernels.h): q, k, v in the activation dtype, which K and V also travel in
+// between ranks; lse and the gradients dq, dk, dv f32, so dK and dV are summed in fp32.
 class AttentionPlan {
  public:
   virtual ~AttentionPlan() = default;
-  virtual void forward(float* out, float* lse, const float* q, const float* k, const float* v,
+  virtual void forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                        const TokenLayout& tokens, const kernels::AttentionParams& dims) = 0;
   // dq, dk, dv (this rank's rows) are overwritten.
-  virtual void backward(float* dq, float* dk, float* dv, const float* d_out, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v,
+  virtual void backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
+                        TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                         const TokenLayout& tokens, const kernels::AttentionParams& dims) = 0;
   // (query tile, key tile) blocks computed and skipped so far, for load-balance reports.
   virtual kernels::AttentionStats stats() const = 0;
@@ -56,17 +58,18 @@ class LayerAttention {
 };
 
 // The sum over the tensor axis of a row-parallel projection's partial outputs (and of the
-// input gradients of column-parallel ones). Identity when tensor = 1.
+// input gradients of column-parallel ones), in place on an f32 view (sums are fp32 whatever
+// the activation dtype). Identity when tensor = 1.
 class TensorReducer {
  public:
   virtual ~TensorReducer() = default;
-  virtual void all_reduce_sum(float* values, int64_t count) = 0;
+  virtual void all_reduce_sum(TensorView values) = 0;
 };
 
 // tensor = 1 (and inference, which replicates the tensor axis' work): nothing to reduce.
 class NoTensorReduction final : public TensorReducer {
  public:
-  void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum(TensorView) override {}
 };
 
 // Where the weights live between uses (fsdp). The model names its weight units in the order it
@@ -99,8 +102,8 @@ class RowSplit {
  public:
   virtual ~RowSplit() = default;
   virtual RowSplitPart part() const = 0;
-  // out (N, out_dim) from every rank's mine (N, split_count(out_dim, ranks, rank)).
-  virtual void gather(float* out, const float* mine, int64_t N, int64_t out_dim) = 0;
+  // out (N, out_dim) from every rank's mine (N, split_count(out_dim, ranks, rank)), one dtype.
+  virtual void gather(TensorView out, TensorView mine) = 0;
 };
 
 // The training model's plan: the backend its ops run on, and the parallel plans.

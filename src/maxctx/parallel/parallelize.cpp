@@ -107,13 +107,14 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
   InferencePlans plans;
   // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
   if (s.decode == DecodeSharding::kSequence && ca > 1) {
-    plans.row_split = std::make_unique<AxisRowSplit>(ca_axis);
+    plans.row_split = std::make_unique<AxisRowSplit>(ca_axis, kernels);
   }
   KvCacheShape shape;
   shape.layers = layers;
   shape.heads_kv = heads_kv;
   shape.head_dim = head_dim;
   shape.int8 = s.quantize_kvcache;
+  shape.dtype = s.cache_dtype;
   if (s.decode == DecodeSharding::kSequence) {
     shape.slots = s.slots;
     shape.prefill_rows = s.max_prefill_length / ca;

@@ -62,10 +62,11 @@ TrainingPlans parallelize_training(const Config& config, const Mesh& mesh, const
 // How a decode step is sharded over context_autoregressive.
 struct InferenceSharding {
   DecodeSharding decode = DecodeSharding::kSequence;
-  int64_t slots = 1;               // decode slots of the whole job
-  int64_t max_prefill_length = 0;  // tokens of the longest prompt (a multiple of ca)
-  int64_t max_target_length = 0;   // prompt + generated tokens per slot
-  bool quantize_kvcache = false;
+  int64_t slots = 1;                // decode slots of the whole job
+  int64_t max_prefill_length = 0;   // tokens of the longest prompt (a multiple of ca)
+  int64_t max_target_length = 0;    // prompt + generated tokens per slot
+  bool quantize_kvcache = false;    // an int8 cache; else the cache holds `cache_dtype`
+  DType cache_dtype = DType::kF32;  // the activation dtype (bf16: MaxText's inference default)
 };
 
 struct InferencePlans {

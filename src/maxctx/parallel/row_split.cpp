@@ -1,27 +1,37 @@
 #include "maxctx/parallel/row_split.h"
 
-#include <algorithm>
-#include <span>
+#include "maxctx/core/check.h"
 
 namespace maxctx::parallel {
 
-void AxisRowSplit::gather(float* out, const float* mine, int64_t N, int64_t out_dim) {
+void AxisRowSplit::gather(TensorView out, TensorView mine) {
+  MAXCTX_CHECK(out.dtype() == mine.dtype() && out.shape().rank() == 2 && mine.shape().rank() == 2,
+               "a row split gathers (N, rows) parts of one dtype into (N, out_dim)");
   const int ranks = axis_.size();
+  const int64_t N = out.shape()[0], out_dim = out.shape()[1];
   // Parts differ by at most one row (split_counts): each is sent padded to the widest, so one
   // even all-gather carries them all, whatever N.
   const int64_t widest = split_count(out_dim, ranks, 0);
   const int64_t my_rows = split_count(out_dim, ranks, axis_.rank());
-  send_.assign(static_cast<size_t>(N * widest), 0.0f);
+  MAXCTX_CHECK_EQ(mine.numel(), N * my_rows, "this rank's part of a row split");
+  kernels_.reserve(send_, N * widest, out.dtype());
+  kernels_.reserve(recv_, ranks * N * widest, out.dtype());
+  const TensorView send = send_.view().elements(0, N * widest);
+  const TensorView recv = recv_.view().elements(0, ranks * N * widest);
+  // Columns [first, first + count) of one row of a matrix.
+  const auto row_part = [](TensorView matrix, int64_t row, int64_t first, int64_t count) {
+    return matrix.elements(row * matrix.shape()[1] + first, count);
+  };
+  const TensorView send_rows = send.reshaped({N, widest});
   for (int64_t n = 0; n < N; ++n) {
-    std::copy_n(mine + n * my_rows, my_rows, send_.begin() + n * widest);
+    kernels_.copy(row_part(send_rows, n, 0, my_rows), row_part(mine, n, 0, my_rows));
   }
-  recv_.resize(static_cast<size_t>(ranks) * send_.size());
-  axis_.all_gather(std::span<const float>(send_), std::span<float>(recv_));
+  axis_.all_gather(send, recv);
+  const TensorView parts = recv.reshaped({ranks * N, widest});
   for (int r = 0; r < ranks; ++r) {
     const int64_t first = split_offset(out_dim, ranks, r), rows = split_count(out_dim, ranks, r);
-    const float* part = recv_.data() + r * N * widest;
     for (int64_t n = 0; n < N; ++n) {
-      std::copy_n(part + n * widest, rows, out + n * out_dim + first);
+      kernels_.copy(row_part(out, n, first, rows), row_part(parts, r * N + n, 0, rows));
     }
   }
 }

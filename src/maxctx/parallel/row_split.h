@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/parallel/model_plan.h"
@@ -16,15 +15,17 @@ namespace maxctx::parallel {
 
 class AxisRowSplit final : public RowSplit {
  public:
-  explicit AxisRowSplit(const Communicator& axis) : axis_(axis) {}
+  AxisRowSplit(const Communicator& axis, const kernels::Kernels& kernels)
+      : axis_(axis), kernels_(kernels) {}
 
   RowSplitPart part() const override { return {axis_.rank(), axis_.size()}; }
-  void gather(float* out, const float* mine, int64_t N, int64_t out_dim) override;
+  void gather(TensorView out, TensorView mine) override;
 
  private:
   const Communicator& axis_;
-  std::vector<float> send_;  // (N, widest part) this rank's rows, padded
-  std::vector<float> recv_;  // (ranks, N, widest part)
+  const kernels::Kernels& kernels_;
+  Tensor send_;  // (N, widest part) this rank's rows, padded
+  Tensor recv_;  // (ranks, N, widest part)
 };
 
 }  // namespace maxctx::parallel

@@ -7,9 +7,9 @@
 
 namespace maxctx::parallel {
 
-void TensorAllReduce::all_reduce_sum(float* values, int64_t count) {
+void TensorAllReduce::all_reduce_sum(TensorView values) {
   if (tensor_.size() == 1) return;
-  tensor_.all_reduce(std::span<float>(values, static_cast<size_t>(count)), ReduceOp::kSum);
+  tensor_.all_reduce(values, ReduceOp::kSum);
 }
 
 std::vector<float> local_blocks(std::span<const float> global,

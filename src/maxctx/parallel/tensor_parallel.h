@@ -15,7 +15,7 @@ namespace maxctx::parallel {
 class TensorAllReduce final : public TensorReducer {
  public:
   explicit TensorAllReduce(const Communicator& tensor) : tensor_(tensor) {}
-  void all_reduce_sum(float* values, int64_t count) override;
+  void all_reduce_sum(TensorView values) override;
 
  private:
   const Communicator& tensor_;
