@@ -51,7 +51,7 @@ constexpr const char* kUsage =
 struct ModelOnMesh {
   model::LlamaConfig config;
   std::vector<model::WeightSpec> specs;  // this tensor rank's blocks
-  std::vector<float> params;
+  Tensor params;                         // in weight_dtype
   model::LlamaWeights weights;
   parallel::TrainingPlans plans;  // the training forward's, without parameter sharding
 };
@@ -65,17 +65,18 @@ void load_model(const Config& c, const Mesh& mesh, const parallel::ParallelDims&
   }
   const bool hf = fs::exists(dir / "config.json");
   m.config = hf ? model::llama_config_from_hf(dir / "config.json") : model::llama_config_from(c);
+  model::apply_precision(c, m.config);
   m.specs = model::llama_weight_specs(m.config, static_cast<int>(dims.tensor), dims.tensor_rank);
-  m.params.assign(model::total_numel(m.specs), 0.0f);
-  model::load_hf_weights(m.specs, m.params.data(), dir);
-  m.weights = model::bind_weights(m.specs, m.params.data());
+  m.params = kernels.empty({model::total_numel(m.specs)}, m.config.weight_dtype);
+  model::load_hf_weights(kernels, m.specs, m.params.view(), dir);
+  m.weights = model::bind_weights(m.specs, m.params.view());
   m.plans = parallel::parallelize_training(c, mesh, dims, kernels);
   log::info(
       "check-logits: model from {} ({}): vocab {}, emb {}, layers {}, heads {}/{} kv, head_dim "
-      "{}, mlp {}",
+      "{}, mlp {}; dtype {}, weight_dtype {}",
       dir.string(), hf ? "config.json" : "the config's model keys", m.config.vocab_size,
       m.config.emb_dim, m.config.num_layers, m.config.num_query_heads, m.config.num_kv_heads,
-      m.config.head_dim, m.config.mlp_dim);
+      m.config.head_dim, m.config.mlp_dim, c.dtype, c.weight_dtype);
 }
 
 // The model's logits for one prompt, (S, V) in prompt order, on every rank.

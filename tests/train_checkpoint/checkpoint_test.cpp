@@ -357,7 +357,8 @@ TEST_F(CheckpointTest, MissingOrNonF32OptimizerTensorIsAnError) {
   });
   message = read_error(10);
   EXPECT_CONTAINS(message, "optimizer.safetensors");
-  EXPECT_CONTAINS(message, "tensor 'adam_v.model.norm.weight' is BF16, checkpoints hold F32");
+  EXPECT_CONTAINS(message,
+                  "tensor 'adam_v.model.norm.weight' is BF16, this run keeps its weights in F32");
 }
 
 TEST_F(CheckpointTest, BadStateJsonIsAnError) {

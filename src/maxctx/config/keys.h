@@ -59,9 +59,14 @@ using StringList = std::vector<std::string>;
     "Attention kernel; on CPU every choice runs the blocked flash kernel")                      \
   X(std::string, attention_type, "global", "global|local_sliding",                              \
     "global: causal; local_sliding: causal within sliding_window_size")                         \
-  X(std::string, dtype, "float32", "float32",                                                   \
-    "Activation dtype (MaxText defaults to bfloat16; the CPU backend computes in float32)")      \
-  X(std::string, weight_dtype, "float32", "float32", "Master weight dtype")                     \
+  X(std::string, dtype, "float32", "float32|bfloat16",                                          \
+    "Activations and matmul inputs (MaxText's default is bfloat16; maxctx keeps float32, its "   \
+    "exact reference). bfloat16: bf16 matmul inputs with f32 accumulation; norms' statistics, "  \
+    "softmax, RoPE angles, the loss and gradient reductions stay f32; inference keeps a bf16 "   \
+    "KV cache unless quantize_kvcache")                                                          \
+  X(std::string, weight_dtype, "float32", "float32|bfloat16",                                   \
+    "Weights as stored: training's master weights and AdamW state, checkpoints, inference "     \
+    "weights (bfloat16 halves their bytes)")                                                     \
   X(int64_t, init_weights_seed, 0, "", "Seed of the counter-based weight initialisation")
 
 #define MAXCTX_TRAIN_KEYS(X)                                                                     \

@@ -77,9 +77,25 @@ InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
   return s;
 }
 
+namespace {
+
+Tensor weights_in_dtype(const kernels::Kernels& kernels, const model::LlamaConfig& model,
+                        const std::vector<float>& weights) {
+  const auto n = static_cast<int64_t>(weights.size());
+  Tensor flat = kernels.empty({n}, model.weight_dtype);
+  kernels.copy(flat.view(), TensorView::of(weights.data(), n));
+  return flat;
+}
+
+}  // namespace
+
 InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
-                                 const model::LlamaConfig& model, std::vector<float> weights,
+                                 const model::LlamaConfig& model, const std::vector<float>& weights,
                                  const Mesh& mesh)
+    : InferenceEngine(kernels, settings, model, weights_in_dtype(kernels, model, weights), mesh) {}
+
+InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
+                                 const model::LlamaConfig& model, Tensor weights, const Mesh& mesh)
     : kernels_(kernels),
       settings_(settings),
       model_(model),
@@ -90,15 +106,17 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
   const int ca = ca_.size();
   check_settings(settings_, ca);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(model_);
-  MAXCTX_CHECK_EQ(static_cast<int64_t>(flat_.size()), model::total_numel(specs),
-                  "weights of another model");
-  llama_weights_ = model::bind_weights(specs, flat_.data());
+  MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs), "weights of another model");
+  MAXCTX_CHECK(flat_.dtype() == model_.weight_dtype, "weights in {} for a model of weight_dtype {}",
+               dtype_name(flat_.dtype()), dtype_name(model_.weight_dtype));
+  llama_weights_ = model::bind_weights(specs, flat_.view());
   parallel::InferenceSharding sharding;
   sharding.decode = settings_.decode;
   sharding.slots = settings_.slots;
   sharding.max_prefill_length = settings_.max_prefill_length;
   sharding.max_target_length = settings_.max_target_length;
   sharding.quantize_kvcache = settings_.quantize_kvcache;
+  sharding.cache_dtype = model_.dtype;
   plans_ = parallel::parallelize_inference(sharding, mesh, kernels_, model_.num_layers,
                                            model_.num_kv_heads, model_.head_dim);
   inference_weights_ = std::make_unique<model::InferenceWeights>(

@@ -65,8 +65,13 @@ class InferenceEngine {
  public:
   // `weights`: every parameter in llama_weight_specs(model) layout (tensor size 1), as loaded or
   // initialised; the engine keeps it. Collective only in that every rank must build one.
+  // weights: the flat llama_weight_specs(model) buffer in model.weight_dtype; the f32 vector
+  // form converts it to that dtype first.
   InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
-                  const model::LlamaConfig& model, std::vector<float> weights, const Mesh& mesh);
+                  const model::LlamaConfig& model, Tensor weights, const Mesh& mesh);
+  InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
+                  const model::LlamaConfig& model, const std::vector<float>& weights,
+                  const Mesh& mesh);
   ~InferenceEngine();
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
@@ -107,7 +112,7 @@ class InferenceEngine {
   const kernels::Kernels& kernels_;
   InferenceSettings settings_;
   model::LlamaConfig model_;
-  std::vector<float> flat_;  // (total_numel) the fp32 parameters
+  Tensor flat_;  // (total_numel) the parameters, in the model's weight_dtype
   model::LlamaWeights llama_weights_;
   const Communicator& ca_;
   parallel::InferencePlans plans_;  // cache, prefill/decode attention, row split

@@ -10,15 +10,16 @@
 
 namespace maxctx::infer {
 
-InferenceModel load_inference_model(const Config& c) {
+InferenceModel load_inference_model(const Config& c, const kernels::Kernels& kernels) {
   namespace fs = std::filesystem;
   InferenceModel m;
   const std::string& dir = c.load_parameters_path;
   if (dir.empty()) {
     m.config = model::llama_config_from(c);
     const auto specs = model::llama_weight_specs(m.config);
-    m.weights.resize(static_cast<size_t>(model::total_numel(specs)));
-    model::init_weights(specs, m.weights.data(), static_cast<uint64_t>(c.init_weights_seed));
+    m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
+    model::init_weights(kernels, specs, m.weights.view(),
+                        static_cast<uint64_t>(c.init_weights_seed));
     m.source = fmt::format(
         "random init (init_weights_seed {}; set load_parameters_path for a "
         "checkpoint)",
@@ -32,11 +33,15 @@ InferenceModel load_inference_model(const Config& c) {
         dir);
   }
   const fs::path config_json = fs::path(dir) / "config.json";
-  m.config = fs::exists(config_json) ? model::llama_config_from_hf(config_json)
-                                     : model::llama_config_from(c);
+  if (fs::exists(config_json)) {
+    m.config = model::llama_config_from_hf(config_json);
+    model::apply_precision(c, m.config);
+  } else {
+    m.config = model::llama_config_from(c);
+  }
   const auto specs = model::llama_weight_specs(m.config);
-  m.weights.resize(static_cast<size_t>(model::total_numel(specs)));
-  model::load_hf_weights(specs, m.weights.data(), dir);
+  m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
+  model::load_hf_weights(kernels, specs, m.weights.view(), dir);
   m.source = fs::exists(config_json)
                  ? fmt::format("{} (dimensions from its config.json)", dir)
                  : fmt::format("{} (dimensions from model '{}')", dir, c.model_name);

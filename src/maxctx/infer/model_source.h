@@ -10,19 +10,22 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "maxctx/config/config.h"
+#include "maxctx/core/tensor.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
 
 namespace maxctx::infer {
 
 struct InferenceModel {
   model::LlamaConfig config;
-  std::vector<float> weights;  // llama_weight_specs(config) layout, tensor size 1
-  std::string source;          // for the log: the directory, or "random init (seed N)"
+  Tensor weights;      // llama_weight_specs(config) layout, tensor size 1, weight_dtype
+  std::string source;  // for the log: the directory, or "random init (seed N)"
 };
 
-InferenceModel load_inference_model(const Config& config);
+// Weights are read (or initialised) straight into config.weight_dtype through `kernels`: a BF16
+// checkpoint with weight_dtype=bfloat16 never exists in f32.
+InferenceModel load_inference_model(const Config& config, const kernels::Kernels& kernels);
 
 }  // namespace maxctx::infer

@@ -540,6 +540,34 @@ void SafetensorsFile::read_f32_into(std::string_view name, const TensorView& out
   read_f32(name, shape, out.span<float>());
 }
 
+void SafetensorsFile::read_into(std::string_view name, const TensorView& out) const {
+  if (out.dtype() == DType::kF32) return read_f32_into(name, out);
+  MAXCTX_CHECK(out.dtype() == DType::kBF16, "tensor '{}' reads into f32 or bf16, not {}", name,
+               dtype_name(out.dtype()));
+  std::vector<int64_t> shape;
+  for (int d = 0; d < out.shape().rank(); ++d) shape.push_back(out.shape()[d]);
+  const TensorInfo& found = info(name);
+  check_shape(path_, found, shape);
+  const std::span<bf16> values = out.span<bf16>();
+  const std::byte* in = data_ + found.begin;
+  switch (found.dtype) {
+    case StDType::kBF16:
+      if (!values.empty()) std::memcpy(values.data(), in, values.size_bytes());
+      return;
+    case StDType::kF32:
+      for (size_t i = 0; i < values.size(); ++i) values[i] = float_to_bf16(load<float>(in + 4 * i));
+      return;
+    case StDType::kF16:
+      for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = float_to_bf16(f16_to_f32(load<uint16_t>(in + 2 * i)));
+      }
+      return;
+    default:
+      bad_file(path_, "tensor '{}' is {}; only F32, BF16 and F16 tensors read as weights", name,
+               st_dtype_name(found.dtype));
+  }
+}
+
 std::vector<int32_t> SafetensorsFile::read_i32(std::string_view name,
                                                const std::vector<int64_t>& expected_shape) const {
   const TensorInfo& found = info(name);

@@ -107,6 +107,10 @@ class SafetensorsFile {
                               const std::vector<int64_t>& expected_shape) const;
   // Same into an f32 view; the view's shape is the expected shape.
   void read_f32_into(std::string_view name, const TensorView& out) const;
+  // Into a host view of f32 or bf16, the view's shape being the expected shape: bytes copied as
+  // they are when the file holds the view's dtype (a BF16 checkpoint into bf16 weights: no f32
+  // copy), else converted (to bf16 rounding to nearest even).
+  void read_into(std::string_view name, const TensorView& out) const;
   // Copies an I32 tensor, or any other integer one (I64, U64, U32, I16, U16, I8, U8) whose
   // values all fit in int32; an element that does not is an error naming it.
   std::vector<int32_t> read_i32(std::string_view name,
@@ -186,6 +190,9 @@ class SafetensorsCheckpoint {
   }
   void read_f32_into(std::string_view name, const TensorView& out) const {
     file_for(name).read_f32_into(name, out);
+  }
+  void read_into(std::string_view name, const TensorView& out) const {
+    file_for(name).read_into(name, out);
   }
 
  private:

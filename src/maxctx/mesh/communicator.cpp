@@ -272,6 +272,12 @@ void Communicator::all_gather(const TensorView& mine, const TensorView& out) con
   visit_view_type(mine, [&]<typename T>() { all_gather<T>(elements<T>(mine), elements<T>(out)); });
 }
 
+void Communicator::all_gather_uneven(const TensorView& mine, const TensorView& out) const {
+  check_same_dtype("all_gather_uneven", mine, out);
+  visit_view_type(mine,
+                  [&]<typename T>() { all_gather_uneven<T>(elements<T>(mine), elements<T>(out)); });
+}
+
 void Communicator::reduce_scatter(const TensorView& in, const TensorView& out) const {
   check_same_dtype("reduce_scatter", in, out);
   check_reducible("reduce_scatter", in);

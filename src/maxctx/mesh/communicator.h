@@ -132,6 +132,7 @@ class Communicator {
   // every verb; bf16 and int8 move as raw bits, so they may be gathered and exchanged but not
   // reduced (reduce bf16 as f32). The MPI backend requires host memory.
   void all_gather(const TensorView& mine, const TensorView& out) const;
+  void all_gather_uneven(const TensorView& mine, const TensorView& out) const;
   void reduce_scatter(const TensorView& in, const TensorView& out) const;
   void all_reduce(const TensorView& in_out, ReduceOp op) const;
   void all_to_all(const TensorView& in, const TensorView& out) const;

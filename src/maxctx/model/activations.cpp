@@ -10,30 +10,33 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   const int64_t Hkv = c.num_kv_heads / tensor_size;
   const int64_t D = c.head_dim;
   const int64_t F = c.mlp_dim / tensor_size;
+  // What the forward saves for backward is in the activation dtype; statistics, logits, the
+  // tensor-axis sums (proj) and the backward's gradients are f32.
+  const DType dt = c.dtype;
   LlamaActivations a;
   a.batch = batch;
   a.seq = seq;
   a.rope_cos = k.empty({N, D / 2});
   a.rope_sin = k.empty({N, D / 2});
-  for (int64_t l = 0; l <= c.num_layers; ++l) a.residual.emplace_back(Shape{N, E});
+  for (int64_t l = 0; l <= c.num_layers; ++l) a.residual.push_back(k.empty({N, E}, dt));
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    a.residual_mid.emplace_back(Shape{N, E});
+    a.residual_mid.push_back(k.empty({N, E}, dt));
     LayerActivations& layer = a.layers.emplace_back();
     layer.attn_norm_rstd = k.empty({N});
-    layer.attn_norm_out = k.empty({N, E});
-    layer.q = k.empty({N, Hq, D});
-    layer.k = k.empty({N, Hkv, D});
-    layer.v = k.empty({N, Hkv, D});
-    layer.attn_out = k.empty({N, Hq, D});
+    layer.attn_norm_out = k.empty({N, E}, dt);
+    layer.q = k.empty({N, Hq, D}, dt);
+    layer.k = k.empty({N, Hkv, D}, dt);
+    layer.v = k.empty({N, Hkv, D}, dt);
+    layer.attn_out = k.empty({N, Hq, D}, dt);
     layer.lse = k.empty({batch, Hq, seq});
     layer.mlp_norm_rstd = k.empty({N});
-    layer.mlp_norm_out = k.empty({N, E});
-    layer.gate = k.empty({N, F});
-    layer.up = k.empty({N, F});
-    layer.swiglu_out = k.empty({N, F});
+    layer.mlp_norm_out = k.empty({N, E}, dt);
+    layer.gate = k.empty({N, F}, dt);
+    layer.up = k.empty({N, F}, dt);
+    layer.swiglu_out = k.empty({N, F}, dt);
   }
   a.final_norm_rstd = k.empty({N});
-  a.final_norm_out = k.empty({N, E});
+  a.final_norm_out = k.empty({N, E}, dt);
   a.logits = k.empty({N, c.vocab_size});
   a.xent_lse = k.empty({N});
   a.token_loss = k.empty({N});

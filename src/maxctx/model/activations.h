@@ -3,7 +3,8 @@
 // Legend: N = B·S tokens on this rank, E emb_dim, Hq/Hkv this rank's query/kv heads (after the
 // tensor split), D head_dim, F this rank's mlp width, V vocab. Allocated once for a fixed
 // (B, S) through the backend the model runs on; forward fills them, backward reads them. Nothing
-// is allocated per step.
+// is allocated per step. Saved activations are in the config's activation dtype (bf16 halves
+// them); rstd, lse, logits, the loss, proj and the backward workspace are f32.
 #pragma once
 
 #include <vector>

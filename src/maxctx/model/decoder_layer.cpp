@@ -32,16 +32,16 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
   k.rmsnorm_forward(b.mlp_norm_out, b.mlp_norm_rstd, x_mid, w.mlp_norm, c.norm_eps);
   if (plan.row_split != nullptr) {
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
-    MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr,
-                 "a row split needs this rank's MLP rows and a scratch buffer");
+    MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr && b.split_hidden,
+                 "a row split needs this rank's MLP rows and scratch buffers");
     const MlpRowsPart& part = *plan.mlp_part;
     const int64_t N = x_mid.shape()[0];
     const int64_t Fr = part.w_gate.out_dim;
     const TensorView gate = leading(b.gate, N, Fr);
     const TensorView up = leading(b.up, N, Fr);
     project(k, b.int8_rows, b.mlp_norm_out, {{&part.w_gate, gate}, {&part.w_up, up}});
-    k.reserve(*b.split_scratch, N * Fr, b.swiglu_out.dtype());
-    const TensorView hidden_part = leading(b.split_scratch->view(), N, Fr);
+    k.reserve(*b.split_hidden, N * Fr, b.swiglu_out.dtype());
+    const TensorView hidden_part = leading(b.split_hidden->view(), N, Fr);
     k.swiglu_forward(hidden_part, gate, up);
     plan.row_split->gather(b.swiglu_out.reshaped({N, c.mlp_dim}), hidden_part);
     project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, b.swiglu_out, part.w_down,

@@ -66,7 +66,8 @@ struct DecoderLayerBuffers {
   TensorView up;              // (N, F)
   TensorView swiglu_out;      // (N, F) the whole hidden layer (gathered under a row split)
   kernels::Int8Rows* int8_rows = nullptr;  // a projection input quantized (int8 weights only)
-  Tensor* split_scratch = nullptr;         // (N, rows) a row split's part (row split only)
+  Tensor* split_scratch = nullptr;         // (N, rows) a row split's f32 part (row split only)
+  Tensor* split_hidden = nullptr;          // (N, Fr) this rank's hidden units (row split only)
 };
 
 // Everything about the layer's surroundings: the backend, the attention, the tensor-axis sum,

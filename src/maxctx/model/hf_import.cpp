@@ -136,4 +136,27 @@ void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
   }
 }
 
+void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
+                     TensorView flat, const fs::path& checkpoint_dir) {
+  MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
+  const io::SafetensorsCheckpoint checkpoint(checkpoint_dir);
+  Tensor full;
+  for (const WeightSpec& s : specs) {
+    const Shape shape =
+        s.global_cols == 1 ? Shape{s.global_rows} : Shape{s.global_rows, s.global_cols};
+    const TensorView out = flat.elements(s.offset, s.numel());
+    if (s.rows == s.global_rows && s.cols == s.global_cols) {
+      checkpoint.read_into(s.name, out.reshaped(shape));
+      continue;
+    }
+    kernels.reserve(full, shape.numel(), flat.dtype());
+    const TensorView whole = full.view().elements(0, shape.numel());
+    checkpoint.read_into(s.name, whole.reshaped(shape));
+    for (int64_t r = 0; r < s.rows; ++r) {
+      kernels.copy(out.elements(r * s.cols, s.cols),
+                   whole.elements((s.row_offset + r) * s.global_cols + s.col_offset, s.cols));
+    }
+  }
+}
+
 }  // namespace maxctx::model

@@ -22,5 +22,9 @@ LlamaConfig llama_config_from_hf(const std::filesystem::path& config_json);
 // is an error naming the tensor and file.
 void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
                      const std::filesystem::path& checkpoint_dir);
+// The same into flat's dtype (f32 or bf16): a tensor the file holds in that dtype and that is
+// not split is read straight into place; others pass through one tensor-sized staging buffer.
+void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
+                     TensorView flat, const std::filesystem::path& checkpoint_dir);
 
 }  // namespace maxctx::model

@@ -8,7 +8,7 @@ namespace {
 
 int64_t linear_bytes(const Linear& l) {
   if (l.i8 != nullptr) return l.out_dim * l.in_dim + 2 * l.out_dim * int64_t{sizeof(float)};
-  return l.out_dim * l.in_dim * int64_t{sizeof(float)};
+  return static_cast<int64_t>(l.weight.bytes());
 }
 
 }  // namespace
@@ -65,7 +65,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
 int64_t InferenceWeights::bytes_per_step(bool row_split) const {
   MAXCTX_CHECK(!row_split || !mlp_parts.empty(), "these weights hold no row split");
   int64_t bytes =
-      linear_bytes(row_split ? lm_head_part : lm_head) + lm_head.in_dim * int64_t{sizeof(float)};
+      linear_bytes(row_split ? lm_head_part : lm_head) + static_cast<int64_t>(final_norm.bytes());
   for (size_t i = 0; i < layers.size(); ++i) {
     const DecoderLayerWeights& l = layers[i];
     for (const Linear* p : {&l.wq, &l.wk, &l.wv, &l.wo}) bytes += linear_bytes(*p);
@@ -75,7 +75,7 @@ int64_t InferenceWeights::bytes_per_step(bool row_split) const {
     } else {
       for (const Linear* p : {&l.w_gate, &l.w_up, &l.w_down}) bytes += linear_bytes(*p);
     }
-    bytes += 2 * l.wq.in_dim * int64_t{sizeof(float)};
+    bytes += static_cast<int64_t>(l.attn_norm.bytes() + l.mlp_norm.bytes());
   }
   return bytes;
 }
@@ -84,22 +84,24 @@ InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& k, const
                                                 int64_t max_rows) {
   MAXCTX_CHECK_GT(max_rows, 0, "an inference workspace needs at least one row");
   const int64_t N = max_rows;
+  // Activations in the activation dtype; statistics and the projections' f32 sums not.
+  const DType dt = c.dtype;
   InferenceWorkspace ws;
   ws.max_rows = N;
-  ws.residual = k.empty({N, c.emb_dim});
-  ws.normed = k.empty({N, c.emb_dim});
+  ws.residual = k.empty({N, c.emb_dim}, dt);
+  ws.normed = k.empty({N, c.emb_dim}, dt);
   ws.rstd = k.empty({N});
-  ws.q = k.empty({N, c.num_query_heads, c.head_dim});
-  ws.k = k.empty({N, c.num_kv_heads, c.head_dim});
-  ws.v = k.empty({N, c.num_kv_heads, c.head_dim});
-  ws.attn = k.empty({N, c.num_query_heads, c.head_dim});
+  ws.q = k.empty({N, c.num_query_heads, c.head_dim}, dt);
+  ws.k = k.empty({N, c.num_kv_heads, c.head_dim}, dt);
+  ws.v = k.empty({N, c.num_kv_heads, c.head_dim}, dt);
+  ws.attn = k.empty({N, c.num_query_heads, c.head_dim}, dt);
   ws.proj = k.empty({N, c.emb_dim});
-  ws.gate = k.empty({N, c.mlp_dim});
-  ws.up = k.empty({N, c.mlp_dim});
-  ws.hidden = k.empty({N, c.mlp_dim});
+  ws.gate = k.empty({N, c.mlp_dim}, dt);
+  ws.up = k.empty({N, c.mlp_dim}, dt);
+  ws.hidden = k.empty({N, c.mlp_dim}, dt);
   ws.rope_cos = k.empty({N, c.head_dim / 2});
   ws.rope_sin = k.empty({N, c.head_dim / 2});
-  ws.head_in = k.empty({N, c.emb_dim});
+  ws.head_in = k.empty({N, c.emb_dim}, dt);
   return ws;
 }
 
@@ -143,6 +145,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   buffers.swiglu_out = ws.hidden.rows(N);
   buffers.int8_rows = &ws.int8_rows;
   buffers.split_scratch = &ws.part;
+  buffers.split_hidden = &ws.hidden_part;
   DecoderLayerPlan plan;
   plan.kernels = &k;
   plan.attention = &attention;

@@ -73,7 +73,8 @@ struct InferenceWorkspace {
   Tensor rope_sin;              // (N, D/2)
   Tensor head_in;               // (N, E) the rows that get logits, gathered
   kernels::Int8Rows int8_rows;  // a projection input, quantized
-  Tensor part;                  // (N, rows) a row split's part, before its gather
+  Tensor part;                  // (N, rows) a row split's f32 part, before its gather
+  Tensor hidden_part;           // (N, Fr) a row split's hidden units, before their gather
 };
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,

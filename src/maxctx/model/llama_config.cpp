@@ -42,10 +42,17 @@ LlamaConfig llama_config_from(const Config& c) {
     m.rope.original_max_position_embeddings =
         static_cast<double>(c.rope_original_max_position_embeddings);
   }
+  apply_precision(c, m);
   m.tie_embeddings = c.logits_via_embedding;
   m.sliding_window =
       c.attention_type == "local_sliding" ? static_cast<int32_t>(c.sliding_window_size) : 0;
   return m;
+}
+
+void apply_precision(const Config& c, LlamaConfig& m) {
+  // The config's allowed values (float32|bfloat16) were checked when it was read.
+  m.dtype = parse_dtype(c.dtype);
+  m.weight_dtype = parse_dtype(c.weight_dtype);
 }
 
 }  // namespace maxctx::model

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "maxctx/config/config.h"
+#include "maxctx/core/dtype.h"
 #include "maxctx/kernels/types.h"
 
 namespace maxctx::model {
@@ -23,6 +24,10 @@ struct LlamaConfig {
   kernels::RopeParams rope;
   bool tie_embeddings = false;  // output head = embedding table (logits_via_embedding)
   int32_t sliding_window = 0;   // 0: full causal attention
+  // Precision (MaxText's `dtype` and `weight_dtype`): activations and matmul inputs, and the
+  // weights as stored (master weights and optimizer state in training).
+  DType dtype = DType::kF32;
+  DType weight_dtype = DType::kF32;
 
   int64_t q_dim() const { return num_query_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -32,5 +37,9 @@ struct LlamaConfig {
 // Throws maxctx::Error for what the CPU model does not implement (mixture of experts,
 // rope_min_timescale != 1), naming the key.
 LlamaConfig llama_config_from(const Config& config);
+
+// `dtype` and `weight_dtype` of the config into model (for a model whose dimensions come from
+// elsewhere: a Hugging Face config.json).
+void apply_precision(const Config& config, LlamaConfig& model);
 
 }  // namespace maxctx::model

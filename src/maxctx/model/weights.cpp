@@ -64,11 +64,16 @@ std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, int tp_size, in
 }
 
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat) {
+  return bind_weights(specs, TensorView::of(flat, total_numel(specs)));
+}
+
+LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat) {
+  MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
   std::map<std::string, TensorView> by_name;
   int num_layers = 0;
   for (const WeightSpec& s : specs) {
     const Shape shape = s.role == WeightRole::kNorm ? Shape{s.rows} : Shape{s.rows, s.cols};
-    by_name[s.name] = TensorView(flat + s.offset, DType::kF32, shape);
+    by_name[s.name] = flat.elements(s.offset, s.numel()).reshaped(shape);
     num_layers = std::max(num_layers, s.layer + 1);
   }
   const auto at = [&](const std::string& name) {
@@ -109,6 +114,19 @@ void init_weights(const std::vector<WeightSpec>& specs, float* flat, uint64_t se
       rng::fill_normal({out + r * s.cols, static_cast<size_t>(s.cols)}, seed, stream, first, 0.0f,
                        stddev);
     }
+  }
+}
+
+void init_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
+                  TensorView flat, uint64_t seed) {
+  MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
+  std::vector<float> values;
+  for (const WeightSpec& s : specs) {
+    values.resize(static_cast<size_t>(s.numel()));
+    WeightSpec one = s;
+    one.offset = 0;
+    init_weights({one}, values.data(), seed);
+    kernels.copy(flat.elements(s.offset, s.numel()), TensorView::of(values.data(), s.numel()));
   }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/parallel/weight_sharding.h"
 
@@ -62,11 +63,17 @@ struct LlamaWeights {
   TensorView lm_head;     // (V, E); == embed when the embeddings are tied
 };
 
+// Views of flat's dtype (f32, or bf16 weights); the float* form views an f32 buffer.
+LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat);
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat);
 
 // Counter-based initialisation: element (r, c) of a tensor is the value of global element
 // (global_r, global_c) of that tensor under (seed, stream_id(name)), so every sharding of the
 // weights initialises exactly the bytes of the single-device run.
 void init_weights(const std::vector<WeightSpec>& specs, float* flat, uint64_t seed);
+// The same values rounded once to flat's dtype, one tensor at a time (no f32 copy of the whole
+// model), written through `kernels`.
+void init_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
+                  TensorView flat, uint64_t seed);
 
 }  // namespace maxctx::model

@@ -88,7 +88,7 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
     // ZeRO-3 over fsdp; gradients summed over the replica axes data × context.
     plans.parameters = std::make_unique<ShardedParameters>(
         *shard_parameters, mesh.axis(Axis::kFsdp), mesh.group({Axis::kData, Axis::kContext}),
-        mesh.axis(Axis::kTensor));
+        mesh.axis(Axis::kTensor), kernels, parse_dtype(c.weight_dtype));
   }
   plans.model.kernels = &kernels;
   plans.model.attention = plans.attention.get();

@@ -8,8 +8,9 @@
 namespace maxctx::parallel {
 
 ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
-                                     const Communicator& replicas, const Communicator& tensor)
-    : specs_(specs), fsdp_(fsdp), replicas_(replicas), tensor_(tensor) {
+                                     const Communicator& replicas, const Communicator& tensor,
+                                     const kernels::Kernels& kernels, DType weight_dtype)
+    : specs_(specs), kernels_(kernels), fsdp_(fsdp), replicas_(replicas), tensor_(tensor) {
   int64_t shard_total = 0;
   for (const FlatRange& r : weight_units(specs)) {
     const int64_t n = r.end - r.begin;
@@ -19,38 +20,41 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
     shard_total += count;
   }
   gathered_.assign(units_.size(), false);
-  full_params_.assign(total_numel(specs), 0.0f);
-  full_grads_.assign(full_params_.size(), 0.0f);
-  master_.assign(shard_total, 0.0f);
-  grad_shard_.assign(shard_total, 0.0f);
-  adam_m_.assign(shard_total, 0.0f);
-  adam_v_.assign(shard_total, 0.0f);
+  const int64_t total = total_numel(specs);
+  full_params_ = kernels.empty({total}, weight_dtype);
+  full_grads_ = kernels.empty({total}, DType::kF32);
+  master_ = kernels.empty({shard_total}, weight_dtype);
+  grad_shard_ = kernels.empty({shard_total}, DType::kF32);
+  adam_m_ = kernels.empty({shard_total}, weight_dtype);
+  adam_v_ = kernels.empty({shard_total}, weight_dtype);
 }
 
-void ShardedParameters::set_from_full(std::span<const float> full_params,
-                                      std::span<const float> full_m,
-                                      std::span<const float> full_v) {
-  MAXCTX_CHECK_EQ(full_params.size(), full_params_.size(), "full parameter buffer size");
+void ShardedParameters::set_from_full(TensorView full_params, TensorView full_m,
+                                      TensorView full_v) {
+  MAXCTX_CHECK_EQ(full_params.numel(), full_params_.numel(), "full parameter buffer size");
+  if (full_m.empty()) {
+    kernels_.fill_zero(adam_m_.view());
+    kernels_.fill_zero(adam_v_.view());
+  }
   for (const Unit& u : units_) {
-    std::copy_n(full_params.begin() + u.shard_begin, u.shard_count,
-                master_.begin() + u.shard_offset);
+    const auto shard = [&](const Tensor& t) {
+      return t.view().elements(u.shard_offset, u.shard_count);
+    };
+    kernels_.copy(shard(master_), full_params.elements(u.shard_begin, u.shard_count));
     if (!full_m.empty()) {
-      std::copy_n(full_m.begin() + u.shard_begin, u.shard_count, adam_m_.begin() + u.shard_offset);
-      std::copy_n(full_v.begin() + u.shard_begin, u.shard_count, adam_v_.begin() + u.shard_offset);
+      kernels_.copy(shard(adam_m_), full_m.elements(u.shard_begin, u.shard_count));
+      kernels_.copy(shard(adam_v_), full_v.elements(u.shard_begin, u.shard_count));
     }
   }
   std::fill(gathered_.begin(), gathered_.end(), false);
 }
 
-void ShardedParameters::gather_full(std::vector<float>& params, std::vector<float>& m,
-                                    std::vector<float>& v) {
-  params.resize(full_params_.size());
-  m.resize(full_params_.size());
-  v.resize(full_params_.size());
+void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
+  for (Tensor* t : {&params, &m, &v}) *t = kernels_.empty({full_params_.numel()}, weight_dtype());
   for (const Unit& u : units_) {
-    const auto gather = [&](const std::vector<float>& shard, std::vector<float>& out) {
-      fsdp_.all_gather_uneven(std::span<const float>(shard.data() + u.shard_offset, u.shard_count),
-                              std::span<float>(out.data() + u.begin, u.end - u.begin));
+    const auto gather = [&](const Tensor& shard, Tensor& out) {
+      fsdp_.all_gather_uneven(shard.view().elements(u.shard_offset, u.shard_count),
+                              out.view().elements(u.begin, u.end - u.begin));
     };
     gather(master_, params);
     gather(adam_m_, m);
@@ -59,7 +63,7 @@ void ShardedParameters::gather_full(std::vector<float>& params, std::vector<floa
 }
 
 void ShardedParameters::begin_step() {
-  std::fill(full_grads_.begin(), full_grads_.end(), 0.0f);
+  kernels_.fill_zero(full_grads_.view());
   std::fill(gathered_.begin(), gathered_.end(), false);
 }
 
@@ -67,16 +71,16 @@ void ShardedParameters::before_use(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   if (gathered_[unit]) return;
   const Unit& u = units_[unit];
-  fsdp_.all_gather_uneven(std::span<const float>(master_.data() + u.shard_offset, u.shard_count),
-                          std::span<float>(full_params_.data() + u.begin, u.end - u.begin));
+  fsdp_.all_gather_uneven(master_.view().elements(u.shard_offset, u.shard_count),
+                          full_params_.view().elements(u.begin, u.end - u.begin));
   gathered_[unit] = true;
 }
 
 void ShardedParameters::gradients_ready(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   const Unit& u = units_[unit];
-  const std::span<float> shard(grad_shard_.data() + u.shard_offset, u.shard_count);
-  fsdp_.reduce_scatter(std::span<const float>(full_grads_.data() + u.begin, u.end - u.begin),
+  const std::span<float> shard = grad_shard_.span<float>().subspan(u.shard_offset, u.shard_count);
+  fsdp_.reduce_scatter(std::span<const float>(full_grads_.data<float>() + u.begin, u.end - u.begin),
                        shard);
   replicas_.all_reduce(shard, ReduceOp::kSum);
 }
@@ -93,7 +97,7 @@ double ShardedParameters::global_grad_norm() const {
       const int64_t end = std::min(shard_end, s.offset + s.numel());
       double sum = 0.0;
       for (int64_t i = begin; i < end; ++i) {
-        const double g = grad_shard_[u.shard_offset + (i - u.shard_begin)];
+        const double g = grad_shard_.data<float>()[u.shard_offset + (i - u.shard_begin)];
         sum += g * g;
       }
       (s.split == TensorSplit::kReplicated ? replicated_sum : split_sum) += sum;

@@ -3,12 +3,14 @@
 //
 // The flat parameter buffer (model/weights.h layout, this tensor rank's blocks) is cut into the
 // model's weight units (embedding, each layer, head); every unit is split over the fsdp ranks
-// by split_counts, and each rank owns one shard of each: the fp32 master weights and the AdamW
-// moments exist only for that shard. In a step, a unit's full weights are all-gathered over
-// fsdp just before the model first uses them (WeightPlan::before_use), and as soon as the
-// backward has finished a unit its gradients are reduce-scattered over fsdp and summed over
-// the replica axes (data × context): every rank ends with the gradient of the global loss for
-// its shard. With fsdp = 1 the shard is the whole unit and only the replica sum remains.
+// by split_counts, and each rank owns one shard of each: the master weights and the AdamW
+// moments (in weight_dtype: f32, or bf16 as MaxText stores them with weight_dtype=bfloat16)
+// exist only for that shard; gradients are f32 throughout, reduced in f32. In a step, a unit's full
+// weights are all-gathered over fsdp just before the model first uses them
+// (WeightPlan::before_use), and as soon as the backward has finished a unit its gradients are
+// reduce-scattered over fsdp and summed over the replica axes (data × context): every rank ends
+// with the gradient of the global loss for its shard. With fsdp = 1 the shard is the whole unit and
+// only the replica sum remains.
 //
 // What this does not do (yet): free a unit's gathered weights between uses. The full-size
 // buffer stays resident, so memory for weights is that of replication; state and gradients'
@@ -29,26 +31,28 @@ class ShardedParameters final : public WeightPlan {
  public:
   // `fsdp`: the fsdp axis; `replicas`: the axes over which gradients are summed besides fsdp
   // (data × context); `tensor`: the tensor axis (for the gradient norm of split tensors).
+  // Buffers are allocated through `kernels`; weights and moments in `weight_dtype`.
   ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
-                    const Communicator& replicas, const Communicator& tensor);
+                    const Communicator& replicas, const Communicator& tensor,
+                    const kernels::Kernels& kernels, DType weight_dtype);
 
   // The full (this tensor rank's) buffers the model reads and writes.
-  float* full_params() { return full_params_.data(); }
-  float* full_grads() { return full_grads_.data(); }
-  int64_t full_size() const { return static_cast<int64_t>(full_params_.size()); }
+  TensorView full_params() const { return full_params_.view(); }
+  TensorView full_grads() const { return full_grads_.view(); }
+  int64_t full_size() const { return full_params_.numel(); }
+  DType weight_dtype() const { return full_params_.dtype(); }
 
-  // This rank's shard: master weights, reduced gradients, AdamW moments (same layout).
-  std::span<float> master() { return master_; }
-  std::span<float> grad_shard() { return grad_shard_; }
-  std::span<float> adam_m() { return adam_m_; }
-  std::span<float> adam_v() { return adam_v_; }
+  // This rank's shard: master weights, reduced gradients (f32), AdamW moments (same layout).
+  TensorView master() const { return master_.view(); }
+  std::span<float> grad_shard() { return grad_shard_.span<float>(); }
+  TensorView adam_m() const { return adam_m_.view(); }
+  TensorView adam_v() const { return adam_v_.view(); }
 
   // Sets the master shard from a full buffer of this tensor rank's weights (initialisation,
-  // checkpoint load); every rank passes the same full buffer.
-  void set_from_full(std::span<const float> full_params, std::span<const float> full_m,
-                     std::span<const float> full_v);
-  // The full buffers assembled from every fsdp rank's shard (checkpoint save).
-  void gather_full(std::vector<float>& params, std::vector<float>& m, std::vector<float>& v);
+  // checkpoint load; empty moments: zero); every rank passes the same full buffer.
+  void set_from_full(TensorView full_params, TensorView full_m, TensorView full_v);
+  // The full buffers (weight_dtype) assembled from every fsdp rank's shard (checkpoint save).
+  void gather_full(Tensor& params, Tensor& m, Tensor& v);
 
   // Starts a step: gradients zeroed, weights marked stale (the master shard changed).
   void begin_step();
@@ -67,13 +71,14 @@ class ShardedParameters final : public WeightPlan {
   };
 
   std::vector<WeightSpec> specs_;
+  const kernels::Kernels& kernels_;
   const Communicator& fsdp_;
   const Communicator& replicas_;
   const Communicator& tensor_;
   std::vector<Unit> units_;
   std::vector<bool> gathered_;
-  std::vector<float> full_params_, full_grads_;
-  std::vector<float> master_, grad_shard_, adam_m_, adam_v_;
+  Tensor full_params_, full_grads_;
+  Tensor master_, grad_shard_, adam_m_, adam_v_;
 };
 
 }  // namespace maxctx::parallel

@@ -1,8 +1,5 @@
 #include "maxctx/parallel/tensor_parallel.h"
 
-#include <algorithm>
-#include <span>
-
 #include "maxctx/core/check.h"
 
 namespace maxctx::parallel {
@@ -12,42 +9,42 @@ void TensorAllReduce::all_reduce_sum(TensorView values) {
   tensor_.all_reduce(values, ReduceOp::kSum);
 }
 
-std::vector<float> local_blocks(std::span<const float> global,
-                                const std::vector<WeightSpec>& global_specs,
-                                const std::vector<WeightSpec>& local_specs) {
+Tensor local_blocks(const kernels::Kernels& kernels, TensorView global,
+                    const std::vector<WeightSpec>& global_specs,
+                    const std::vector<WeightSpec>& local_specs) {
   MAXCTX_CHECK_EQ(global_specs.size(), local_specs.size(), "specs of different models");
-  std::vector<float> local(total_numel(local_specs));
+  Tensor local = kernels.empty({total_numel(local_specs)}, global.dtype());
   for (size_t i = 0; i < local_specs.size(); ++i) {
     const WeightSpec& g = global_specs[i];
     const WeightSpec& s = local_specs[i];
     for (int64_t r = 0; r < s.rows; ++r) {
-      const float* row = global.data() + g.offset + (s.row_offset + r) * g.cols + s.col_offset;
-      std::copy(row, row + s.cols, local.begin() + s.offset + r * s.cols);
+      kernels.copy(local.view().elements(s.offset + r * s.cols, s.cols),
+                   global.elements(g.offset + (s.row_offset + r) * g.cols + s.col_offset, s.cols));
     }
   }
   return local;
 }
 
-std::vector<float> gather_blocks(std::span<const float> local,
-                                 const std::vector<WeightSpec>& global_specs,
-                                 const std::vector<WeightSpec>& local_specs,
-                                 const Communicator& tensor) {
+Tensor gather_blocks(const kernels::Kernels& kernels, TensorView local,
+                     const std::vector<WeightSpec>& global_specs,
+                     const std::vector<WeightSpec>& local_specs, const Communicator& tensor) {
   MAXCTX_CHECK_EQ(global_specs.size(), local_specs.size(), "specs of different models");
   const int tp = tensor.size();
-  std::vector<float> global(total_numel(global_specs));
-  std::vector<float> blocks;
+  Tensor global = kernels.empty({total_numel(global_specs)}, local.dtype());
+  Tensor blocks;
   for (size_t i = 0; i < local_specs.size(); ++i) {
     const WeightSpec& g = global_specs[i];
     const WeightSpec& s = local_specs[i];
-    blocks.resize(s.numel() * tp);
-    tensor.all_gather(local.subspan(s.offset, s.numel()), std::span<float>(blocks));
+    kernels.reserve(blocks, s.numel() * tp, local.dtype());
+    const TensorView gathered = blocks.view().elements(0, s.numel() * tp);
+    tensor.all_gather(local.elements(s.offset, s.numel()), gathered);
     for (int t = 0; t < tp; ++t) {
       if (s.split == TensorSplit::kReplicated && t > 0) break;
       const int64_t row0 = s.split == TensorSplit::kRows ? t * s.rows : 0;
       const int64_t col0 = s.split == TensorSplit::kCols ? t * s.cols : 0;
       for (int64_t r = 0; r < s.rows; ++r) {
-        const float* row = blocks.data() + t * s.numel() + r * s.cols;
-        std::copy(row, row + s.cols, global.begin() + g.offset + (row0 + r) * g.cols + col0);
+        kernels.copy(global.view().elements(g.offset + (row0 + r) * g.cols + col0, s.cols),
+                     gathered.elements(t * s.numel() + r * s.cols, s.cols));
       }
     }
   }

@@ -25,12 +25,12 @@ class TensorAllReduce final : public TensorReducer {
 // (local_specs, the same tensors in the same order): local_blocks cuts this rank's rows or
 // columns out of every tensor; gather_blocks reassembles the whole tensors from every tensor
 // rank's blocks (collective over `tensor`).
-std::vector<float> local_blocks(std::span<const float> global,
-                                const std::vector<WeightSpec>& global_specs,
-                                const std::vector<WeightSpec>& local_specs);
-std::vector<float> gather_blocks(std::span<const float> local,
-                                 const std::vector<WeightSpec>& global_specs,
-                                 const std::vector<WeightSpec>& local_specs,
-                                 const Communicator& tensor);
+// Both allocate their result through `kernels`, in the input's dtype.
+Tensor local_blocks(const kernels::Kernels& kernels, TensorView global,
+                    const std::vector<WeightSpec>& global_specs,
+                    const std::vector<WeightSpec>& local_specs);
+Tensor gather_blocks(const kernels::Kernels& kernels, TensorView local,
+                     const std::vector<WeightSpec>& global_specs,
+                     const std::vector<WeightSpec>& local_specs, const Communicator& tensor);
 
 }  // namespace maxctx::parallel

@@ -235,8 +235,14 @@ std::vector<int64_t> complete_steps(const fs::path& run_dir) {
 struct TensorTarget {
   std::string name;
   std::vector<int64_t> shape;
-  std::span<float> out;
+  TensorView out;  // f32 or bf16: the file must hold the same dtype
 };
+
+io::StDType file_dtype(DType dtype) {
+  MAXCTX_CHECK(dtype == DType::kF32 || dtype == DType::kBF16,
+               "checkpoints hold F32 or BF16 weights, not {}", dtype_name(dtype));
+  return dtype == DType::kF32 ? io::StDType::kF32 : io::StDType::kBF16;
+}
 
 // Validates every tensor of the file against `targets` (present, F32, right shape, nothing
 // extra) and only then copies them.
@@ -257,9 +263,12 @@ void read_tensors(const fs::path& path, const std::vector<TensorTarget>& targets
           "checkpoint is of a different model configuration",
           path.string(), target.name, file.tensors().size(), targets.size());
     }
-    if (info->dtype != io::StDType::kF32) {
-      fail("checkpoint file '{}': tensor '{}' is {}, checkpoints hold F32", path.string(),
-           target.name, io::st_dtype_name(info->dtype));
+    if (info->dtype != file_dtype(target.out.dtype())) {
+      fail(
+          "checkpoint file '{}': tensor '{}' is {}, this run keeps its weights in {} "
+          "(weight_dtype); resume with the weight_dtype the checkpoint was written with",
+          path.string(), target.name, io::st_dtype_name(info->dtype),
+          io::st_dtype_name(file_dtype(target.out.dtype())));
     }
     if (info->shape != target.shape) {
       fail(
@@ -277,7 +286,11 @@ void read_tensors(const fs::path& path, const std::vector<TensorTarget>& targets
           path.string(), info.name);
     }
   }
-  for (const TensorTarget& target : targets) file.read_f32(target.name, target.shape, target.out);
+  for (const TensorTarget& target : targets) file.read_into(target.name, target.out);
+}
+
+Shape shape_of(const std::vector<int64_t>& dims) {
+  return dims.size() == 1 ? Shape{dims[0]} : Shape{dims[0], dims[1]};
 }
 
 std::string moment_name(std::string_view moment, const WeightSpec& spec) {
@@ -293,9 +306,21 @@ fs::path checkpoint_directory(const fs::path& run_dir, int64_t step) {
 void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
                       const std::vector<WeightSpec>& specs, std::span<const float> params,
                       std::span<const float> adam_m, std::span<const float> adam_v) {
-  check_layout(specs, params.size(), "parameter");
-  check_layout(specs, adam_m.size(), "adam_m");
-  check_layout(specs, adam_v.size(), "adam_v");
+  const auto view = [](std::span<const float> v) {
+    return TensorView::of(v.data(), static_cast<int64_t>(v.size()));
+  };
+  write_checkpoint(run_dir, state, specs, view(params), view(adam_m), view(adam_v));
+}
+
+void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
+                      const std::vector<WeightSpec>& specs, TensorView params, TensorView adam_m,
+                      TensorView adam_v) {
+  check_layout(specs, params.numel(), "parameter");
+  check_layout(specs, adam_m.numel(), "adam_m");
+  check_layout(specs, adam_v.numel(), "adam_v");
+  MAXCTX_CHECK(adam_m.dtype() == params.dtype() && adam_v.dtype() == params.dtype(),
+               "parameters and moments of one dtype");
+  const io::StDType dtype = file_dtype(params.dtype());
   MAXCTX_CHECK(state.step >= 0 && state.data_position >= 0, "step {} and data position {}",
                state.step, state.data_position);
 
@@ -314,15 +339,13 @@ void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
     std::vector<io::TensorToWrite> weights;
     std::vector<io::TensorToWrite> moments;
     for (const WeightSpec& spec : specs) {
-      const auto slice = [&](std::span<const float> flat) {
-        return flat.subspan(static_cast<size_t>(spec.offset), static_cast<size_t>(spec.numel()));
+      const auto slice = [&](TensorView flat) {
+        const TensorView part = flat.elements(spec.offset, spec.numel());
+        return std::span<const std::byte>(static_cast<const std::byte*>(part.raw()), part.bytes());
       };
-      weights.push_back(
-          io::tensor_to_write(spec.name, io::StDType::kF32, global_shape(spec), slice(params)));
-      moments.push_back(io::tensor_to_write(moment_name("adam_m", spec), io::StDType::kF32,
-                                            global_shape(spec), slice(adam_m)));
-      moments.push_back(io::tensor_to_write(moment_name("adam_v", spec), io::StDType::kF32,
-                                            global_shape(spec), slice(adam_v)));
+      weights.push_back({spec.name, dtype, global_shape(spec), slice(params)});
+      moments.push_back({moment_name("adam_m", spec), dtype, global_shape(spec), slice(adam_m)});
+      moments.push_back({moment_name("adam_v", spec), dtype, global_shape(spec), slice(adam_v)});
     }
     // "pt" is what transformers' safetensors loader asks for.
     const std::map<std::string, std::string> metadata = {{"format", "pt"}};
@@ -351,9 +374,18 @@ std::optional<int64_t> latest_checkpoint_step(const fs::path& run_dir) {
 CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
                                 const std::vector<WeightSpec>& specs, std::span<float> params,
                                 std::span<float> adam_m, std::span<float> adam_v) {
-  check_layout(specs, params.size(), "parameter");
-  check_layout(specs, adam_m.size(), "adam_m");
-  check_layout(specs, adam_v.size(), "adam_v");
+  const auto view = [](std::span<float> v) {
+    return TensorView::of(v.data(), static_cast<int64_t>(v.size()));
+  };
+  return read_checkpoint(run_dir, step, specs, view(params), view(adam_m), view(adam_v));
+}
+
+CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
+                                const std::vector<WeightSpec>& specs, TensorView params,
+                                TensorView adam_m, TensorView adam_v) {
+  check_layout(specs, params.numel(), "parameter");
+  check_layout(specs, adam_m.numel(), "adam_m");
+  check_layout(specs, adam_v.numel(), "adam_v");
   const fs::path dir = checkpoint_directory(run_dir, step);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -372,8 +404,8 @@ CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
   std::vector<TensorTarget> weights;
   std::vector<TensorTarget> moments;
   for (const WeightSpec& spec : specs) {
-    const auto slice = [&](std::span<float> flat) {
-      return flat.subspan(static_cast<size_t>(spec.offset), static_cast<size_t>(spec.numel()));
+    const auto slice = [&](TensorView flat) {
+      return flat.elements(spec.offset, spec.numel()).reshaped(shape_of(global_shape(spec)));
     };
     weights.push_back({spec.name, global_shape(spec), slice(params)});
     moments.push_back({moment_name("adam_m", spec), global_shape(spec), slice(adam_m)});

@@ -2,7 +2,8 @@
 // so that a resumed run continues exactly where the saved one stopped.
 //
 // One checkpoint is one directory <run_dir>/checkpoints/<step>/ holding
-//   model.safetensors      every weight under its Hugging Face name, F32, global shape
+//   model.safetensors      every weight under its Hugging Face name, F32 (BF16 when the run's
+//                          weight_dtype is bfloat16), global shape
 //                          ([rows, cols], or [rows] for a vector), metadata {"format": "pt"},
 //                          so the file loads as Hugging Face Llama weights as it is;
 //   optimizer.safetensors  "adam_m.<name>" and "adam_v.<name>" for every weight, same shapes;
@@ -49,6 +50,10 @@ void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointStat
 // safetensors files present); nullopt when there is none. Temporary directories are ignored.
 std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& run_dir);
 
+// The same on host views of f32 or bf16 (the weights' dtype, written as F32 or BF16 tensors).
+void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointState& state,
+                      const std::vector<model::WeightSpec>& specs, TensorView params,
+                      TensorView adam_m, TensorView adam_v);
 // Reads checkpoint `step` into the three flat buffers and returns its state. Every problem is a
 // one-line maxctx::Error naming the file and what is wrong: a missing directory (listing the steps
 // that exist) or file, a truncated or corrupt safetensors file, a missing, extra, wrongly shaped
@@ -58,5 +63,10 @@ CheckpointState read_checkpoint(const std::filesystem::path& run_dir, int64_t st
                                 const std::vector<model::WeightSpec>& specs,
                                 std::span<float> params, std::span<float> adam_m,
                                 std::span<float> adam_v);
+// The same into host views; the file's tensors must hold the views' dtype (a checkpoint written
+// with another weight_dtype is an error naming it).
+CheckpointState read_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                const std::vector<model::WeightSpec>& specs, TensorView params,
+                                TensorView adam_m, TensorView adam_v);
 
 }  // namespace maxctx::train

@@ -21,11 +21,20 @@ AdamWConfig adamw_config(const Config& config) {
 void adamw_update(const kernels::Kernels& kernels, const AdamWConfig& config, int64_t step,
                   float learning_rate, std::span<float> params, std::span<const float> grads,
                   std::span<float> mu, std::span<float> nu) {
+  const auto view = [](std::span<const float> v) {
+    return TensorView::of(v.data(), static_cast<int64_t>(v.size()));
+  };
+  adamw_update(kernels, config, step, learning_rate, view(params), view(grads), view(mu), view(nu));
+}
+
+void adamw_update(const kernels::Kernels& kernels, const AdamWConfig& config, int64_t step,
+                  float learning_rate, TensorView params, TensorView grads, TensorView mu,
+                  TensorView nu) {
   MAXCTX_CHECK_GE(step, int64_t{1}, "the AdamW step count starts at 1");
-  MAXCTX_CHECK(
-      grads.size() == params.size() && mu.size() == params.size() && nu.size() == params.size(),
-      "params {}, grads {}, mu {}, nu {} must have one length", params.size(), grads.size(),
-      mu.size(), nu.size());
+  MAXCTX_CHECK(grads.numel() == params.numel() && mu.numel() == params.numel() &&
+                   nu.numel() == params.numel(),
+               "params {}, grads {}, mu {}, nu {} must have one length", params.numel(),
+               grads.numel(), mu.numel(), nu.numel());
   // optax evaluates 1 − b^t in fp32; in double, rounded once, it is the exact value to 0.5 ulp
   // (a few fp32 ulps closer than optax's when b^t is near 1, the first steps).
   const auto t = static_cast<double>(step);
@@ -43,9 +52,7 @@ void adamw_update(const kernels::Kernels& kernels, const AdamWConfig& config, in
   constants.learning_rate = learning_rate;
   constants.correction1 = correction1;
   constants.correction2 = correction2;
-  const auto n = static_cast<int64_t>(params.size());
-  kernels.adamw_update(TensorView::of(params.data(), n), TensorView::of(grads.data(), n),
-                       TensorView::of(mu.data(), n), TensorView::of(nu.data(), n), constants);
+  kernels.adamw_update(params, grads, mu, nu, constants);
 }
 
 double sum_of_squares(std::span<const float> values) {

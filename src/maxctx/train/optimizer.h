@@ -7,7 +7,8 @@
 //   u = m̂ / (sqrt(v̂ + eps_root) + eps) + wd·p;  p −= lr·u
 // with lr = schedule(t − 1) (train/schedule.h). Clipping is optax.clip_by_global_norm as
 // MaxText applies it before the optimizer when gradient_clipping_threshold > 0:
-// g = norm < threshold ? g : (g / norm) · threshold. Master weights and both moments are fp32;
+// g = norm < threshold ? g : (g / norm) · threshold. Master weights and both moments are in
+// weight_dtype (f32 by default);
 // a span may be any parameter range (an fsdp shard updates only its own), since every update is
 // per element and the step count is shared.
 #pragma once
@@ -40,6 +41,11 @@ AdamWConfig adamw_config(const Config& config);
 void adamw_update(const kernels::Kernels& kernels, const AdamWConfig& config, int64_t step,
                   float learning_rate, std::span<float> params, std::span<const float> grads,
                   std::span<float> mu, std::span<float> nu);
+// The same on views: params and moments in the weights' dtype (f32 or bf16), grads f32; the
+// update computes in f32 and rounds params and moments once.
+void adamw_update(const kernels::Kernels& kernels, const AdamWConfig& config, int64_t step,
+                  float learning_rate, TensorView params, TensorView grads, TensorView mu,
+                  TensorView nu);
 
 // Σ g² of a span in double (optax sums in fp32; double makes the norm independent of how the
 // parameters are split). A distributed caller all-reduces the partial sums, then takes sqrt.

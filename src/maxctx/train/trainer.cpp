@@ -79,15 +79,15 @@ struct Trainer::State {
   }
 
   void save_checkpoint() {
-    std::vector<float> params, m, v;
+    Tensor params, m, v;
     plans.parameters->gather_full(params, m, v);
     const auto& tensor = mesh.axis(Axis::kTensor);
-    params = parallel::gather_blocks(params, global_specs, specs, tensor);
-    m = parallel::gather_blocks(m, global_specs, specs, tensor);
-    v = parallel::gather_blocks(v, global_specs, specs, tensor);
+    params = parallel::gather_blocks(kernels, params.view(), global_specs, specs, tensor);
+    m = parallel::gather_blocks(kernels, m.view(), global_specs, specs, tensor);
+    v = parallel::gather_blocks(kernels, v.view(), global_specs, specs, tensor);
     if (mesh.world_rank() == 0) {
       write_checkpoint(run_dir, {step, loader->position(), format_config(config)}, global_specs,
-                       params, m, v);
+                       params.view(), m.view(), v.view());
       log::info("saved checkpoint {} in {}", step, (run_dir / "checkpoints").string());
     }
     mesh.world().barrier();
@@ -128,13 +128,16 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   std::optional<int64_t> latest;
   if (c.enable_checkpointing) latest = latest_checkpoint_step(s.run_dir);
   int64_t data_position = 0;
+  // The unsharded weights (and moments when resuming) pass through host buffers of the
+  // weights' dtype, one copy each, before this rank keeps its shard.
   const int64_t global_numel = model::total_numel(s.global_specs);
-  std::vector<float> params(global_numel), m, v;
+  const DType weight_dtype = s.model_config.weight_dtype;
+  Tensor params = s.kernels.empty({global_numel}, weight_dtype), m, v;
   if (latest) {
-    m.resize(global_numel);
-    v.resize(global_numel);
+    m = s.kernels.empty({global_numel}, weight_dtype);
+    v = s.kernels.empty({global_numel}, weight_dtype);
     const CheckpointState restored =
-        read_checkpoint(s.run_dir, *latest, s.global_specs, params, m, v);
+        read_checkpoint(s.run_dir, *latest, s.global_specs, params.view(), m.view(), v.view());
     s.step = restored.step;
     data_position = restored.data_position;
     log::info("resuming from checkpoint {} (data position {})", s.step, data_position);
@@ -144,15 +147,19 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
         "wired yet (got '{}')",
         c.load_parameters_path);
   } else {
-    model::init_weights(s.global_specs, params.data(), static_cast<uint64_t>(c.init_weights_seed));
+    model::init_weights(s.kernels, s.global_specs, params.view(),
+                        static_cast<uint64_t>(c.init_weights_seed));
   }
-  const std::vector<float> local = parallel::local_blocks(params, s.global_specs, s.specs);
-  std::vector<float> local_m, local_v;
+  Tensor local = parallel::local_blocks(s.kernels, params.view(), s.global_specs, s.specs);
+  params = Tensor();
+  Tensor local_m, local_v;
   if (latest) {
-    local_m = parallel::local_blocks(m, s.global_specs, s.specs);
-    local_v = parallel::local_blocks(v, s.global_specs, s.specs);
+    local_m = parallel::local_blocks(s.kernels, m.view(), s.global_specs, s.specs);
+    local_v = parallel::local_blocks(s.kernels, v.view(), s.global_specs, s.specs);
   }
-  s.plans.parameters->set_from_full(local, local_m, local_v);
+  m = Tensor();
+  v = Tensor();
+  s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
   s.loader = std::make_unique<DataLoader>(make_data_source(c), shard, data_position);
 
   MetricLoggerOptions options;
@@ -209,8 +216,10 @@ void Trainer::run(int64_t max_new_steps) {
     const double raw_norm = s.plans.parameters->global_grad_norm();
     clip_by_global_norm(s.plans.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
     const double learning_rate = learning_rate_at(s.schedule, s.step);
+    const std::span<float> grads = s.plans.parameters->grad_shard();
     adamw_update(s.kernels, s.adamw, s.step + 1, static_cast<float>(learning_rate),
-                 s.plans.parameters->master(), s.plans.parameters->grad_shard(),
+                 s.plans.parameters->master(),
+                 TensorView::of(grads.data(), static_cast<int64_t>(grads.size())),
                  s.plans.parameters->adam_m(), s.plans.parameters->adam_v());
 
     StepRecord record;
@@ -252,9 +261,13 @@ kernels::AttentionStats Trainer::attention_stats() const {
 
 std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;
-  std::vector<float> params, m, v;
+  Tensor params, m, v;
   s.plans.parameters->gather_full(params, m, v);
-  return parallel::gather_blocks(params, s.global_specs, s.specs, s.mesh.axis(Axis::kTensor));
+  const Tensor global = parallel::gather_blocks(s.kernels, params.view(), s.global_specs, s.specs,
+                                                s.mesh.axis(Axis::kTensor));
+  std::vector<float> values(static_cast<size_t>(global.numel()));
+  s.kernels.copy(TensorView::of(values.data(), global.numel()), global.view());
+  return values;
 }
 
 fs::path Trainer::run_directory() const { return state_->run_dir; }
