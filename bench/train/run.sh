@@ -15,3 +15,7 @@ rm -rf "$run_dir"
 "${pin[@]}" "$build_dir/bench/train_bench" --config "$here/../../configs/base.yml" \
   --run-dir "$run_dir" --out "$build_dir/bench/train.json"
 rm -rf "$run_dir"
+# bf16 vs fp32: maxctx-20m and maxctx-100m, same pinning.
+"${pin[@]}" "$build_dir/bench/precision_bench" --config "$here/../../configs/base.yml" \
+  --run-dir "$run_dir" --out "$build_dir/bench/train_precision.json"
+rm -rf "$run_dir"

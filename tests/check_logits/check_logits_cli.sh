@@ -28,6 +28,26 @@ for np in 1 2 4; do
   grep -E "^(Max|prompt)" "$work/np$np.log" | sed "s/^/np $np: /"
 done
 
+# The BF16 checkpoint (tiny_llama's weights rounded to bf16, golden logits exact for them):
+# weight_dtype=bfloat16 loads it without an f32 copy and, with f32 activations, reproduces the
+# golden logits to f32 precision; with dtype=bfloat16 as well (bf16 matmul inputs, MaxText's
+# mixed precision) within bf16 tolerances, on 1 and 2 ranks (context=2).
+bf16_fixture=$src/tests/fixtures/tiny_llama_bf16
+for np in 1 2; do
+  check_bf16() {
+    "${mpirun[@]}" -np "$np" "$maxctx" check-logits "$src/configs/base.yml" \
+      load_parameters_path="$bf16_fixture" golden_logits_path="$bf16_fixture/golden_logits.jsonl" \
+      ici_context_parallelism="$np" weight_dtype=bfloat16 "$@"
+  }
+  check_bf16 dtype=float32 max_kl_div=1e-6 atol=1e-5 rtol=0 > "$work/bf16_weights_np$np.log" 2>&1 ||
+    { echo "FAIL: weight_dtype=bfloat16 on $np ranks"; tail -20 "$work/bf16_weights_np$np.log"; exit 1; }
+  grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/bf16_weights_np$np.log"
+  check_bf16 dtype=bfloat16 max_kl_div=1e-3 atol=1e-2 rtol=2e-2 > "$work/bf16_np$np.log" 2>&1 ||
+    { echo "FAIL: dtype=bfloat16 on $np ranks"; tail -20 "$work/bf16_np$np.log"; exit 1; }
+  grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/bf16_np$np.log"
+  grep -E "^(Max|prompt)" "$work/bf16_np$np.log" | sed "s/^/bf16 np $np: /"
+done
+
 # Row 0's first logit of prompt 0 set to 9: far outside atol.
 sed -E '1s/"logits": \[\[[^,]*,/"logits": [[9.0,/' "$fixture/golden_logits.jsonl" > "$work/perturbed.jsonl"
 if check 2 "$work/perturbed.jsonl" > "$work/perturbed.log" 2>&1; then

@@ -60,10 +60,16 @@ std::vector<MeshCase> mesh_cases() {
   return cases;
 }
 
-class TrainEquality : public ::testing::TestWithParam<MeshCase> {};
+// How close a mesh's run must come to the single-device run of the same precision.
+struct Tolerance {
+  double loss;    // relative, per step
+  double params;  // norm-relative, after the last step
+};
 
-TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
-  const MeshCase& c = GetParam();
+// Runs the case's mesh and the single-device reference with `precision` (dtype, weight_dtype
+// overrides) and compares them.
+void expect_equal_to_single_device(const MeshCase& c, const std::vector<std::string>& precision,
+                                   Tolerance tolerance) {
   const int world_size = Communicator::world().size();
   if (world_size != c.ranks) GTEST_SKIP() << "needs " << c.ranks << " ranks";
 
@@ -73,6 +79,7 @@ TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
   common.push_back("dataset_type=tokens");
   common.push_back("dataset_path=" + tokens);
   common.insert(common.end(), c.extra.begin(), c.extra.end());
+  common.insert(common.end(), precision.begin(), precision.end());
 
   // The single-device reference: the same global batch on one rank.
   const std::vector<std::string> reference_overrides =
@@ -100,22 +107,57 @@ TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
   ASSERT_EQ(sharded.history().size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     const double expected = reference.history()[i].loss;
-    EXPECT_LT(std::fabs(sharded.history()[i].loss - expected) / expected, 1e-5)
+    EXPECT_LT(std::fabs(sharded.history()[i].loss - expected) / expected, tolerance.loss)
         << "step " << i << ": " << sharded.history()[i].loss << " vs " << expected;
     EXPECT_EQ(sharded.history()[i].total_weights, reference.history()[i].total_weights);
   }
   const std::vector<float> params = sharded.gather_parameters();
   const std::vector<float> expected = reference.gather_parameters();
   ASSERT_EQ(params.size(), expected.size());
-  EXPECT_LT(norm_relative_error(params, expected), 1e-5);
-  // The steps moved the weights: equal parameters are not just equal initialisations.
+  const double error = norm_relative_error(params, expected);
+  EXPECT_LT(error, tolerance.params);
+  ::testing::Test::RecordProperty("params_norm_relative_error", std::to_string(error));
+  // The steps moved the weights: equal parameters are not just equal initialisations (in the
+  // weights' dtype, so that bf16 rounding alone does not count as a move).
+  const model::LlamaConfig model_config = model::llama_config_from(reference_config);
+  const auto& kernels = maxctx::kernels::backend(maxctx::Device::kCpu);
+  const auto n = static_cast<int64_t>(expected.size());
+  const Tensor stored = kernels.empty({n}, model_config.weight_dtype);
+  model::init_weights(kernels, model::llama_weight_specs(model_config), stored.view(),
+                      static_cast<uint64_t>(reference_config.init_weights_seed));
   std::vector<float> initial(expected.size());
-  model::init_weights(model::llama_weight_specs(model::llama_config_from(reference_config)),
-                      initial.data(), static_cast<uint64_t>(reference_config.init_weights_seed));
+  kernels.copy(TensorView::of(initial.data(), n), stored.view());
   EXPECT_GT(norm_relative_error(expected, initial), 1e-4);
 }
 
+class TrainEquality : public ::testing::TestWithParam<MeshCase> {};
+
+TEST_P(TrainEquality, ThreeStepsMatchTheSingleDeviceRun) {
+  expect_equal_to_single_device(GetParam(), {}, {1e-5, 1e-5});
+}
+
 INSTANTIATE_TEST_SUITE_P(Meshes, TrainEquality, ::testing::ValuesIn(mesh_cases()),
+                         [](const auto& test_info) { return test_info.param.name; });
+
+// The same meshes in bfloat16 against the single-device bfloat16 run. What differs between
+// meshes is the order of fp32 sums and where bf16 rounding lands (a ring merges partial outputs
+// in f32 and rounds once; tensor parallelism sums partial projections before rounding), so the
+// runs agree to bf16 precision, not to the bit: MaxText's CP tests allow rtol 2e-2, atol 1e-2
+// on logits; here losses within 2e-2 relative and the updated parameters within 1e-2
+// norm-relative (measured: ~1e-3 and below).
+class TrainEqualityBf16 : public ::testing::TestWithParam<MeshCase> {};
+
+TEST_P(TrainEqualityBf16, ActivationsInBf16MatchTheSingleDeviceRun) {
+  expect_equal_to_single_device(GetParam(), {"dtype=bfloat16"}, {2e-2, 1e-2});
+}
+
+// weight_dtype=bfloat16 also stores the master weights and AdamW moments in bf16.
+TEST_P(TrainEqualityBf16, WeightsInBf16MatchTheSingleDeviceRun) {
+  expect_equal_to_single_device(GetParam(), {"dtype=bfloat16", "weight_dtype=bfloat16"},
+                                {2e-2, 1e-2});
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, TrainEqualityBf16, ::testing::ValuesIn(mesh_cases()),
                          [](const auto& test_info) { return test_info.param.name; });
 
 }  // namespace

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from safetensors_format import read_safetensors, write_safetensors  # noqa: E402
+from safetensors_format import Raw, read_safetensors, write_safetensors  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(REPO_ROOT, "tests", "fixtures")
@@ -64,6 +64,19 @@ FIXTURES = {
                     tie_word_embeddings=True, max_position_embeddings=2048),
         seq_len=20,
         rows=[[20], [6, 9]],
+    ),
+    # tiny_llama's weights rounded to bfloat16 and stored as BF16, as real Hugging Face Llama
+    # checkpoints ship (torch_dtype bfloat16): the references are exact for the bf16 values.
+    "tiny_llama_bf16": dict(
+        seed=1234,
+        config=dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5,
+                    rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
+                    max_position_embeddings=128),
+        seq_len=24,
+        rows=[[10, 14], [7, 11]],
+        golden_prompt_lengths=[12],
+        bf16=True,
     ),
     "tiny_mistral_window": dict(
         seed=77,
@@ -278,14 +291,26 @@ def check_gradients(cfg, w, batch, grads, rng, samples=6):
 # Output.
 
 
-def hf_config(cfg):
+def bf16_bits(x):
+    """float32 array -> uint16 bfloat16 bits, rounding to nearest even (NaN-free input)."""
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def bf16_values(bits):
+    """uint16 bfloat16 bits -> float32 values (exact)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def hf_config(cfg, bf16=False):
     out = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
-        "torch_dtype": "float32",
+        "torch_dtype": "bfloat16" if bf16 else "float32",
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
@@ -321,6 +346,11 @@ def build_fixture(name, spec, out_dir):
     cfg = spec["config"]
     rng = np.random.default_rng(spec["seed"])
     weights32 = init_weights(cfg, rng)
+    bf16 = spec.get("bf16", False)
+    stored = weights32
+    if bf16:
+        stored = {k: Raw("BF16", bf16_bits(v)) for k, v in weights32.items()}
+        weights32 = {k: bf16_values(v.array) for k, v in stored.items()}
     arrays, documents = make_batch(spec, cfg["vocab_size"], rng)
 
     w = {k: torch.from_numpy(v.astype(np.float64)).requires_grad_() for k, v in weights32.items()}
@@ -338,9 +368,9 @@ def build_fixture(name, spec, out_dir):
     fixture_dir = os.path.join(out_dir, name)
     os.makedirs(fixture_dir, exist_ok=True)
     with open(os.path.join(fixture_dir, "config.json"), "w") as f:
-        json.dump(hf_config(cfg), f, indent=2, sort_keys=True)
+        json.dump(hf_config(cfg, bf16), f, indent=2, sort_keys=True)
         f.write("\n")
-    write_safetensors(os.path.join(fixture_dir, "model.safetensors"), weights32,
+    write_safetensors(os.path.join(fixture_dir, "model.safetensors"), stored,
                       metadata={"format": "pt"})
     reference = dict(arrays)
     reference["logits"] = logits.detach().numpy().astype(np.float32)
@@ -356,7 +386,8 @@ def build_fixture(name, spec, out_dir):
     # Read back what was written: bit-exact.
     read_weights, _ = read_safetensors(os.path.join(fixture_dir, "model.safetensors"))
     read_reference, _ = read_safetensors(os.path.join(fixture_dir, "reference.safetensors"))
-    for written, read in ((weights32, read_weights), (reference, read_reference)):
+    written_weights = {k: v.array if isinstance(v, Raw) else v for k, v in stored.items()}
+    for written, read in ((written_weights, read_weights), (reference, read_reference)):
         assert sorted(written) == sorted(read)
         for k in written:
             assert written[k].dtype == read[k].dtype and np.array_equal(written[k], read[k]), k
