@@ -33,6 +33,7 @@
 #include "maxctx/kernels/cpu/int8.h"
 #include "maxctx/kernels/cpu/sgemm.h"
 #include "maxctx/kernels/cpu/single_query_attention.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/kernels/ref/attention.h"
 #include "nlohmann/json.hpp"
 
@@ -410,6 +411,90 @@ json decode_attention() {
           {"cases", cases}};
 }
 
+// ---- bf16 row and elementwise ops ----
+
+// One op at one dtype mix: tensors of `shapes` (the op's views, in order) with dtypes `dtypes`,
+// filled with N(0, 1) (nu with its square, > 0), and the bytes the op streams.
+struct RowOpRun {
+  std::vector<maxctx::Tensor> tensors;
+  double bytes = 0;
+};
+
+RowOpRun row_op_tensors(const std::vector<maxctx::Shape>& shapes,
+                        const std::vector<maxctx::DType>& dtypes) {
+  const auto& kernels = maxctx::kernels::backend(maxctx::Device::kCpu);
+  RowOpRun run;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    maxctx::Tensor t = kernels.empty(shapes[i], dtypes[i]);
+    std::vector<float> values = normal(shapes[i].numel(), "row_ops");
+    for (float& v : values) v = v * v + 0.5f;  // positive: rstd, nu, weights
+    kernels.copy(t.view(), maxctx::TensorView::of(values.data(), shapes[i].numel()));
+    run.bytes += double(t.view().bytes());
+    run.tensors.push_back(std::move(t));
+  }
+  return run;
+}
+
+// Milliseconds and GB/s of `op` over f32 views and over the bf16 mix the model uses.
+json row_op(const std::vector<maxctx::Shape>& shapes, const std::vector<maxctx::DType>& bf16_mix,
+            const std::function<void(const std::vector<maxctx::Tensor>&)>& op) {
+  const std::vector<maxctx::DType> all_f32(shapes.size(), maxctx::DType::kF32);
+  json result;
+  double seconds[2];
+  for (int m = 0; m < 2; ++m) {
+    const RowOpRun run = row_op_tensors(shapes, m == 0 ? all_f32 : bf16_mix);
+    op(run.tensors);  // warm-up: page faults
+    const Timing t = best_of(5, [&] { op(run.tensors); });
+    seconds[m] = t.cpu_seconds;
+    const char* key = m == 0 ? "f32" : "bf16";
+    result[key] = {{"ms", 1e3 * t.cpu_seconds}, {"gb_per_s", run.bytes / t.cpu_seconds / 1e9}};
+  }
+  result["speedup_bf16_over_f32"] = seconds[0] / seconds[1];
+  return result;
+}
+
+// The model's mixes at one layer of N = 4096 tokens, E = 1024, F = 2816, 8 heads of 128:
+// activations bf16, statistics and parameter gradients f32, bf16 parameters and moments.
+json bf16_row_ops() {
+  using maxctx::DType;
+  using maxctx::Shape;
+  constexpr DType f = DType::kF32, b = DType::kBF16;
+  const auto& k = maxctx::kernels::backend(maxctx::Device::kCpu);
+  const int64_t N = 4096, E = 1024, F = 2816, H = 8, Dh = 128, P = 4 * 1024 * 1024;
+  const Shape ne{N, E}, nf{N, F}, qk{N, H, Dh}, cs{N, Dh / 2}, n{N}, e{E}, p{P};
+  using Ts = std::vector<maxctx::Tensor>;
+  auto v = [](const Ts& t, size_t i) { return t[i].view(); };
+  json r;
+  r["swiglu_forward"] = row_op({nf, nf, nf}, {b, b, b},
+                               [&](const Ts& t) { k.swiglu_forward(v(t, 0), v(t, 1), v(t, 2)); });
+  r["swiglu_backward"] = row_op({nf, nf, nf, nf, nf}, {f, f, b, b, b}, [&](const Ts& t) {
+    k.swiglu_backward(v(t, 0), v(t, 1), v(t, 2), v(t, 3), v(t, 4));
+  });
+  r["rmsnorm_forward"] = row_op({ne, n, ne, e}, {b, f, b, f}, [&](const Ts& t) {
+    k.rmsnorm_forward(v(t, 0), v(t, 1), v(t, 2), v(t, 3), 1e-5f);
+  });
+  r["rmsnorm_backward"] = row_op({ne, e, ne, ne, e, n}, {f, f, f, b, f, f}, [&](const Ts& t) {
+    k.rmsnorm_backward(v(t, 0), v(t, 1), v(t, 2), v(t, 3), v(t, 4), v(t, 5));
+  });
+  r["rope_forward_in_place"] = row_op({qk, cs, cs}, {b, f, f}, [&](const Ts& t) {
+    k.rope_forward(v(t, 0), v(t, 0), v(t, 1), v(t, 2));
+  });
+  r["add_residual"] =
+      row_op({ne, ne, ne}, {b, b, f}, [&](const Ts& t) { k.add(v(t, 0), v(t, 1), v(t, 2)); });
+  r["adamw_update"] = row_op({p, p, p, p}, {b, f, b, b}, [&](const Ts& t) {
+    k.adamw_update(v(t, 0), v(t, 1), v(t, 2), v(t, 3),
+                   {0.9f, 0.95f, 0.1f, 0.05f, 1e-8f, 0.0f, 0.1f, 1e-3f, 0.1f, 0.05f});
+  });
+  std::vector<int32_t> tokens(N);
+  for (int64_t i = 0; i < N; ++i) tokens[i] = int32_t((i * 7919) % 32000);
+  r["embedding_forward"] = row_op({ne, Shape{32000, E}}, {b, b}, [&](const Ts& t) {
+    k.embedding_forward(v(t, 0), tokens.data(), v(t, 1));
+  });
+  return {{"shape", {{"tokens", N}, {"embed", E}, {"ffn", F}, {"heads", H}, {"head_dim", Dh}}},
+          {"note", "bytes: every view once (the table for embedding); bf16 mixes as the model"},
+          {"ops", r}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -435,6 +520,7 @@ int main(int argc, char** argv) {
       {"attention_causal", [&] { return attention(peak, torch_path); }},
       {"decode_attention", [] { return decode_attention(); }},
       {"gemv", [] { return gemv(); }},
+      {"bf16_row_ops", [] { return bf16_row_ops(); }},
   };
   for (const auto& [name, run] : sections) {
     if (only.empty() || only == name) result[name] = run();

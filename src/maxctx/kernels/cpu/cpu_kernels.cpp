@@ -33,6 +33,29 @@ T* as(const TensorView& v) {
 }
 float* f32(const TensorView& v) { return as<float>(v); }
 
+// A float operand of `op`: f32 or bf16, each view its own (kernels.h's precision contract).
+FloatPtr floats(const TensorView& v, const char* op) {
+  check_host(v);
+  MAXCTX_CHECK(v.dtype() == DType::kF32 || v.dtype() == DType::kBF16,
+               "the cpu backend's {} takes f32 or bf16 tensors, got a {} tensor", op,
+               dtype_name(v.dtype()));
+  if (v.dtype() == DType::kBF16) return FloatPtr(static_cast<const bf16*>(v.raw()));
+  return FloatPtr(static_cast<const float*>(v.raw()));
+}
+// An operand of `op` that is f32 whatever the others are: statistics, parameter gradients.
+float* f32(const TensorView& v, const char* op, const char* what) {
+  check_host(v);
+  MAXCTX_CHECK(v.dtype() == DType::kF32, "the cpu backend's {} takes {} as f32, got a {} tensor",
+               op, what, dtype_name(v.dtype()));
+  return static_cast<float*>(v.raw());
+}
+// An output that may be exactly an input (in place) must then have the input's dtype.
+void check_same_dtype_in_place(const TensorView& out, const TensorView& in, const char* op) {
+  MAXCTX_CHECK(out.raw() != in.raw() || out.dtype() == in.dtype(),
+               "{} in place needs one dtype, got {} over {}", op, dtype_name(out.dtype()),
+               dtype_name(in.dtype()));
+}
+
 // The number of rows of a view holding rows of `row_elements` elements.
 int64_t rows_of(const TensorView& v, int64_t row_elements) {
   MAXCTX_CHECK(row_elements > 0 && v.numel() % row_elements == 0,
@@ -85,12 +108,15 @@ class CpuKernels final : public Kernels {
   }
   void embedding_forward(TensorView out, const int32_t* tokens, TensorView table) const override {
     const auto [V, E] = matrix_dims(table);
-    cpu::embedding_forward(f32(out), tokens, f32(table), rows_of(out, E), E, V);
+    constexpr const char* kOp = "embedding_forward";
+    cpu::embedding_forward(floats(out, kOp), tokens, floats(table, kOp), rows_of(out, E), E, V);
   }
   void embedding_backward(TensorView d_table, TensorView d_out,
                           const int32_t* tokens) const override {
     const auto [V, E] = matrix_dims(d_table);
-    cpu::embedding_backward(f32(d_table), f32(d_out), tokens, rows_of(d_out, E), E, V);
+    constexpr const char* kOp = "embedding_backward";
+    cpu::embedding_backward(f32(d_table, kOp, "d_table"), floats(d_out, kOp), tokens,
+                            rows_of(d_out, E), E, V);
   }
   void rmsnorm_forward(TensorView out, TensorView rstd, TensorView in, TensorView weight,
                        float eps) const override {
@@ -98,7 +124,9 @@ class CpuKernels final : public Kernels {
     const int64_t N = rows_of(in, D);
     check_numel(out, N * D, "rmsnorm output");
     check_numel(rstd, N, "rmsnorm rstd");
-    cpu::rmsnorm_forward(f32(out), f32(rstd), f32(in), f32(weight), N, D, eps);
+    constexpr const char* kOp = "rmsnorm_forward";
+    cpu::rmsnorm_forward(floats(out, kOp), f32(rstd, kOp, "rstd"), floats(in, kOp),
+                         floats(weight, kOp), N, D, eps);
   }
   void rmsnorm_backward(TensorView d_in, TensorView d_weight, TensorView d_out, TensorView in,
                         TensorView weight, TensorView rstd) const override {
@@ -108,8 +136,9 @@ class CpuKernels final : public Kernels {
     check_numel(d_out, N * D, "rmsnorm d_out");
     check_numel(d_weight, D, "rmsnorm d_weight");
     check_numel(rstd, N, "rmsnorm rstd");
-    cpu::rmsnorm_backward(f32(d_in), f32(d_weight), f32(d_out), f32(in), f32(weight), f32(rstd), N,
-                          D);
+    constexpr const char* kOp = "rmsnorm_backward";
+    cpu::rmsnorm_backward(floats(d_in, kOp), f32(d_weight, kOp, "d_weight"), floats(d_out, kOp),
+                          floats(in, kOp), floats(weight, kOp), f32(rstd, kOp, "rstd"), N, D);
   }
   void rope_cos_sin(TensorView cos, TensorView sin, const int32_t* positions,
                     const RopeParams& params) const override {
@@ -121,32 +150,47 @@ class CpuKernels final : public Kernels {
     const auto [N, half] = matrix_dims(cos);
     const int64_t heads = rows_of(in, N * 2 * half);
     check_numel(out, in.numel(), "rope output");
-    cpu::rope_forward(f32(out), f32(in), f32(cos), f32(sin), N, heads, 2 * half);
+    constexpr const char* kOp = "rope_forward";
+    check_same_dtype_in_place(out, in, kOp);
+    cpu::rope_forward(floats(out, kOp), floats(in, kOp), f32(cos, kOp, "cos"), f32(sin, kOp, "sin"),
+                      N, heads, 2 * half);
   }
   void rope_backward(TensorView d_in, TensorView d_out, TensorView cos,
                      TensorView sin) const override {
     const auto [N, half] = matrix_dims(cos);
     const int64_t heads = rows_of(d_out, N * 2 * half);
     check_numel(d_in, d_out.numel(), "rope d_in");
-    cpu::rope_backward(f32(d_in), f32(d_out), f32(cos), f32(sin), N, heads, 2 * half);
+    constexpr const char* kOp = "rope_backward";
+    check_same_dtype_in_place(d_in, d_out, kOp);
+    cpu::rope_backward(floats(d_in, kOp), floats(d_out, kOp), f32(cos, kOp, "cos"),
+                       f32(sin, kOp, "sin"), N, heads, 2 * half);
   }
   void swiglu_forward(TensorView out, TensorView gate, TensorView up) const override {
     const auto [N, F] = matrix_dims(gate);
     check_numel(up, N * F, "swiglu up");
     check_numel(out, N * F, "swiglu output");
-    cpu::swiglu_forward(f32(out), f32(gate), f32(up), N, F);
+    constexpr const char* kOp = "swiglu_forward";
+    check_same_dtype_in_place(out, gate, kOp);
+    check_same_dtype_in_place(out, up, kOp);
+    cpu::swiglu_forward(floats(out, kOp), floats(gate, kOp), floats(up, kOp), N, F);
   }
   void swiglu_backward(TensorView d_gate, TensorView d_up, TensorView d_out, TensorView gate,
                        TensorView up) const override {
     const auto [N, F] = matrix_dims(gate);
     for (const TensorView* v : {&d_gate, &d_up, &d_out, &up}) check_numel(*v, N * F, "swiglu");
-    cpu::swiglu_backward(f32(d_gate), f32(d_up), f32(d_out), f32(gate), f32(up), N, F);
+    constexpr const char* kOp = "swiglu_backward";
+    check_same_dtype_in_place(d_gate, gate, kOp);
+    check_same_dtype_in_place(d_up, up, kOp);
+    cpu::swiglu_backward(floats(d_gate, kOp), floats(d_up, kOp), floats(d_out, kOp),
+                         floats(gate, kOp), floats(up, kOp), N, F);
   }
   void cross_entropy_forward(TensorView loss, TensorView lse, TensorView logits,
                              const int32_t* targets, TensorView weights) const override {
     const auto [N, V] = matrix_dims(logits);
     for (const TensorView* v : {&loss, &lse, &weights}) check_numel(*v, N, "cross-entropy row");
-    cpu::cross_entropy_forward(f32(loss), f32(lse), f32(logits), targets, f32(weights), N, V);
+    constexpr const char* kOp = "cross_entropy_forward";
+    cpu::cross_entropy_forward(f32(loss, kOp, "loss"), f32(lse, kOp, "lse"), floats(logits, kOp),
+                               targets, f32(weights, kOp, "weights"), N, V);
   }
   void cross_entropy_backward(TensorView d_logits, TensorView logits, TensorView lse,
                               const int32_t* targets, TensorView weights,
@@ -154,8 +198,10 @@ class CpuKernels final : public Kernels {
     const auto [N, V] = matrix_dims(logits);
     check_numel(d_logits, N * V, "cross-entropy d_logits");
     for (const TensorView* v : {&lse, &weights}) check_numel(*v, N, "cross-entropy row");
-    cpu::cross_entropy_backward(f32(d_logits), f32(logits), f32(lse), targets, f32(weights), d_loss,
-                                N, V);
+    constexpr const char* kOp = "cross_entropy_backward";
+    check_same_dtype_in_place(d_logits, logits, kOp);
+    cpu::cross_entropy_backward(floats(d_logits, kOp), floats(logits, kOp), f32(lse, kOp, "lse"),
+                                targets, f32(weights, kOp, "weights"), d_loss, N, V);
   }
 
   void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
@@ -226,35 +272,45 @@ class CpuKernels final : public Kernels {
     const int64_t cols = rows == 0 ? 0 : x.numel() / rows;
     check_numel(x, rows * cols, "quantized x");
     check_numel(codes, rows * cols, "int8 codes");
-    cpu::quantize_rows_int8(as<int8_t>(codes), f32(scale), f32(x), rows, cols, levels);
+    constexpr const char* kOp = "quantize_rows_int8";
+    cpu::quantize_rows_int8(as<int8_t>(codes), f32(scale, kOp, "scale"), floats(x, kOp), rows, cols,
+                            levels);
   }
   void dequantize_rows_int8(TensorView x, TensorView codes, TensorView scale) const override {
     const int64_t rows = scale.numel();
     const int64_t cols = rows == 0 ? 0 : x.numel() / rows;
     check_numel(x, rows * cols, "dequantized x");
     check_numel(codes, rows * cols, "int8 codes");
-    cpu::dequantize_rows_int8(f32(x), as<int8_t>(codes), f32(scale), rows, cols);
+    constexpr const char* kOp = "dequantize_rows_int8";
+    cpu::dequantize_rows_int8(floats(x, kOp), as<int8_t>(codes), f32(scale, kOp, "scale"), rows,
+                              cols);
   }
 
   void add(TensorView out, TensorView a, TensorView b) const override {
     check_numel(a, out.numel(), "add a");
     check_numel(b, out.numel(), "add b");
-    cpu::add(f32(out), f32(a), f32(b), out.numel());
+    constexpr const char* kOp = "add";
+    check_same_dtype_in_place(out, a, kOp);
+    check_same_dtype_in_place(out, b, kOp);
+    cpu::add(floats(out, kOp), floats(a, kOp), floats(b, kOp), out.numel());
   }
   void add_inplace(TensorView acc, TensorView x) const override {
     check_numel(x, acc.numel(), "add_inplace x");
-    cpu::add_inplace(f32(acc), f32(x), acc.numel());
+    constexpr const char* kOp = "add_inplace";
+    cpu::add_inplace(floats(acc, kOp), floats(x, kOp), acc.numel());
   }
   void scale(TensorView out, TensorView in, float alpha) const override {
     check_numel(in, out.numel(), "scale input");
-    cpu::scale(f32(out), f32(in), alpha, out.numel());
+    constexpr const char* kOp = "scale";
+    check_same_dtype_in_place(out, in, kOp);
+    cpu::scale(floats(out, kOp), floats(in, kOp), alpha, out.numel());
   }
   void fill_zero(TensorView x) const override {
     check_host(x);
     std::memset(x.raw(), 0, x.bytes());
   }
   double sum_of_squares(TensorView x) const override {
-    return cpu::sum_of_squares(f32(x), x.numel());
+    return cpu::sum_of_squares(floats(x, "sum_of_squares"), x.numel());
   }
   void copy(TensorView dst, TensorView src) const override {
     check_host(dst);
@@ -274,7 +330,9 @@ class CpuKernels final : public Kernels {
   void adamw_update(TensorView params, TensorView grads, TensorView mu, TensorView nu,
                     const AdamWStep& step) const override {
     for (const TensorView* v : {&grads, &mu, &nu}) check_numel(*v, params.numel(), "AdamW");
-    cpu::adamw_update(f32(params), f32(grads), f32(mu), f32(nu), params.numel(), step);
+    constexpr const char* kOp = "adamw_update";
+    cpu::adamw_update(floats(params, kOp), floats(grads, kOp), floats(mu, kOp), floats(nu, kOp),
+                      params.numel(), step);
   }
 
  private:

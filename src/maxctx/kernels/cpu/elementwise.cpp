@@ -1,6 +1,7 @@
-// Fast elementwise helpers: one Highway loop per op, compiled for every x86 target Highway can
-// attain above the build's baseline and chosen at run time (foreach_target + dynamic dispatch).
-// The OpenMP loops live outside the per-target code, so they never meet target attributes.
+// Fast elementwise helpers: one Highway loop per op, templated over the storage type of each
+// operand, compiled for every x86 target Highway can attain above the build's baseline and chosen
+// at run time (foreach_target + dynamic dispatch). The OpenMP loops live outside the per-target
+// code, so they never meet target attributes.
 #include "maxctx/kernels/cpu/elementwise.h"
 
 #include <cstring>
@@ -19,6 +20,7 @@
 // clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "maxctx/kernels/cpu/float_storage-inl.h"
 // clang-format on
 
 HWY_BEFORE_NAMESPACE();
@@ -26,41 +28,90 @@ namespace maxctx::kernels::cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void AddRange(float* out, const float* a, const float* b, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = hn::Lanes(d);
-  int64_t k = 0;
-  for (; k + lanes <= n; k += lanes) {
-    hn::StoreU(hn::Add(hn::LoadU(d, a + k), hn::LoadU(d, b + k)), d, out + k);
+struct AddKernel {
+  int64_t n;
+  template <class TO, class TA, class TB>
+  void operator()(TO* out, const TA* a, const TB* b) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    int64_t k = 0;
+    for (; k + lanes <= n; k += lanes) {
+      StoreRounded(d, hn::Add(LoadF32(d, a + k), LoadF32(d, b + k)), out + k);
+    }
+    for (; k < n; ++k) StoreRounded(ToF32(a[k]) + ToF32(b[k]), out + k);
   }
-  for (; k < n; ++k) out[k] = a[k] + b[k];
+};
+
+void AddRange(FloatPtr out, FloatPtr a, FloatPtr b, int64_t n) {
+  const FloatPtr ptrs[] = {out, a, b};
+  DispatchStorage<3>(AddKernel{n}, ptrs);
 }
 
-void ScaleRange(float* out, const float* in, float alpha, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = hn::Lanes(d);
-  const auto valpha = hn::Set(d, alpha);
-  int64_t k = 0;
-  for (; k + lanes <= n; k += lanes) hn::StoreU(hn::Mul(valpha, hn::LoadU(d, in + k)), d, out + k);
-  for (; k < n; ++k) out[k] = alpha * in[k];
+struct ScaleKernel {
+  float alpha;
+  int64_t n;
+  template <class TO, class TI>
+  void operator()(TO* out, const TI* in) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    const auto valpha = hn::Set(d, alpha);
+    int64_t k = 0;
+    for (; k + lanes <= n; k += lanes) {
+      StoreRounded(d, hn::Mul(valpha, LoadF32(d, in + k)), out + k);
+    }
+    for (; k < n; ++k) StoreRounded(alpha * ToF32(in[k]), out + k);
+  }
+};
+
+void ScaleRange(FloatPtr out, FloatPtr in, float alpha, int64_t n) {
+  const FloatPtr ptrs[] = {out, in};
+  DispatchStorage<2>(ScaleKernel{alpha, n}, ptrs);
+}
+
+struct ConvertKernel {
+  int64_t n;
+  template <class TO, class TI>
+  void operator()(TO* out, const TI* in) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    int64_t k = 0;
+    for (; k + lanes <= n; k += lanes) StoreRounded(d, LoadF32(d, in + k), out + k);
+    for (; k < n; ++k) StoreRounded(ToF32(in[k]), out + k);
+  }
+};
+
+void ConvertRange(FloatPtr out, FloatPtr in, int64_t n) {
+  const FloatPtr ptrs[] = {out, in};
+  DispatchStorage<2>(ConvertKernel{n}, ptrs);
 }
 
 // Float lanes are exact enough inside one block (sumsq of a few thousand values); blocks are
 // then added in double.
-double SumOfSquaresRange(const float* x, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = hn::Lanes(d);
-  auto acc0 = hn::Zero(d);
-  auto acc1 = hn::Zero(d);
-  int64_t k = 0;
-  for (; k + 2 * lanes <= n; k += 2 * lanes) {
-    const auto v0 = hn::LoadU(d, x + k);
-    const auto v1 = hn::LoadU(d, x + k + lanes);
-    acc0 = hn::MulAdd(v0, v0, acc0);
-    acc1 = hn::MulAdd(v1, v1, acc1);
+struct SumOfSquaresKernel {
+  int64_t n;
+  double* sum;
+  template <class T>
+  void operator()(const T* x) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    auto acc0 = hn::Zero(d);
+    auto acc1 = hn::Zero(d);
+    int64_t k = 0;
+    for (; k + 2 * lanes <= n; k += 2 * lanes) {
+      const auto v0 = LoadF32(d, x + k);
+      const auto v1 = LoadF32(d, x + k + lanes);
+      acc0 = hn::MulAdd(v0, v0, acc0);
+      acc1 = hn::MulAdd(v1, v1, acc1);
+    }
+    double total = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+    for (; k < n; ++k) total += double(ToF32(x[k])) * double(ToF32(x[k]));
+    *sum = total;
   }
-  double sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; k < n; ++k) sum += double(x[k]) * double(x[k]);
+};
+
+double SumOfSquaresRange(FloatPtr x, int64_t n) {
+  double sum = 0.0;
+  DispatchStorage<1>(SumOfSquaresKernel{n, &sum}, &x);
   return sum;
 }
 
@@ -73,6 +124,7 @@ namespace maxctx::kernels::cpu {
 
 HWY_EXPORT(AddRange);
 HWY_EXPORT(ScaleRange);
+HWY_EXPORT(ConvertRange);
 HWY_EXPORT(SumOfSquaresRange);
 
 namespace {
@@ -81,27 +133,43 @@ namespace {
 constexpr int64_t kSumBlock = 4096;
 }  // namespace
 
-void add(float* out, const float* a, const float* b, int64_t n) {
+void add(FloatPtr out, FloatPtr a, FloatPtr b, int64_t n) {
   auto& add_range = HWY_DYNAMIC_DISPATCH(AddRange);
   parallel_for(n, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
     add_range(out + begin, a + begin, b + begin, end - begin);
   });
 }
 
-void add_inplace(float* acc, const float* x, int64_t n) { add(acc, acc, x, n); }
+void add_inplace(FloatPtr acc, FloatPtr x, int64_t n) { add(acc, acc, x, n); }
 
-void scale(float* out, const float* in, float alpha, int64_t n) {
+void scale(FloatPtr out, FloatPtr in, float alpha, int64_t n) {
   auto& scale_range = HWY_DYNAMIC_DISPATCH(ScaleRange);
   parallel_for(n, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
     scale_range(out + begin, in + begin, alpha, end - begin);
   });
 }
 
+void convert(FloatPtr dst, FloatPtr src, int64_t n) {
+  parallel_for(n, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
+    convert_serial(dst + begin, src + begin, end - begin);
+  });
+}
+
+void convert_serial(FloatPtr dst, FloatPtr src, int64_t n) {
+  if (dst.dtype() == src.dtype()) {
+    if (n > 0 && dst.raw() != src.raw()) {
+      std::memmove(dst.raw(), src.raw(), size_t(n) * dtype_size(dst.dtype()));
+    }
+    return;
+  }
+  HWY_DYNAMIC_DISPATCH(ConvertRange)(dst, src, n);
+}
+
 void fill_zero(float* x, int64_t n) {
   if (n > 0) std::memset(x, 0, sizeof(float) * size_t(n));
 }
 
-double sum_of_squares(const float* x, int64_t n) {
+double sum_of_squares(FloatPtr x, int64_t n) {
   auto& sum_of_squares_range = HWY_DYNAMIC_DISPATCH(SumOfSquaresRange);
   if (n <= 0) return 0.0;
   const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/elementwise.h"
 #include "maxctx/kernels/cpu/threading.h"
 #include "maxctx/kernels/ref/int8.h"
 
@@ -202,23 +203,35 @@ void int8_matmul_forward(float* out, const Int8Rows& in, const Int8Weights& w, I
   }
 }
 
-void quantize_rows_int8(int8_t* q, float* scale, const float* x, int64_t rows, int64_t cols,
+void quantize_rows_int8(int8_t* q, float* scale, FloatPtr x, int64_t rows, int64_t cols,
                         float levels) {
   parallel_for(rows, items_per_task(cols), [&](int64_t begin, int64_t end) {
+    thread_local std::vector<float> widened;  // a bf16 row as the rule's f32 input (exact)
+    if (x.is_bf16() && widened.size() < size_t(cols)) widened.resize(size_t(cols));
     for (int64_t r = begin; r < end; ++r) {
-      scale[r] = ref::quantize_row_int8(q + r * cols, x + r * cols, cols, levels);
+      const float* row = static_cast<const float*>(x.raw()) + r * cols;
+      if (x.is_bf16()) {
+        convert_serial(widened.data(), x + r * cols, cols);
+        row = widened.data();
+      }
+      scale[r] = ref::quantize_row_int8(q + r * cols, row, cols, levels);
     }
   });
 }
 
-void dequantize_rows_int8(float* x, const int8_t* q, const float* scale, int64_t rows,
+void dequantize_rows_int8(FloatPtr x, const int8_t* q, const float* scale, int64_t rows,
                           int64_t cols) {
   parallel_for(rows, items_per_task(cols), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const float s = scale[r];
       const int8_t* qr = q + r * cols;
-      float* xr = x + r * cols;
-      for (int64_t i = 0; i < cols; ++i) xr[i] = float(qr[i]) * s;
+      if (x.is_bf16()) {
+        bf16* xr = static_cast<bf16*>(x.raw()) + r * cols;
+        for (int64_t i = 0; i < cols; ++i) xr[i] = float_to_bf16(float(qr[i]) * s);
+      } else {
+        float* xr = static_cast<float*>(x.raw()) + r * cols;
+        for (int64_t i = 0; i < cols; ++i) xr[i] = float(qr[i]) * s;
+      }
     }
   });
 }

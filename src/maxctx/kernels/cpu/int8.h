@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "maxctx/core/buffer.h"
+#include "maxctx/kernels/cpu/float_ptr.h"
 #include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels::cpu {
@@ -42,11 +43,13 @@ void int8_matmul_forward(float* out, const Int8Rows& in, const Int8Weights& w,
                          Int8Path path = Int8Path::kBest);
 
 // The KV-cache rule (levels 127.5) over rows, threaded over rows; same bits as the reference.
-void quantize_rows_int8(int8_t* q,       // (rows, cols)
-                        float* scale,    // (rows)
-                        const float* x,  // (rows, cols)
+// x may be f32 or bf16: a bf16 row is quantized from its exact f32 widening, and dequantized
+// values are rounded once into it.
+void quantize_rows_int8(int8_t* q,     // (rows, cols)
+                        float* scale,  // (rows)
+                        FloatPtr x,    // (rows, cols)
                         int64_t rows, int64_t cols, float levels);
-void dequantize_rows_int8(float* x,            // (rows, cols)
+void dequantize_rows_int8(FloatPtr x,          // (rows, cols)
                           const int8_t* q,     // (rows, cols)
                           const float* scale,  // (rows)
                           int64_t rows, int64_t cols);

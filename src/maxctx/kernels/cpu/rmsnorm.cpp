@@ -1,4 +1,5 @@
-// Fast RMSNorm: one Highway pass per row for the statistics and one for the output. Backward
+// Fast RMSNorm: one Highway pass per row for the statistics and one for the output, templated
+// over the storage type (f32|bf16) of each row operand. Backward
 // reads each row once: d_in, and the row's share of d_weight added into its row block's partial
 // sum; the partials are then reduced in block order, so no two threads ever add into the same
 // element and the bits do not depend on the thread count.
@@ -19,6 +20,7 @@
 // clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "maxctx/kernels/cpu/float_storage-inl.h"
 // clang-format on
 
 HWY_BEFORE_NAMESPACE();
@@ -27,87 +29,112 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Σ a·b·c over one row, in float lanes, then the tail in order.
-float RmsnormDot3(const float* a, const float* b, const float* c, int64_t n) {
+template <class TA, class TB, class TC>
+float RmsnormDot3(const TA* a, const TB* b, const TC* c, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t lanes = hn::Lanes(d);
   auto acc0 = hn::Zero(d);
   auto acc1 = hn::Zero(d);
   int64_t j = 0;
   for (; j + 2 * lanes <= n; j += 2 * lanes) {
-    acc0 = hn::MulAdd(hn::Mul(hn::LoadU(d, a + j), hn::LoadU(d, b + j)), hn::LoadU(d, c + j), acc0);
-    acc1 = hn::MulAdd(hn::Mul(hn::LoadU(d, a + j + lanes), hn::LoadU(d, b + j + lanes)),
-                      hn::LoadU(d, c + j + lanes), acc1);
+    acc0 = hn::MulAdd(hn::Mul(LoadF32(d, a + j), LoadF32(d, b + j)), LoadF32(d, c + j), acc0);
+    acc1 = hn::MulAdd(hn::Mul(LoadF32(d, a + j + lanes), LoadF32(d, b + j + lanes)),
+                      LoadF32(d, c + j + lanes), acc1);
   }
   for (; j + lanes <= n; j += lanes) {
-    acc0 = hn::MulAdd(hn::Mul(hn::LoadU(d, a + j), hn::LoadU(d, b + j)), hn::LoadU(d, c + j), acc0);
+    acc0 = hn::MulAdd(hn::Mul(LoadF32(d, a + j), LoadF32(d, b + j)), LoadF32(d, c + j), acc0);
   }
   float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; j < n; ++j) sum += a[j] * b[j] * c[j];
+  for (; j < n; ++j) sum += ToF32(a[j]) * ToF32(b[j]) * ToF32(c[j]);
   return sum;
 }
 
-void RmsnormForwardRows(float* out, float* rstd, const float* in, const float* weight, int64_t rows,
-                        int64_t D, float eps) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = hn::Lanes(d);
-  for (int64_t n = 0; n < rows; ++n) {
-    const float* x = in + n * D;
-    float* y = out + n * D;
-    auto acc0 = hn::Zero(d);
-    auto acc1 = hn::Zero(d);
-    int64_t j = 0;
-    for (; j + 2 * lanes <= D; j += 2 * lanes) {
-      const auto v0 = hn::LoadU(d, x + j);
-      const auto v1 = hn::LoadU(d, x + j + lanes);
-      acc0 = hn::MulAdd(v0, v0, acc0);
-      acc1 = hn::MulAdd(v1, v1, acc1);
+struct RmsnormForwardKernel {
+  float* rstd;
+  int64_t rows, D;
+  float eps;
+  template <class TO, class TI, class TW>
+  void operator()(TO* out, const TI* in, const TW* weight) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    for (int64_t n = 0; n < rows; ++n) {
+      const TI* x = in + n * D;
+      TO* y = out + n * D;
+      auto acc0 = hn::Zero(d);
+      auto acc1 = hn::Zero(d);
+      int64_t j = 0;
+      for (; j + 2 * lanes <= D; j += 2 * lanes) {
+        const auto v0 = LoadF32(d, x + j);
+        const auto v1 = LoadF32(d, x + j + lanes);
+        acc0 = hn::MulAdd(v0, v0, acc0);
+        acc1 = hn::MulAdd(v1, v1, acc1);
+      }
+      for (; j + lanes <= D; j += lanes) {
+        const auto v = LoadF32(d, x + j);
+        acc0 = hn::MulAdd(v, v, acc0);
+      }
+      float sum_squares = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
+      for (; j < D; ++j) sum_squares += ToF32(x[j]) * ToF32(x[j]);
+      const float r = 1.0f / std::sqrt(sum_squares / float(D) + eps);
+      const auto vr = hn::Set(d, r);
+      j = 0;
+      for (; j + lanes <= D; j += lanes) {
+        StoreRounded(d, hn::Mul(hn::Mul(LoadF32(d, x + j), vr), LoadF32(d, weight + j)), y + j);
+      }
+      for (; j < D; ++j) StoreRounded(ToF32(x[j]) * r * ToF32(weight[j]), y + j);
+      rstd[n] = r;
     }
-    for (; j + lanes <= D; j += lanes) {
-      const auto v = hn::LoadU(d, x + j);
-      acc0 = hn::MulAdd(v, v, acc0);
-    }
-    float sum_squares = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-    for (; j < D; ++j) sum_squares += x[j] * x[j];
-    const float r = 1.0f / std::sqrt(sum_squares / float(D) + eps);
-    const auto vr = hn::Set(d, r);
-    j = 0;
-    for (; j + lanes <= D; j += lanes) {
-      hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(d, x + j), vr), hn::LoadU(d, weight + j)), d, y + j);
-    }
-    for (; j < D; ++j) y[j] = x[j] * r * weight[j];
-    rstd[n] = r;
   }
+};
+
+void RmsnormForwardRows(FloatPtr out, float* rstd, FloatPtr in, FloatPtr weight, int64_t rows,
+                        int64_t D, float eps) {
+  const FloatPtr ptrs[] = {out, in, weight};
+  DispatchStorage<3>(RmsnormForwardKernel{rstd, rows, D, eps}, ptrs);
 }
 
 // d_in for `rows` rows, and partial_weight = Σ over those rows of d_out·in·rstd (overwritten),
 // while each row is still in L1.
-void RmsnormBackwardRows(float* d_in, float* partial_weight, const float* d_out, const float* in,
-                         const float* weight, const float* rstd, int64_t rows, int64_t D) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = hn::Lanes(d);
-  std::fill(partial_weight, partial_weight + D, 0.0f);
-  for (int64_t n = 0; n < rows; ++n) {
-    const float* x = in + n * D;
-    const float* g = d_out + n * D;
-    float* dx = d_in + n * D;
-    const float r = rstd[n];
-    const float coef = RmsnormDot3(g, weight, x, D) * r * r * r / float(D);
-    const auto vr = hn::Set(d, r);
-    const auto vcoef = hn::Set(d, coef);
-    int64_t j = 0;
-    for (; j + lanes <= D; j += lanes) {
-      const auto vx = hn::LoadU(d, x + j);
-      const auto vg = hn::LoadU(d, g + j);
-      const auto scaled = hn::Mul(hn::Mul(vr, hn::LoadU(d, weight + j)), vg);
-      hn::StoreU(hn::NegMulAdd(vcoef, vx, scaled), d, dx + j);
-      hn::StoreU(hn::MulAdd(hn::Mul(vg, vx), vr, hn::LoadU(d, partial_weight + j)), d,
-                 partial_weight + j);
-    }
-    for (; j < D; ++j) {
-      dx[j] = r * weight[j] * g[j] - coef * x[j];
-      partial_weight[j] += g[j] * x[j] * r;
+struct RmsnormBackwardKernel {
+  float* partial_weight;
+  const float* rstd;
+  int64_t rows, D;
+  template <class TDI, class TDO, class TI, class TW>
+  void operator()(TDI* d_in, const TDO* d_out, const TI* in, const TW* weight) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    std::fill(partial_weight, partial_weight + D, 0.0f);
+    for (int64_t n = 0; n < rows; ++n) {
+      const TI* x = in + n * D;
+      const TDO* g = d_out + n * D;
+      TDI* dx = d_in + n * D;
+      const float r = rstd[n];
+      const float coef = RmsnormDot3(g, weight, x, D) * r * r * r / float(D);
+      const auto vr = hn::Set(d, r);
+      const auto vcoef = hn::Set(d, coef);
+      int64_t j = 0;
+      for (; j + lanes <= D; j += lanes) {
+        const auto vx = LoadF32(d, x + j);
+        const auto vg = LoadF32(d, g + j);
+        const auto scaled = hn::Mul(hn::Mul(vr, LoadF32(d, weight + j)), vg);
+        StoreRounded(d, hn::NegMulAdd(vcoef, vx, scaled), dx + j);
+        hn::StoreU(hn::MulAdd(hn::Mul(vg, vx), vr, hn::LoadU(d, partial_weight + j)), d,
+                   partial_weight + j);
+      }
+      for (; j < D; ++j) {
+        const float xj = ToF32(x[j]);
+        const float gj = ToF32(g[j]);
+        StoreRounded(r * ToF32(weight[j]) * gj - coef * xj, dx + j);
+        partial_weight[j] += gj * xj * r;
+      }
     }
   }
+};
+
+void RmsnormBackwardRows(FloatPtr d_in, float* partial_weight, FloatPtr d_out, FloatPtr in,
+                         FloatPtr weight, const float* rstd, int64_t rows, int64_t D) {
+  const FloatPtr ptrs[] = {d_in, d_out, in, weight};
+  DispatchStorage<4>(RmsnormBackwardKernel{partial_weight, rstd, rows, D}, ptrs);
 }
 
 // d_weight[c0, c1) += Σ_b partials[b, c0:c1), blocks in order.
@@ -148,8 +175,8 @@ constexpr int64_t kMinRowsPerBlock = 16;
 constexpr int64_t kWeightColumnBlock = 256;  // a multiple of every vector width
 }  // namespace
 
-void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weight, int64_t N,
-                     int64_t D, float eps) {
+void rmsnorm_forward(FloatPtr out, float* rstd, FloatPtr in, FloatPtr weight, int64_t N, int64_t D,
+                     float eps) {
   auto& rmsnorm_forward_rows = HWY_DYNAMIC_DISPATCH(RmsnormForwardRows);
   parallel_for(N, items_per_task(D), [&](int64_t begin, int64_t end) {
     rmsnorm_forward_rows(out + begin * D, rstd + begin, in + begin * D, weight, end - begin, D,
@@ -157,8 +184,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* in, const float* weig
   });
 }
 
-void rmsnorm_backward(float* d_in, float* d_weight, const float* d_out, const float* in,
-                      const float* weight, const float* rstd, int64_t N, int64_t D) {
+void rmsnorm_backward(FloatPtr d_in, float* d_weight, FloatPtr d_out, FloatPtr in, FloatPtr weight,
+                      const float* rstd, int64_t N, int64_t D) {
   auto& rmsnorm_backward_rows = HWY_DYNAMIC_DISPATCH(RmsnormBackwardRows);
   auto& rmsnorm_reduce_weight_columns = HWY_DYNAMIC_DISPATCH(RmsnormReduceWeightColumns);
   if (N <= 0 || D <= 0) return;

@@ -18,6 +18,7 @@
 // clang-format off
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "maxctx/kernels/cpu/float_storage-inl.h"
 // clang-format on
 
 HWY_BEFORE_NAMESPACE();
@@ -27,36 +28,48 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Rotates `rows` tokens by +angle (inverse = false) or −angle (inverse = true). Each pair is
 // loaded before it is stored, so out may be in.
-void RopeRotateTokens(float* out, const float* in, const float* cos, const float* sin, int64_t rows,
-                      int64_t H, int64_t head_dim, bool inverse) {
-  const hn::ScalableTag<float> d;
-  const int64_t lanes = hn::Lanes(d);
-  const int64_t half = head_dim / 2;
-  for (int64_t n = 0; n < rows; ++n) {
-    const float* c_row = cos + n * half;
-    const float* s_row = sin + n * half;
-    for (int64_t h = 0; h < H; ++h) {
-      const float* x = in + (n * H + h) * head_dim;
-      float* y = out + (n * H + h) * head_dim;
-      int64_t i = 0;
-      for (; i + lanes <= half; i += lanes) {
-        const auto c = hn::LoadU(d, c_row + i);
-        const auto s = inverse ? hn::Neg(hn::LoadU(d, s_row + i)) : hn::LoadU(d, s_row + i);
-        const auto x1 = hn::LoadU(d, x + i);
-        const auto x2 = hn::LoadU(d, x + half + i);
-        hn::StoreU(hn::NegMulAdd(x2, s, hn::Mul(x1, c)), d, y + i);
-        hn::StoreU(hn::MulAdd(x1, s, hn::Mul(x2, c)), d, y + half + i);
-      }
-      for (; i < half; ++i) {
-        const float c = c_row[i];
-        const float s = inverse ? -s_row[i] : s_row[i];
-        const float x1 = x[i];
-        const float x2 = x[half + i];
-        y[i] = x1 * c - x2 * s;
-        y[half + i] = x2 * c + x1 * s;
+struct RopeRotateKernel {
+  const float* cos;
+  const float* sin;
+  int64_t rows, H, head_dim;
+  bool inverse;
+  template <class TO, class TI>
+  void operator()(TO* out, const TI* in) const {
+    const hn::ScalableTag<float> d;
+    const int64_t lanes = hn::Lanes(d);
+    const int64_t half = head_dim / 2;
+    for (int64_t n = 0; n < rows; ++n) {
+      const float* c_row = cos + n * half;
+      const float* s_row = sin + n * half;
+      for (int64_t h = 0; h < H; ++h) {
+        const TI* x = in + (n * H + h) * head_dim;
+        TO* y = out + (n * H + h) * head_dim;
+        int64_t i = 0;
+        for (; i + lanes <= half; i += lanes) {
+          const auto c = hn::LoadU(d, c_row + i);
+          const auto s = inverse ? hn::Neg(hn::LoadU(d, s_row + i)) : hn::LoadU(d, s_row + i);
+          const auto x1 = LoadF32(d, x + i);
+          const auto x2 = LoadF32(d, x + half + i);
+          StoreRounded(d, hn::NegMulAdd(x2, s, hn::Mul(x1, c)), y + i);
+          StoreRounded(d, hn::MulAdd(x1, s, hn::Mul(x2, c)), y + half + i);
+        }
+        for (; i < half; ++i) {
+          const float c = c_row[i];
+          const float s = inverse ? -s_row[i] : s_row[i];
+          const float x1 = ToF32(x[i]);
+          const float x2 = ToF32(x[half + i]);
+          StoreRounded(x1 * c - x2 * s, y + i);
+          StoreRounded(x2 * c + x1 * s, y + half + i);
+        }
       }
     }
   }
+};
+
+void RopeRotateTokens(FloatPtr out, FloatPtr in, const float* cos, const float* sin, int64_t rows,
+                      int64_t H, int64_t head_dim, bool inverse) {
+  const FloatPtr ptrs[] = {out, in};
+  DispatchStorage<2>(RopeRotateKernel{cos, sin, rows, H, head_dim, inverse}, ptrs);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -84,7 +97,7 @@ void rope_cos_sin(float* cos, float* sin, const int32_t* positions, int64_t N, i
   });
 }
 
-void rope_forward(float* out, const float* in, const float* cos, const float* sin, int64_t N,
+void rope_forward(FloatPtr out, FloatPtr in, const float* cos, const float* sin, int64_t N,
                   int64_t H, int64_t head_dim) {
   auto& rope_rotate_tokens = HWY_DYNAMIC_DISPATCH(RopeRotateTokens);
   MAXCTX_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope needs an even head_dim > 0, got {}",
@@ -96,7 +109,7 @@ void rope_forward(float* out, const float* in, const float* cos, const float* si
   });
 }
 
-void rope_backward(float* d_in, const float* d_out, const float* cos, const float* sin, int64_t N,
+void rope_backward(FloatPtr d_in, FloatPtr d_out, const float* cos, const float* sin, int64_t N,
                    int64_t H, int64_t head_dim) {
   auto& rope_rotate_tokens = HWY_DYNAMIC_DISPATCH(RopeRotateTokens);
   MAXCTX_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope needs an even head_dim > 0, got {}",

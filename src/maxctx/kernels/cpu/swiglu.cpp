@@ -1,5 +1,6 @@
-// Fast SwiGLU. Each step is written once over a Highway tag and run with full vectors, then
-// with one-lane vectors for the tail, so the tail uses the same exp as the body.
+// Fast SwiGLU. Each step is written once over a Highway tag and the operands' storage types and
+// run with full vectors, then with one-lane vectors for the tail, so the tail uses the same exp
+// as the body.
 #include "maxctx/kernels/cpu/swiglu.h"
 
 #include "maxctx/kernels/cpu/threading.h"
@@ -14,6 +15,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
+#include "maxctx/kernels/cpu/float_storage-inl.h"
 // clang-format on
 
 HWY_BEFORE_NAMESPACE();
@@ -29,43 +31,61 @@ HWY_INLINE V SwigluSigmoid(D d, V g) {
   return hn::IfThenElse(hn::Lt(g, hn::Zero(d)), hn::Mul(e, inv), inv);
 }
 
-template <class D>
-HWY_INLINE void SwigluForwardStep(D d, float* out, const float* gate, const float* up, int64_t k) {
-  const auto g = hn::LoadU(d, gate + k);
-  hn::StoreU(hn::Mul(hn::Mul(g, SwigluSigmoid(d, g)), hn::LoadU(d, up + k)), d, out + k);
+template <class D, class TO, class TG, class TU>
+HWY_INLINE void SwigluForwardStep(D d, TO* out, const TG* gate, const TU* up, int64_t k) {
+  const auto g = LoadF32(d, gate + k);
+  StoreRounded(d, hn::Mul(hn::Mul(g, SwigluSigmoid(d, g)), LoadF32(d, up + k)), out + k);
 }
 
-template <class D>
-HWY_INLINE void SwigluBackwardStep(D d, float* d_gate, float* d_up, const float* d_out,
-                                   const float* gate, const float* up, int64_t k) {
+template <class D, class TDG, class TDU, class TDO, class TG, class TU>
+HWY_INLINE void SwigluBackwardStep(D d, TDG* d_gate, TDU* d_up, const TDO* d_out, const TG* gate,
+                                   const TU* up, int64_t k) {
   const auto one = hn::Set(d, 1.0f);
-  const auto g = hn::LoadU(d, gate + k);
-  const auto u = hn::LoadU(d, up + k);
-  const auto dy = hn::LoadU(d, d_out + k);
+  const auto g = LoadF32(d, gate + k);
+  const auto u = LoadF32(d, up + k);
+  const auto dy = LoadF32(d, d_out + k);
   const auto s = SwigluSigmoid(d, g);
   // d_gate = dy·u·σ·(1 + g·(1 − σ)); both loads happen before either store (in place is fine).
   const auto d_silu = hn::Mul(s, hn::MulAdd(g, hn::Sub(one, s), one));
-  hn::StoreU(hn::Mul(hn::Mul(dy, g), s), d, d_up + k);
-  hn::StoreU(hn::Mul(hn::Mul(dy, u), d_silu), d, d_gate + k);
+  StoreRounded(d, hn::Mul(hn::Mul(dy, g), s), d_up + k);
+  StoreRounded(d, hn::Mul(hn::Mul(dy, u), d_silu), d_gate + k);
 }
 
-void SwigluForwardRange(float* out, const float* gate, const float* up, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const hn::CappedTag<float, 1> d1;
-  const int64_t lanes = hn::Lanes(d);
-  int64_t k = 0;
-  for (; k + lanes <= n; k += lanes) SwigluForwardStep(d, out, gate, up, k);
-  for (; k < n; ++k) SwigluForwardStep(d1, out, gate, up, k);
+struct SwigluForwardKernel {
+  int64_t n;
+  template <class TO, class TG, class TU>
+  void operator()(TO* out, const TG* gate, const TU* up) const {
+    const hn::ScalableTag<float> d;
+    const hn::CappedTag<float, 1> d1;
+    const int64_t lanes = hn::Lanes(d);
+    int64_t k = 0;
+    for (; k + lanes <= n; k += lanes) SwigluForwardStep(d, out, gate, up, k);
+    for (; k < n; ++k) SwigluForwardStep(d1, out, gate, up, k);
+  }
+};
+
+void SwigluForwardRange(FloatPtr out, FloatPtr gate, FloatPtr up, int64_t n) {
+  const FloatPtr ptrs[] = {out, gate, up};
+  DispatchStorage<3>(SwigluForwardKernel{n}, ptrs);
 }
 
-void SwigluBackwardRange(float* d_gate, float* d_up, const float* d_out, const float* gate,
-                         const float* up, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const hn::CappedTag<float, 1> d1;
-  const int64_t lanes = hn::Lanes(d);
-  int64_t k = 0;
-  for (; k + lanes <= n; k += lanes) SwigluBackwardStep(d, d_gate, d_up, d_out, gate, up, k);
-  for (; k < n; ++k) SwigluBackwardStep(d1, d_gate, d_up, d_out, gate, up, k);
+struct SwigluBackwardKernel {
+  int64_t n;
+  template <class TDG, class TDU, class TDO, class TG, class TU>
+  void operator()(TDG* d_gate, TDU* d_up, const TDO* d_out, const TG* gate, const TU* up) const {
+    const hn::ScalableTag<float> d;
+    const hn::CappedTag<float, 1> d1;
+    const int64_t lanes = hn::Lanes(d);
+    int64_t k = 0;
+    for (; k + lanes <= n; k += lanes) SwigluBackwardStep(d, d_gate, d_up, d_out, gate, up, k);
+    for (; k < n; ++k) SwigluBackwardStep(d1, d_gate, d_up, d_out, gate, up, k);
+  }
+};
+
+void SwigluBackwardRange(FloatPtr d_gate, FloatPtr d_up, FloatPtr d_out, FloatPtr gate, FloatPtr up,
+                         int64_t n) {
+  const FloatPtr ptrs[] = {d_gate, d_up, d_out, gate, up};
+  DispatchStorage<5>(SwigluBackwardKernel{n}, ptrs);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -78,15 +98,15 @@ namespace maxctx::kernels::cpu {
 HWY_EXPORT(SwigluForwardRange);
 HWY_EXPORT(SwigluBackwardRange);
 
-void swiglu_forward(float* out, const float* gate, const float* up, int64_t N, int64_t F) {
+void swiglu_forward(FloatPtr out, FloatPtr gate, FloatPtr up, int64_t N, int64_t F) {
   auto& swiglu_forward_range = HWY_DYNAMIC_DISPATCH(SwigluForwardRange);
   parallel_for(N * F, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
     swiglu_forward_range(out + begin, gate + begin, up + begin, end - begin);
   });
 }
 
-void swiglu_backward(float* d_gate, float* d_up, const float* d_out, const float* gate,
-                     const float* up, int64_t N, int64_t F) {
+void swiglu_backward(FloatPtr d_gate, FloatPtr d_up, FloatPtr d_out, FloatPtr gate, FloatPtr up,
+                     int64_t N, int64_t F) {
   auto& swiglu_backward_range = HWY_DYNAMIC_DISPATCH(SwigluBackwardRange);
   parallel_for(N * F, kMinElementsPerTask, [&](int64_t begin, int64_t end) {
     swiglu_backward_range(d_gate + begin, d_up + begin, d_out + begin, gate + begin, up + begin,
