@@ -15,6 +15,7 @@ import sys
 AR_SPEEDUP_TARGET = 1.7
 PREFILL_EFFICIENCY_TARGET = 0.85
 INT8_SPEEDUP_TARGET = 2.5
+BF16_SPEEDUP_TARGET = 1.8
 BANDWIDTH_FRACTION_TARGET = 0.6
 
 
@@ -67,6 +68,8 @@ def main():
     fp32 = ar_entry(load(pieces, "decode_fp32"), dram_rank[1])
     int8 = ar_entry(load(pieces, "decode_int8"), dram_rank[1])
     int8_speedup = fp32["step_in_ms"] / int8["step_in_ms"]
+    bf16 = ar_entry(load(pieces, "decode_bf16"), dram_rank[1])
+    bf16_speedup = fp32["step_in_ms"] / bf16["step_in_ms"]
 
     result = {
         "threads_per_rank": 1,
@@ -109,6 +112,15 @@ def main():
             "target_speedup": INT8_SPEEDUP_TARGET,
             "meets_target": int8_speedup >= INT8_SPEEDUP_TARGET,
         },
+        "decode_batch1_bf16": {
+            "model_name": "maxctx-100m",
+            "fp32": fp32,
+            "bf16": bf16,
+            "speedup_bf16_over_fp32": bf16_speedup,
+            "target_speedup": BF16_SPEEDUP_TARGET,
+            "meets_target": bf16_speedup >= BF16_SPEEDUP_TARGET,
+            "note": "dtype=bfloat16 weight_dtype=bfloat16: bf16 weights, activations, KV cache",
+        },
         "ar_bandwidth_fraction_of_dram": {
             "case": "batch-1 decode, maxctx-100m, fp32 weights, one rank",
             "fraction": fp32["bw_fraction_of_dram_read"],
@@ -117,6 +129,7 @@ def main():
             "ar_32k_ca1_fraction": ar1["bw_fraction_of_dram_read"],
             "ar_32k_ca2_fraction": ar2["bw_fraction_of_dram_read"],
             "int8_fraction": int8["bw_fraction_of_dram_read"],
+            "bf16_fraction": bf16["bw_fraction_of_dram_read"],
         },
         "load_average_1min_before_each_piece": {
             name[:-5]: load_average(pieces, name[:-5])
@@ -127,7 +140,8 @@ def main():
         json.dump(result, f, indent=2)
         f.write("\n")
     for key in ("ar_step_32k_context_sequence_sharded", "prefill_8k",
-                "decode_batch1_int8_weights", "ar_bandwidth_fraction_of_dram"):
+                "decode_batch1_int8_weights", "decode_batch1_bf16",
+                "ar_bandwidth_fraction_of_dram"):
         entry = result[key]
         figure = {k: v for k, v in entry.items()
                   if k.startswith(("speedup", "scaling", "fraction"))}

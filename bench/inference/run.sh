@@ -4,7 +4,8 @@
 # inference_microbenchmark keys and JSON):
 #   - AR step at a 32K-token context, sequence-sharded KV (maxctx-small): ca = 2 vs ca = 1;
 #   - prefill of 8K tokens (maxctx-small): ca = 2 vs ca = 1, strong-scaling efficiency;
-#   - batch-1 decode of maxctx-100m (425 MB of fp32 weights, past the L3): int8 weights vs fp32;
+#   - batch-1 decode of maxctx-100m (425 MB of fp32 weights, past the L3): int8 weights vs fp32,
+#     and bf16 weights, activations and KV cache vs fp32;
 #   - AR bandwidth as a fraction of the DRAM read bandwidth measured here by dram_bandwidth.
 # The global batch is one sequence on both meshes (per_device_batch_size 1 and 0.5).
 # combine.py merges the pieces into BUILD_DIR/bench/inference.json. About 4 minutes.
@@ -56,5 +57,7 @@ decode=(model_name=maxctx-100m max_prefill_predict_length=64 max_target_length=2
   inference_microbenchmark_loop_iters=40)
 bench 1 decode_fp32 "${decode[@]}"
 bench 1 decode_int8 "${decode[@]}" quantization=int8
+# bf16 weights and KV cache (MaxText's inference default), bf16 activations: half the bytes.
+bench 1 decode_bf16 "${decode[@]}" dtype=bfloat16 weight_dtype=bfloat16
 
 /usr/bin/python3 "$here/combine.py" "$pieces" "$build_dir/bench/inference.json"

@@ -21,6 +21,7 @@ struct Variant {
   bool int8_weights;
   double max_kl_bound;   // per token, nats
   double mean_kl_bound;  // over all tokens
+  bool bf16 = false;     // dtype = weight_dtype = bfloat16 (bf16 weights, activations, KV cache)
 };
 
 // Every step's (slots, V) logits of `engine` fed the tokens `forced` (per slot: the tokens the
@@ -61,7 +62,10 @@ void check_variants(const model::LlamaConfig& mc, const std::vector<float>& weig
     InferenceSettings q = s;
     q.quantize_kvcache = v.int8_kv;
     q.int8_weights = v.int8_weights;
-    InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), q, mc, weights, mesh);
+    model::LlamaConfig variant_model = mc;
+    if (v.bf16) variant_model.dtype = variant_model.weight_dtype = DType::kBF16;
+    InferenceEngine engine(maxctx::kernels::backend(maxctx::Device::kCpu), q, variant_model,
+                           weights, mesh);
     const auto got = forced_logits(engine, prompts, greedy.tokens);
     ASSERT_EQ(got.size(), want.size());
     double max_kl = 0.0, sum_kl = 0.0;
@@ -79,10 +83,10 @@ void check_variants(const model::LlamaConfig& mc, const std::vector<float>& weig
     }
     const double mean_kl = sum_kl / double(count);
     if (Communicator::world().rank() == 0) {
-      std::printf("%s %s: KL(fp32 || int8) max %.3g mean %.3g over %lld tokens\n", model_name,
+      std::printf("%s %s: KL(fp32 || variant) max %.3g mean %.3g over %lld tokens\n", model_name,
                   v.name, max_kl, mean_kl, static_cast<long long>(count));
     }
-    EXPECT_GT(max_kl, 0.0) << v.name << ": the int8 path did not change the logits";
+    EXPECT_GT(max_kl, 0.0) << v.name << ": the variant did not change the logits";
     EXPECT_LE(max_kl, v.max_kl_bound) << model_name << " " << v.name;
     EXPECT_LE(mean_kl, v.mean_kl_bound) << model_name << " " << v.name;
   }
