@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "maxctx/core/dtype.h"
 #include "maxctx/kernels/ref/attention.h"
 
 namespace maxctx::kernels::cpu {
@@ -43,6 +44,24 @@ void attention_backward(float* dq, float* dk, float* dv, const float* d_out, con
                         const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                         const int32_t* k_seg, const AttentionParams& params,
                         AttentionStats* stats = nullptr);
+
+// The same with q, k, v in bf16 (attention_bf16.cpp; kernels.h's precision contract): bf16
+// products with fp32 sums, softmax in fp32, P (and in backward dO and dS) rounded to bf16 for
+// the products. Out is float or bf16 (rounded once); d_out and out in backward float or bf16;
+// lse, dq, dk, dv f32. head_dim must be even. The bits never depend on the thread count, and are
+// the same with or without AVX512_BF16 (attention_tiles.h).
+template <typename Out>
+void attention_forward_bf16(Out* out, float* lse, const bf16* q, const bf16* k, const bf16* v,
+                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                            const int32_t* k_seg, const AttentionParams& params,
+                            AttentionStats* stats = nullptr);
+
+template <typename DOut, typename Out>
+void attention_backward_bf16(float* dq, float* dk, float* dv, const DOut* d_out, const Out* out,
+                             const float* lse, const bf16* q, const bf16* k, const bf16* v,
+                             const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                             const int32_t* k_seg, const AttentionParams& params,
+                             AttentionStats* stats = nullptr);
 
 void attention_merge(float* out, float* lse, const float* out_a, const float* lse_a,
                      const float* out_b, const float* lse_b, int64_t batch, int64_t seq_q,

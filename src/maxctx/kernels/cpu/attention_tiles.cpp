@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -22,6 +23,71 @@
 
 #include "hwy/aligned_allocator.h"
 #include "maxctx/core/check.h"
+
+#ifndef MAXCTX_ATTENTION_TILES_ONCE  // this file is compiled once per SIMD target
+#define MAXCTX_ATTENTION_TILES_ONCE
+#include <immintrin.h>
+
+namespace maxctx::kernels::cpu {
+namespace {
+
+// ---------------------------------------------------------------- bf16 products, vdpbf16ps
+// Compiled once, for AVX512_BF16 by attribute (the baseline is AVX2), and called only when the
+// CPU has it. kRows × kVectors accumulators as in the fp32 micro-tile; each step of k takes one
+// pair of bf16 from each A row (a 32-bit broadcast) against a row of the packed B panel.
+#define MAXCTX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+
+using Bf16MicroTile = void (*)(int64_t pairs, float alpha, const uint32_t* a, int64_t lda_words,
+                               const uint32_t* b_panel, bool accumulate, float* c, int64_t ldc,
+                               int64_t cols);
+
+template <int kRows, int kVectors>
+MAXCTX_BF16_TARGET void bf16_micro_tile_native(int64_t pairs, float alpha, const uint32_t* a,
+                                               int64_t lda_words, const uint32_t* b_panel,
+                                               bool accumulate, float* c, int64_t ldc,
+                                               int64_t cols) {
+  __m512 acc[kRows][kVectors];
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm512_setzero_ps();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    const uint32_t* b_row = b_panel + p * 32;
+    __m512bh b_vec[kVectors];
+    for (int j = 0; j < kVectors; ++j) {
+      b_vec[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_row + 16 * j));
+    }
+    for (int i = 0; i < kRows; ++i) {
+      const __m512bh a_pair =
+          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * lda_words + p])));
+      for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a_pair, b_vec[j]);
+    }
+  }
+  const __m512 v_alpha = _mm512_set1_ps(alpha);
+  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (kVectors - 1))) - 1u);
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kVectors; ++j) {
+      float* c_vec = c + i * ldc + 16 * j;
+      const __mmask16 mask = j + 1 < kVectors ? static_cast<__mmask16>(0xffff) : last;
+      const __m512 result =
+          accumulate ? _mm512_fmadd_ps(acc[i][j], v_alpha, _mm512_maskz_loadu_ps(mask, c_vec))
+                     : _mm512_mul_ps(acc[i][j], v_alpha);
+      _mm512_mask_storeu_ps(c_vec, mask, result);
+    }
+  }
+}
+
+template <int kVectors, size_t... kRowsMinusOne>
+constexpr std::array<Bf16MicroTile, 8> bf16_native_rows(std::index_sequence<kRowsMinusOne...>) {
+  return {&bf16_micro_tile_native<static_cast<int>(kRowsMinusOne) + 1, kVectors>...};
+}
+// kBf16NativeTiles[vectors - 1][rows - 1]
+constexpr std::array<std::array<Bf16MicroTile, 8>, 2> kBf16NativeTiles = {
+    bf16_native_rows<1>(std::make_index_sequence<8>()),
+    bf16_native_rows<2>(std::make_index_sequence<8>())};
+
+}  // namespace
+}  // namespace maxctx::kernels::cpu
+#endif  // MAXCTX_ATTENTION_TILES_ONCE
 
 // Highway 1.0.3 drops AVX3_DL from its dynamic targets unless asked (see elementwise.cpp).
 #ifndef HWY_WANT_AVX3_DL
@@ -249,6 +315,148 @@ void softmax_backward(float* prob, float* d_score, int64_t ld, int64_t rows, int
   }
 }
 
+// ---------------------------------------------------------------- bf16 products, portable
+// The vdpbf16ps sequence in fp32 FMAs (attention_tiles.h): per pair the odd product first, the
+// inputs and every sum flushed to a signed zero when denormal.
+
+using U32Tag = hn::RebindToUnsigned<FloatTag>;
+constexpr int64_t kPanelVectors = kBf16Panel / static_cast<int64_t>(hn::MaxLanes(FloatTag()));
+
+HWY_INLINE FloatVec flush_denormal(FloatVec x) {
+  const FloatTag d;
+  const U32Tag du;
+  const auto bits = hn::BitCast(du, x);
+  const auto tiny = hn::Eq(hn::And(bits, hn::Set(du, 0x7f800000u)), hn::Zero(du));
+  return hn::BitCast(d, hn::IfThenElse(tiny, hn::And(bits, hn::Set(du, 0x80000000u)), bits));
+}
+
+template <int kRows>
+void bf16_micro_tile_portable(int64_t pairs, float alpha, const uint32_t* a, int64_t lda_words,
+                              const uint32_t* b_panel, bool accumulate, float* c, int64_t ldc,
+                              int64_t cols) {
+  const FloatTag d;
+  const U32Tag du;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t vectors = (cols + lanes - 1) / lanes;
+  const auto high_half = hn::Set(du, 0xffff0000u);
+  FloatVec acc[kRows][kPanelVectors];
+  for (int i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < kPanelVectors; ++j) acc[i][j] = hn::Zero(d);
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    FloatVec b_even[kPanelVectors], b_odd[kPanelVectors];
+    for (int64_t j = 0; j < vectors; ++j) {
+      const auto words = hn::LoadU(du, b_panel + p * kBf16Panel + j * lanes);
+      b_even[j] = flush_denormal(hn::BitCast(d, hn::ShiftLeft<16>(words)));
+      b_odd[j] = flush_denormal(hn::BitCast(d, hn::And(words, high_half)));
+    }
+    for (int i = 0; i < kRows; ++i) {
+      const auto pair = hn::Set(du, a[i * lda_words + p]);
+      const auto a_even = flush_denormal(hn::BitCast(d, hn::ShiftLeft<16>(pair)));
+      const auto a_odd = flush_denormal(hn::BitCast(d, hn::And(pair, high_half)));
+      for (int64_t j = 0; j < vectors; ++j) {
+        acc[i][j] = flush_denormal(hn::MulAdd(a_odd, b_odd[j], acc[i][j]));
+        acc[i][j] = flush_denormal(hn::MulAdd(a_even, b_even[j], acc[i][j]));
+      }
+    }
+  }
+  const auto v_alpha = hn::Set(d, alpha);
+  for (int i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < vectors; ++j) {
+      float* c_vec = c + i * ldc + j * lanes;
+      const auto mask = hn::FirstN(d, static_cast<size_t>(std::min(lanes, cols - j * lanes)));
+      const auto result = accumulate
+                              ? hn::MulAdd(acc[i][j], v_alpha, hn::MaskedLoad(mask, d, c_vec))
+                              : hn::Mul(acc[i][j], v_alpha);
+      hn::BlendedStore(result, mask, d, c_vec);
+    }
+  }
+}
+
+template <size_t... kRowsMinusOne>
+constexpr std::array<Bf16MicroTile, kTileM> bf16_portable_rows(
+    std::index_sequence<kRowsMinusOne...>) {
+  return {&bf16_micro_tile_portable<static_cast<int>(kRowsMinusOne) + 1>...};
+}
+constexpr std::array<Bf16MicroTile, kTileM> kBf16PortableTiles =
+    bf16_portable_rows(std::make_index_sequence<kTileM>());
+
+// panel (ceil(k / 2), kBf16Panel) words of B (k, n) row-major from column n0: two rows of bf16
+// interleaved into 32-bit words, zero past k and n.
+void pack_bf16_rows(uint32_t* panel, const bf16* b, int64_t ldb, int64_t k, int64_t n, int64_t n0) {
+  const U32Tag du;
+  const hn::Rebind<uint16_t, U32Tag> d16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
+  const int64_t cols = std::min(kBf16Panel, n - n0);
+  const auto* bits = reinterpret_cast<const uint16_t*>(b);
+  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+    const uint16_t* even = bits + 2 * p * ldb + n0;
+    const uint16_t* odd = 2 * p + 1 < k ? even + ldb : nullptr;
+    uint32_t* dst = panel + p * kBf16Panel;
+    if (cols == kBf16Panel && odd != nullptr) {
+      for (int64_t j = 0; j < kBf16Panel; j += lanes) {
+        const auto lo = hn::PromoteTo(du, hn::LoadU(d16, even + j));
+        const auto hi = hn::PromoteTo(du, hn::LoadU(d16, odd + j));
+        hn::StoreU(hn::Or(lo, hn::ShiftLeft<16>(hi)), du, dst + j);
+      }
+      continue;
+    }
+    for (int64_t c = 0; c < kBf16Panel; ++c) {
+      const uint32_t lo = c < cols ? even[c] : 0u;
+      const uint32_t hi = c < cols && odd != nullptr ? odd[c] : 0u;
+      dst[c] = lo | hi << 16;
+    }
+  }
+}
+
+// native: use the vdpbf16ps micro-tiles. panel_scratch: room for ceil(k / 2) · kBf16Panel words.
+void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
+                    const bf16* b, int64_t ldb, const uint32_t* b_packed, bool accumulate, float* c,
+                    int64_t ldc, bool native, uint32_t* panel_scratch) {
+  const int64_t pairs = (k + 1) / 2;
+  const auto* a_words = reinterpret_cast<const uint32_t*>(a);
+  const int64_t lda_words = lda / 2;
+  for (int64_t n0 = 0; n0 < n; n0 += kBf16Panel) {
+    const int64_t cols = std::min(kBf16Panel, n - n0);
+    const uint32_t* panel = panel_scratch;
+    if (b_packed != nullptr) {
+      panel = b_packed + n0 / kBf16Panel * pairs * kBf16Panel;
+    } else {
+      pack_bf16_rows(panel_scratch, b, ldb, k, n, n0);
+    }
+    const int64_t vectors = (cols + 15) / 16;
+    for (int64_t m0 = 0; m0 < m; m0 += kTileM) {
+      const int64_t rows = std::min<int64_t>(kTileM, m - m0);
+      const Bf16MicroTile tile =
+          native ? kBf16NativeTiles[vectors - 1][rows - 1] : kBf16PortableTiles[rows - 1];
+      tile(pairs, alpha, a_words + m0 * lda_words, lda_words, panel, accumulate, c + m0 * ldc + n0,
+           ldc, cols);
+    }
+  }
+}
+
+// dst = float_to_bf16(src): round half to even on the bits, NaN kept quiet.
+void round_to_bf16(bf16* dst, const float* src, int64_t n) {
+  const FloatTag d;
+  const U32Tag du;
+  const hn::RebindToSigned<FloatTag> di;
+  const hn::Rebind<uint16_t, FloatTag> d16;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  auto* out = reinterpret_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) {
+    const auto bits = hn::BitCast(du, hn::LoadU(d, src + i));
+    const auto nan = hn::Gt(hn::And(bits, hn::Set(du, 0x7fffffffu)), hn::Set(du, 0x7f800000u));
+    const auto rounding =
+        hn::Add(hn::Set(du, 0x7fffu), hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u)));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(bits, rounding));
+    const auto quiet = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+    const auto result = hn::BitCast(di, hn::IfThenElse(nan, quiet, rounded));
+    hn::StoreU(hn::DemoteTo(d16, result), d16, out + i);
+  }
+  for (; i < n; ++i) dst[i] = float_to_bf16(src[i]);
+}
+
 int64_t vector_lanes() { return static_cast<int64_t>(hn::Lanes(FloatTag())); }
 int64_t target_id() { return HWY_TARGET; }
 
@@ -267,6 +475,8 @@ HWY_EXPORT(softmax_backward);
 HWY_EXPORT(vector_lanes);
 HWY_EXPORT(gemm_panel);
 HWY_EXPORT(target_id);
+HWY_EXPORT(tile_gemm_bf16);
+HWY_EXPORT(round_to_bf16);
 
 namespace {
 // The row passes step through kAttentionScoreAlign-float rows a whole vector at a time.
@@ -308,6 +518,59 @@ void attention_softmax_backward(float* prob, float* d_score, int64_t ld, int64_t
                                 int64_t width, const float* lse, const float* delta) {
   check_row_alignment();
   HWY_DYNAMIC_DISPATCH(softmax_backward)(prob, d_score, ld, rows, width, lse, delta);
+}
+
+namespace {
+std::atomic<bool> bf16_force_portable{false};
+bool cpu_has_avx512_bf16() {
+  static const bool has = __builtin_cpu_supports("avx512bf16");
+  return has;
+}
+}  // namespace
+
+void attention_bf16_force_portable(bool portable) { bf16_force_portable = portable; }
+bool attention_bf16_native() { return cpu_has_avx512_bf16() && !bf16_force_portable; }
+
+int64_t attention_bf16_packed_words(int64_t k, int64_t n) {
+  return (n + kBf16Panel - 1) / kBf16Panel * ((k + 1) / 2) * kBf16Panel;
+}
+
+void attention_pack_bf16_transposed(uint32_t* packed, const bf16* src, int64_t n, int64_t k,
+                                    int64_t ld) {
+  const int64_t pairs = (k + 1) / 2;
+  const auto* bits = reinterpret_cast<const uint16_t*>(src);
+  for (int64_t n0 = 0; n0 < n; n0 += kBf16Panel) {
+    uint32_t* panel = packed + n0 / kBf16Panel * pairs * kBf16Panel;
+    for (int64_t c = 0; c < kBf16Panel; ++c) {
+      const uint16_t* row = n0 + c < n ? bits + (n0 + c) * ld : nullptr;
+      for (int64_t p = 0; p < pairs; ++p) {
+        const uint32_t lo = row != nullptr ? row[2 * p] : 0u;
+        const uint32_t hi = row != nullptr && 2 * p + 1 < k ? row[2 * p + 1] : 0u;
+        panel[p * kBf16Panel + c] = lo | hi << 16;
+      }
+    }
+  }
+}
+
+void attention_tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
+                              int64_t lda, const bf16* b, int64_t ldb, const uint32_t* b_packed,
+                              bool accumulate, float* c, int64_t ldc) {
+  MAXCTX_CHECK(lda % 2 == 0, "bf16 tile products read A in pairs: lda {} must be even", lda);
+  // Each thread keeps one B panel, grown to the deepest product it has seen.
+  static thread_local hwy::AlignedFreeUniquePtr<uint32_t[]> panel;
+  static thread_local int64_t capacity = 0;
+  const int64_t needed = std::max<int64_t>(1, (k + 1) / 2) * kBf16Panel;
+  if (needed > capacity) {
+    panel = hwy::AllocateAligned<uint32_t>(static_cast<size_t>(needed));
+    capacity = needed;
+  }
+  HWY_DYNAMIC_DISPATCH(tile_gemm_bf16)
+  (m, n, k, alpha, a, lda, b, ldb, b_packed, accumulate, c, ldc, attention_bf16_native(),
+   panel.get());
+}
+
+void attention_round_to_bf16(bf16* dst, const float* src, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(round_to_bf16)(dst, src, n);
 }
 
 const char* attention_simd_target() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_id)()); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/adamw.h"
@@ -54,6 +55,47 @@ void check_same_dtype_in_place(const TensorView& out, const TensorView& in, cons
   MAXCTX_CHECK(out.raw() != in.raw() || out.dtype() == in.dtype(),
                "{} in place needs one dtype, got {} over {}", op, dtype_name(out.dtype()),
                dtype_name(in.dtype()));
+}
+
+// ---- float views (f32 or bf16) of the attention ops
+
+void check_float(const TensorView& v, const char* op, const char* what) {
+  check_host(v);
+  MAXCTX_CHECK(v.dtype() == DType::kF32 || v.dtype() == DType::kBF16,
+               "{}: {} must be f32 or bf16, got a {} tensor", op, what, dtype_name(v.dtype()));
+}
+
+// A float view's elements as f32: its own memory, or a widened copy in staging.
+const float* f32_input(const TensorView& v, std::vector<float>& staging, const char* op,
+                       const char* what) {
+  check_float(v, op, what);
+  if (v.dtype() == DType::kF32) return static_cast<const float*>(v.raw());
+  staging.resize(static_cast<size_t>(v.numel()));
+  convert_bf16_to_f32(v.span<bf16>(), staging);
+  return staging.data();
+}
+
+// Where an op writes a float view's f32 result: its own memory, or staging that
+// finish_f32_output then rounds into it.
+float* f32_output(const TensorView& v, std::vector<float>& staging, const char* op,
+                  const char* what) {
+  check_float(v, op, what);
+  if (v.dtype() == DType::kF32) return static_cast<float*>(v.raw());
+  staging.assign(static_cast<size_t>(v.numel()), 0.0f);
+  return staging.data();
+}
+void finish_f32_output(const TensorView& v, const std::vector<float>& staging) {
+  if (v.dtype() == DType::kBF16) convert_f32_to_bf16(staging, v.span<bf16>());
+}
+
+// The dtype q, k and v share, which decides an attention op's products.
+DType attention_dtype(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const char* op) {
+  check_float(q, op, "q");
+  MAXCTX_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(),
+               "{}: q, k and v share one dtype (f32 or bf16), got q {}, k {}, v {}", op,
+               dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
+  return q.dtype();
 }
 
 // The number of rows of a view holding rows of `row_elements` elements.
@@ -208,19 +250,52 @@ class CpuKernels final : public Kernels {
                          const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                          const int32_t* k_seg, const AttentionParams& p,
                          AttentionStats* stats) const override {
+    constexpr const char* kOp = "attention_forward";
     check_attention_views(out, lse, q, k, v, p);
-    cpu::attention_forward(f32(out), f32(lse), f32(q), f32(k), f32(v), q_pos, q_seg, k_pos, k_seg,
-                           p, stats);
+    check_float(out, kOp, "out");
+    if (attention_dtype(q, k, v, kOp) == DType::kBF16) {
+      if (out.dtype() == DType::kBF16) {
+        cpu::attention_forward_bf16(as<bf16>(out), f32(lse), as<bf16>(q), as<bf16>(k), as<bf16>(v),
+                                    q_pos, q_seg, k_pos, k_seg, p, stats);
+      } else {
+        cpu::attention_forward_bf16(f32(out), f32(lse), as<bf16>(q), as<bf16>(k), as<bf16>(v),
+                                    q_pos, q_seg, k_pos, k_seg, p, stats);
+      }
+      return;
+    }
+    std::vector<float> out_staging;
+    cpu::attention_forward(f32_output(out, out_staging, kOp, "out"), f32(lse), f32(q), f32(k),
+                           f32(v), q_pos, q_seg, k_pos, k_seg, p, stats);
+    finish_f32_output(out, out_staging);
   }
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
                           TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                           const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                           const int32_t* k_seg, const AttentionParams& p,
                           AttentionStats* stats) const override {
+    constexpr const char* kOp = "attention_backward";
     check_attention_views(out, lse, q, k, v, p);
     check_attention_views(d_out, lse, dq, dk, dv, p);
-    cpu::attention_backward(f32(dq), f32(dk), f32(dv), f32(d_out), f32(out), f32(lse), f32(q),
-                            f32(k), f32(v), q_pos, q_seg, k_pos, k_seg, p, stats);
+    check_float(d_out, kOp, "d_out");
+    check_float(out, kOp, "out");
+    if (attention_dtype(q, k, v, kOp) == DType::kBF16) {
+      const bool d_out_bf16 = d_out.dtype() == DType::kBF16, out_bf16 = out.dtype() == DType::kBF16;
+      auto run = [&](auto* d_out_data, auto* out_data) {
+        cpu::attention_backward_bf16(f32(dq), f32(dk), f32(dv), d_out_data, out_data, f32(lse),
+                                     as<bf16>(q), as<bf16>(k), as<bf16>(v), q_pos, q_seg, k_pos,
+                                     k_seg, p, stats);
+      };
+      if (d_out_bf16 && out_bf16) run(as<bf16>(d_out), as<bf16>(out));
+      if (d_out_bf16 && !out_bf16) run(as<bf16>(d_out), f32(out));
+      if (!d_out_bf16 && out_bf16) run(f32(d_out), as<bf16>(out));
+      if (!d_out_bf16 && !out_bf16) run(f32(d_out), f32(out));
+      return;
+    }
+    std::vector<float> d_out_staging, out_staging;
+    cpu::attention_backward(f32(dq), f32(dk), f32(dv),
+                            f32_input(d_out, d_out_staging, kOp, "d_out"),
+                            f32_input(out, out_staging, kOp, "out"), f32(lse), f32(q), f32(k),
+                            f32(v), q_pos, q_seg, k_pos, k_seg, p, stats);
   }
   void attention_merge(TensorView out, TensorView lse, TensorView out_a, TensorView lse_a,
                        TensorView out_b, TensorView lse_b, int64_t batch, int64_t seq_q,
@@ -237,20 +312,37 @@ class CpuKernels final : public Kernels {
                               TensorView v, const int32_t* q_pos, const int32_t* q_seg,
                               const int32_t* k_pos, const int32_t* k_seg,
                               const AttentionParams& p) const override {
+    constexpr const char* kOp = "single_query_attention";
     check_attention_views(out, lse, q, k, v, p);
-    cpu::single_query_attention(f32(out), f32(lse), f32(q), f32(k), f32(v), q_pos, q_seg, k_pos,
-                                k_seg, p);
+    std::vector<float> q_staging, out_staging;
+    float* out_data = f32_output(out, out_staging, kOp, "out");
+    const float* q_data = f32_input(q, q_staging, kOp, "q");
+    check_float(k, kOp, "k");
+    MAXCTX_CHECK(v.dtype() == k.dtype(), "{}: k and v are one cache, got k {} and v {}", kOp,
+                 dtype_name(k.dtype()), dtype_name(v.dtype()));
+    if (k.dtype() == DType::kBF16) {
+      cpu::single_query_attention(out_data, f32(lse), q_data, as<bf16>(k), as<bf16>(v), q_pos,
+                                  q_seg, k_pos, k_seg, p);
+    } else {
+      cpu::single_query_attention(out_data, f32(lse), q_data, f32(k), f32(v), q_pos, q_seg, k_pos,
+                                  k_seg, p);
+    }
+    finish_f32_output(out, out_staging);
   }
   void single_query_attention_int8(TensorView out, TensorView lse, TensorView q, TensorView k_codes,
                                    TensorView k_scale, TensorView v_codes, TensorView v_scale,
                                    const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                                    const int32_t* k_seg, const AttentionParams& p) const override {
+    constexpr const char* kOp = "single_query_attention_int8";
     check_attention_views(out, lse, q, k_codes, v_codes, p);
     check_numel(k_scale, p.batch * p.seq_k, "k_scale");
     check_numel(v_scale, p.batch * p.seq_k, "v_scale");
-    cpu::single_query_attention_int8(f32(out), f32(lse), f32(q), as<int8_t>(k_codes), f32(k_scale),
-                                     as<int8_t>(v_codes), f32(v_scale), q_pos, q_seg, k_pos, k_seg,
-                                     p);
+    std::vector<float> q_staging, out_staging;
+    cpu::single_query_attention_int8(f32_output(out, out_staging, kOp, "out"), f32(lse),
+                                     f32_input(q, q_staging, kOp, "q"), as<int8_t>(k_codes),
+                                     f32(k_scale), as<int8_t>(v_codes), f32(v_scale), q_pos, q_seg,
+                                     k_pos, k_seg, p);
+    finish_f32_output(out, out_staging);
   }
 
   Int8Weights int8_pack_weights(TensorView weight) const override {

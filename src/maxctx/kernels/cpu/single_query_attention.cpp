@@ -38,10 +38,13 @@
 #ifndef MAXCTX_SINGLE_QUERY_ATTENTION_ONCE  // this file is compiled once per SIMD target
 #define MAXCTX_SINGLE_QUERY_ATTENTION_ONCE
 namespace maxctx::kernels::cpu {
-// One batch row's K and V from a kv head on: fp32 rows, or int8 codes with a scale per row.
+// One batch row's K and V from a kv head on: fp32 or bf16 rows, or int8 codes with a scale per
+// row.
 struct CacheRows {
   const float* k = nullptr;
   const float* v = nullptr;
+  const bf16* k_bf16 = nullptr;  // set for a bf16 cache (then k, v are unused)
+  const bf16* v_bf16 = nullptr;
   const int8_t* k_codes = nullptr;  // set for an int8 cache (then k, v are unused)
   const int8_t* v_codes = nullptr;
   const float* k_scale = nullptr;  // (Sk)
@@ -437,15 +440,40 @@ void DequantizeRows(float* out, const int8_t* codes, const float* scale, const i
   }
 }
 
+// out (n, D) = the bf16 rows rows[i] of one kv head (row_stride elements apart) widened to fp32
+// (exact), prefetching the rows PrefetchRows ahead (in bytes of fp32 rows: twice as many rows).
+void WidenRows(float* out, const bf16* rows_bf16, const int32_t* rows, int64_t n, int64_t D,
+               int64_t row_stride) {
+  const DF d;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint16_t, DF> d16;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t ahead = PrefetchRows(row_stride) * row_stride;
+  const auto* bits = reinterpret_cast<const uint16_t*>(rows_bf16);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint16_t* row = bits + rows[i] * row_stride;
+    for (int64_t o = 0; o < D; o += 32) hwy::Prefetch(row + ahead + o);  // 64-byte lines
+    float* x = out + i * D;
+    int64_t e = 0;
+    for (; e + N <= D; e += N) {
+      const auto wide = hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, row + e)));
+      hn::StoreU(hn::BitCast(d, wide), d, x + e);
+    }
+    for (; e < D; ++e) x[e] = bf16_to_float(rows_bf16[rows[i] * row_stride + e]);
+  }
+}
+
 // One batch row, kv heads [h0, h0 + heads): blocks of rows outer and kv heads inner, so the
 // block's K and V rows are read as one contiguous span (each cache row holds every kv head).
 // q, out: the row's (Hq, D); cache: the row's K and V, (Sk, Hkv, D) from kv head h0. An int8
-// cache's rows are dequantized per kv head and block into an L1-sized scratch as they are used.
+// cache's rows are dequantized (a bf16 cache's widened) per kv head and block into an L1-sized
+// scratch as they are used.
 void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cache, int32_t q_pos,
                     int32_t q_seg, const int32_t* k_pos, const int32_t* k_seg, int64_t Sk,
                     int64_t heads, int64_t G, int64_t D, float scale, int32_t window) {
   const int64_t row_stride = cache.row_stride;
   const bool int8 = cache.k_codes != nullptr;
+  const bool staged = int8 || cache.k_bf16 != nullptr;  // rows copied to fp32 scratch per block
   const int64_t HG = heads * G;  // query heads of this item, contiguous in q, out and lse
   // One kv head's scores, then weights, (G, kBlockRows) in rows aligned for the softmax pass;
   // per query head the running max and sum, the accumulator and the scaled query (D each).
@@ -454,7 +482,7 @@ void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cac
   const int64_t packed_per_head = P > 0 ? ((G + P - 1) / P * D * P + kAttentionScoreAlign - 1) /
                                               kAttentionScoreAlign * kAttentionScoreAlign
                                         : 0;
-  const int64_t dequantized = int8 ? 2 * kBlockRows * D : 0;  // one kv head's K, V block rows
+  const int64_t dequantized = staged ? 2 * kBlockRows * D : 0;  // one kv head's K, V block rows
   const size_t need = static_cast<size_t>(heads * packed_per_head + G * kBlockRows + 2 * HG +
                                           2 * HG * D + dequantized) *
                       sizeof(float);
@@ -466,7 +494,7 @@ void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cac
   float* running_sum = running_max + HG;
   float* acc = running_sum + HG;
   float* q_scaled = acc + HG * D;
-  float* k_block = q_scaled + HG * D;  // int8 only: (n, D) each
+  float* k_block = q_scaled + HG * D;  // int8 and bf16 only: (n, D) each
   float* v_block = k_block + kBlockRows * D;
   std::fill(running_max, running_max + HG, kNegInf);
   std::fill(running_sum, running_sum + HG, 0.0f);
@@ -478,9 +506,9 @@ void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cac
     }
   }
   int32_t rows[kBlockRows];        // the block's visible rows: hidden rows are never read
-  int32_t block_rows[kBlockRows];  // int8: rows 0..n of the dequantized block
+  int32_t block_rows[kBlockRows];  // int8 and bf16: rows 0..n of the staged block
   for (int64_t i = 0; i < kBlockRows; ++i) block_rows[i] = static_cast<int32_t>(i);
-  const int64_t ahead = int8 ? 0 : PrefetchRows(row_stride) * row_stride;
+  const int64_t ahead = staged ? 0 : PrefetchRows(row_stride) * row_stride;
   for (int64_t r0 = 0; r0 < Sk; r0 += kBlockRows) {
     const int64_t block = std::min(kBlockRows, Sk - r0);
     int64_t n = 0;
@@ -496,12 +524,15 @@ void SingleQueryRow(float* out, float* lse, const float* q, const CacheRows& cac
       if (int8) {
         DequantizeRows(k_block, cache.k_codes + h * D, cache.k_scale, rows, n, D, row_stride);
         DequantizeRows(v_block, cache.v_codes + h * D, cache.v_scale, rows, n, D, row_stride);
+      } else if (staged) {
+        WidenRows(k_block, cache.k_bf16 + h * D, rows, n, D, row_stride);
+        WidenRows(v_block, cache.v_bf16 + h * D, rows, n, D, row_stride);
       }
-      // fp32 rows are read in place; int8 ones from the dequantized block, its rows 0..n.
-      const float* kh = int8 ? k_block : cache.k + h * D;
-      const float* vh = int8 ? v_block : cache.v + h * D;
-      const int32_t* kv_rows = int8 ? block_rows : rows;
-      const int64_t kv_stride = int8 ? D : row_stride;
+      // fp32 rows are read in place; int8 and bf16 ones from the staged block, its rows 0..n.
+      const float* kh = staged ? k_block : cache.k + h * D;
+      const float* vh = staged ? v_block : cache.v + h * D;
+      const int32_t* kv_rows = staged ? block_rows : rows;
+      const int64_t kv_stride = staged ? D : row_stride;
       GroupScores(scores, q_scaled + h * G * D, q_packed + h * packed_per_head, kh, kv_rows, n, G,
                   D, P, kv_stride, ahead);
       for (int64_t g = 0; g < G; ++g) {
@@ -573,6 +604,9 @@ void run_items(float* out, float* lse, const float* q, const int32_t* q_pos, con
       r.v_codes += at;
       r.k_scale += b * Sk;
       r.v_scale += b * Sk;
+    } else if (r.k_bf16 != nullptr) {
+      r.k_bf16 += at;
+      r.v_bf16 += at;
     } else {
       r.k += at;
       r.v += at;
@@ -605,11 +639,26 @@ void single_query_attention(float* out, float* lse, const float* q, const float*
   run_items(out, lse, q, q_pos, q_seg, k_pos, k_seg, p, cache);
 }
 
+void single_query_attention(float* out, float* lse, const float* q, const bf16* k, const bf16* v,
+                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                            const int32_t* k_seg, const AttentionParams& p) {
+  CacheRows cache;
+  cache.k_bf16 = k;
+  cache.v_bf16 = v;
+  cache.row_stride = p.heads_kv * p.head_dim;
+  run_items(out, lse, q, q_pos, q_seg, k_pos, k_seg, p, cache);
+}
+
 void single_query_attention_int8(float* out, float* lse, const float* q, const int8_t* k,
                                  const float* k_scale, const int8_t* v, const float* v_scale,
                                  const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                                  const int32_t* k_seg, const AttentionParams& p) {
-  const CacheRows cache{nullptr, nullptr, k, v, k_scale, v_scale, p.heads_kv * p.head_dim};
+  CacheRows cache;
+  cache.k_codes = k;
+  cache.v_codes = v;
+  cache.k_scale = k_scale;
+  cache.v_scale = v_scale;
+  cache.row_stride = p.heads_kv * p.head_dim;
   run_items(out, lse, q, q_pos, q_seg, k_pos, k_seg, p, cache);
 }
 

@@ -16,11 +16,20 @@
 
 #include <cstdint>
 
+#include "maxctx/core/dtype.h"
 #include "maxctx/kernels/ref/attention.h"
 
 namespace maxctx::kernels::cpu {
 
 void single_query_attention(float* out, float* lse, const float* q, const float* k, const float* v,
+                            const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                            const int32_t* k_seg, const AttentionParams& params);
+
+// The same over a bf16 KV cache: k, v (B, Sk, Hkv, D) bf16. The block's visible rows of a kv head
+// are widened (exactly) into an L1-sized scratch as the int8 rows are dequantized below, and
+// the fp32 arithmetic runs on them: the bits of the fp32 kernel on the widened cache, from half
+// the bytes.
+void single_query_attention(float* out, float* lse, const float* q, const bf16* k, const bf16* v,
                             const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                             const int32_t* k_seg, const AttentionParams& params);
 
