@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/attention_bf16_bench.h"
 #include "kernels/fma_peak.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/kernels/cpu/attention.h"
@@ -521,6 +522,8 @@ int main(int argc, char** argv) {
       {"decode_attention", [] { return decode_attention(); }},
       {"gemv", [] { return gemv(); }},
       {"bf16_row_ops", [] { return bf16_row_ops(); }},
+      {"attention_bf16", [&] { return maxctx::bench::attention_bf16(peak); }},
+      {"decode_attention_bf16", [] { return maxctx::bench::decode_attention_bf16(); }},
   };
   for (const auto& [name, run] : sections) {
     if (only.empty() || only == name) result[name] = run();

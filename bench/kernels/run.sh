@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kernels benchmark: FMA peak, SGEMM and causal attention on ONE pinned core with one
-# OpenMP/BLAS thread, torch 1.13 measured in the same run. Writes BUILD_DIR/bench/kernels.json.
+# OpenMP/BLAS thread, torch 1.13 measured in the same run; bf16 attention (attention_bf16,
+# decode_attention_bf16: attention_bf16_bench.cpp) against fp32. Writes BUILD_DIR/bench/kernels.json.
 # torch is optional: without it the JSON says "torch": "unavailable" and this still succeeds.
 set -euo pipefail
 build_dir=${1:-build}
