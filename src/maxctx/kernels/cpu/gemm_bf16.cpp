@@ -20,6 +20,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/gemm_tasks.h"
 
 namespace maxctx::kernels::cpu {
 namespace {
@@ -44,7 +45,6 @@ Bf16Path g_path = Bf16Path::kBest;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
-int64_t share(int64_t total, int64_t index, int64_t count) { return total * index / count; }
 
 // ---------------------------------------------------------------- packing
 
@@ -263,13 +263,12 @@ void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha
     uint32_t* a_block = a_blocks + index * a_words;
     for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
       const int64_t panels = ceil_div(std::min(kBlockN, n - j0), kTileCols);
-      const int64_t panels_per_split = ceil_div(panels, n_splits);
       for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
         const int64_t depth = std::min(kBlockK, k - p0);
         const int64_t pairs = ceil_div(depth, 2);
         const float beta_block = p0 == 0 ? beta : 1.0f;
-        const int64_t q_first = share(panels, index, count);
-        const int64_t q_last = share(panels, index + 1, count);
+        const int64_t q_first = gemm_share(panels, index, count);
+        const int64_t q_last = gemm_share(panels, index + 1, count);
         if (q_first < q_last) {
           const int64_t j = j0 + q_first * kTileCols;
           pack<kTileCols>(b, ldb, b_t, j, p0, std::min(n - j, (q_last - q_first) * kTileCols),
@@ -278,25 +277,21 @@ void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha
         if (count > 1) {
 #pragma omp barrier
         }
-        const int64_t tasks = m_blocks * n_splits;
-        int64_t packed_block = -1;
-        for (int64_t task = share(tasks, index, count); task < share(tasks, index + 1, count);
-             ++task) {
-          const int64_t block = task / n_splits;
-          const int64_t q_begin = task % n_splits * panels_per_split;
-          const int64_t q_end = std::min(panels, q_begin + panels_per_split);
-          if (q_begin >= q_end) continue;
-          const int64_t i0 = block * block_m;
-          const int64_t rows = std::min(block_m, m - i0);
-          if (block != packed_block) {
-            pack<kTileRows>(a, lda, !a_t, i0, p0, rows, depth, a_block);
-            packed_block = block;
-          }
-          const int64_t j = j0 + q_begin * kTileCols;
-          multiply_block(tile, a_block, rows, b_panel + q_begin * kTileCols * pairs,
-                         std::min(n - j, (q_end - q_begin) * kTileCols), pairs, alpha, beta_block,
-                         c + i0 * ldc + j, ldc);
-        }
+        int64_t packed_block = -1;  // the M block now in a_block
+        for_each_gemm_task(m_blocks, n_splits, panels, index, count,
+                           [&](int64_t block, int64_t q_begin, int64_t q_end) {
+                             const int64_t i0 = block * block_m;
+                             const int64_t rows = std::min(block_m, m - i0);
+                             if (block != packed_block) {
+                               pack<kTileRows>(a, lda, !a_t, i0, p0, rows, depth, a_block);
+                               packed_block = block;
+                             }
+                             const int64_t j = j0 + q_begin * kTileCols;
+                             multiply_block(tile, a_block, rows,
+                                            b_panel + q_begin * kTileCols * pairs,
+                                            std::min(n - j, (q_end - q_begin) * kTileCols), pairs,
+                                            alpha, beta_block, c + i0 * ldc + j, ldc);
+                           });
         if (count > 1) {
 #pragma omp barrier
         }

@@ -13,10 +13,15 @@
 // the same sequence in portable code (about 10× slower), tested bit for bit against the fast
 // path. C is f32, or bf16 rounded once from the fp32 result (beta then reads the bf16 C widened).
 //
-// Why our own and not oneDNN's (bench/kernels measures both side by side): see kernels/README.md
-// and the benchmark's "onednn" entries; on this core (one Sapphire Rapids core, AVX512_BF16 but
-// not AMX) the two are close, and ours keeps the project's determinism rule (oneDNN may split K
-// and choose kernels by thread count) without another dependency.
+// Ours or oneDNN's (bench/kernels, bf16_gemm section, one pinned Sapphire Rapids core, the
+// maxctx-20m/100m training products at S = 2048): on vdpbf16ps this kernel reaches 0.87-0.88 of
+// the measured vdpbf16ps peak, oneDNN 2.6.3 limited to the same ISA (ONEDNN_MAX_CPU_ISA=
+// AVX512_CORE_BF16) 0.93, so about 5% apart; but that peak is half the fp32 FMA rate on this core
+// (vdpbf16ps issues every other cycle), so bf16 products run at 0.67× the fp32 sgemm. oneDNN by
+// default uses AMX (tdpbf16ps) and is about 6× faster than this kernel. We keep ours because it
+// is the contract's numerics (AMX's accumulation order is not vdpbf16ps's, and oneDNN chooses
+// kernels and K splits by ISA and thread count, so its bits would depend on both) and adds no
+// dependency; an AMX micro-tile with its rounding sequence documented is the next step.
 #pragma once
 
 #include <cstdint>
