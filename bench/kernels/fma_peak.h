@@ -1,4 +1,4 @@
-// FMA throughput probe for kernels_bench: kFmaChains independent multiply-add chains on the
+// FMA throughput probes for kernels_bench: kFmaChains independent multiply-add chains on the
 // widest vectors Highway dispatches to on this CPU (AVX-512 where the core has it, although the
 // project's baseline code is AVX2).
 #pragma once
@@ -14,5 +14,10 @@ float run_fma_chains(int64_t iterations);
 // Floats per vector of the dispatched target, and its Highway name.
 int64_t fma_vector_lanes();
 const char* fma_target_name();
+
+// The same for vdpbf16ps (AVX512_BF16), 64 flops per instruction (16 lanes × a pair of
+// multiply-adds): the peak of the bf16 GEMM. Call only where dpbf16_available().
+bool dpbf16_available();
+float run_dpbf16_chains(int64_t iterations);
 
 }  // namespace maxctx::bench

@@ -1,5 +1,7 @@
 // Kernel benchmark on one core: measured fp32 FMA peak, SGEMM at 1024³ and at the model's
-// projection shapes (the project's sgemm, with OpenBLAS beside it as a same-run ratio), and
+// projection shapes (the project's sgemm, with OpenBLAS beside it as a same-run ratio), the bf16
+// GEMM at maxctx-20m/100m training shapes against the measured vdpbf16ps peak (fp32 sgemm and
+// oneDNN beside it), and
 // causal attention forward/backward at S = 4096, Hq = 8, Hkv = 2, D = 128, each as a fraction of
 // that peak, plus the reference kernel and (from a JSON file written by attention_torch.py in
 // the same run) torch 1.13 as ratios. Writes one JSON object to --out.
@@ -27,9 +29,11 @@
 
 #include "kernels/attention_bf16_bench.h"
 #include "kernels/fma_peak.h"
+#include "kernels/onednn_matmul.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/kernels/cpu/attention.h"
 #include "maxctx/kernels/cpu/attention_tiles.h"
+#include "maxctx/kernels/cpu/gemm_bf16.h"
 #include "maxctx/kernels/cpu/gemv.h"
 #include "maxctx/kernels/cpu/int8.h"
 #include "maxctx/kernels/cpu/sgemm.h"
@@ -87,6 +91,17 @@ double fma_peak_gflops() {
   const double flops = 2.0 * maxctx::bench::kFmaChains *
                        static_cast<double>(maxctx::bench::fma_vector_lanes()) * kIterations;
   return flops / took.cpu_seconds / 1e9;
+}
+
+// vdpbf16ps throughput (fma_peak.h), 0 where the CPU lacks AVX512_BF16.
+double dpbf16_peak_gflops() {
+  if (!maxctx::bench::dpbf16_available()) return 0.0;
+  constexpr int64_t kIterations = 20'000'000;
+  float checksum = 0;
+  const Timing took =
+      best_of(5, [&] { checksum += maxctx::bench::run_dpbf16_chains(kIterations); });
+  std::fprintf(stderr, "dpbf16 checksum %g\n", static_cast<double>(checksum));
+  return 64.0 * maxctx::bench::kFmaChains * kIterations / took.cpu_seconds / 1e9;
 }
 
 std::vector<float> normal(int64_t n, const char* stream) {
@@ -154,6 +169,109 @@ json model_products(double peak) {
     }
   }
   return result;
+}
+
+// One product C (m×n, f32) = op(A) · op(B) with bf16 A and B: gemm_bf16 as a fraction of the
+// vdpbf16ps peak, fp32 sgemm on the same values as a fraction of the FMA peak, oneDNN's bf16
+// matmul (null without it), all in this run; speedup = sgemm time / gemm_bf16 time.
+json bf16_product(int m, int n, int k, bool trans_a, bool trans_b, int reps, double fma_peak,
+                  double bf16_peak) {
+  namespace cpu = maxctx::kernels::cpu;
+  const auto a = normal(int64_t{m} * k, "a");
+  const auto b = normal(int64_t{k} * n, "b");
+  std::vector<maxctx::bf16> a16(a.size()), b16(b.size());
+  maxctx::convert_f32_to_bf16(a, a16);
+  maxctx::convert_f32_to_bf16(b, b16);
+  std::vector<float> c(static_cast<size_t>(m) * n);
+  const int lda = trans_a ? m : k;
+  const int ldb = trans_b ? k : n;
+  const auto ta = trans_a ? cpu::Transpose::kYes : cpu::Transpose::kNo;
+  const auto tb = trans_b ? cpu::Transpose::kYes : cpu::Transpose::kNo;
+  const double flops = 2.0 * m * n * static_cast<double>(k);
+  const Timing bf16 = best_of(reps, [&] {
+    cpu::gemm_bf16(ta, tb, m, n, k, 1.0f, {a16.data(), maxctx::DType::kBF16}, lda,
+                   {b16.data(), maxctx::DType::kBF16}, ldb, 0.0f, {c.data(), maxctx::DType::kF32},
+                   n);
+  });
+  const Timing f32 = best_of(reps, [&] {
+    cpu::sgemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), n);
+  });
+  json result = rate(flops, bf16, bf16_peak, 0.70);
+  result["kernel"] = std::string("maxctx gemm_bf16 (") + cpu::gemm_bf16_kernel_name() + ")";
+  result["shape"] = {{"m", m}, {"n", n}, {"k", k}, {"trans_a", trans_a}, {"trans_b", trans_b}};
+  result["sgemm_fp32"] = rate(flops, f32, fma_peak, 0.80);
+  result["speedup_bf16_over_fp32"] = f32.cpu_seconds / bf16.cpu_seconds;
+  const auto onednn = maxctx::bench::onednn_bf16_matmul(m, n, k, trans_a, trans_b, a16.data(),
+                                                        b16.data(), c.data());
+  result["onednn_bf16"] = nullptr;
+  if (onednn) {
+    onednn();  // first call: oneDNN's JIT and scratchpad
+    const Timing t = best_of(reps, onednn);
+    result["onednn_bf16"] = rate(flops, t, bf16_peak, 0.70);
+    result["speedup_vs_onednn"] = t.cpu_seconds / bf16.cpu_seconds;
+  }
+  return result;
+}
+
+// The training products of maxctx-20m and maxctx-100m (configs/models/*.yml) at S = 2048 tokens:
+// each distinct projection (in_dim → out_dim: q/o, k/v, gate/up, down, the vocabulary head),
+// forward, d_in and d_weight as kernels/cpu/matmul.cpp calls them.
+json bf16_model_products(double fma_peak, double bf16_peak) {
+  constexpr int kTokens = 2048;
+  const struct {
+    const char* model;
+    int emb, kv, mlp, vocab;  // kv = kv_heads · head_dim
+  } kModels[] = {{"maxctx-20m", 512, 128, 1536, 4096}, {"maxctx-100m", 1024, 256, 2816, 8192}};
+  json result = json::array();
+  for (const auto& model : kModels) {
+    const std::pair<int, int> projections[] = {{model.emb, model.emb},
+                                               {model.emb, model.kv},
+                                               {model.emb, model.mlp},
+                                               {model.mlp, model.emb},
+                                               {model.emb, model.vocab}};
+    for (const auto& [in_dim, out_dim] : projections) {
+      const struct {
+        const char* product;
+        int m, n, k;
+        bool trans_a, trans_b;
+      } kProducts[] = {{"forward", kTokens, out_dim, in_dim, false, true},
+                       {"d_in", kTokens, in_dim, out_dim, false, false},
+                       {"d_weight", out_dim, in_dim, kTokens, true, false}};
+      for (const auto& p : kProducts) {
+        json one = bf16_product(p.m, p.n, p.k, p.trans_a, p.trans_b, 3, fma_peak, bf16_peak);
+        one["model"] = model.model;
+        one["projection"] = {{"in_dim", in_dim}, {"out_dim", out_dim}};
+        one["product"] = p.product;
+        result.push_back(one);
+      }
+    }
+  }
+  return result;
+}
+
+json bf16_gemm(double fma_peak, double bf16_peak) {
+  json products = bf16_model_products(fma_peak, bf16_peak);
+  double bf16_s = 0, f32_s = 0, onednn_s = 0, flops = 0;
+  for (const json& p : products) {
+    flops += p["gflops"].get<double>() * p["cpu_seconds"].get<double>();
+    bf16_s += p["cpu_seconds"].get<double>();
+    f32_s += p["sgemm_fp32"]["cpu_seconds"].get<double>();
+    if (!p["onednn_bf16"].is_null()) onednn_s += p["onednn_bf16"]["cpu_seconds"].get<double>();
+  }
+  json summary = {{"gemm_bf16_fraction_of_bf16_peak", flops / bf16_s / bf16_peak},
+                  {"sgemm_fraction_of_fma_peak", flops / f32_s / fma_peak},
+                  {"speedup_bf16_over_fp32", f32_s / bf16_s},
+                  {"onednn_fraction_of_bf16_peak", nullptr},
+                  {"speedup_vs_onednn", nullptr}};
+  if (onednn_s > 0) {
+    summary["onednn_fraction_of_bf16_peak"] = flops / onednn_s / bf16_peak;
+    summary["speedup_vs_onednn"] = onednn_s / bf16_s;
+  }
+  return {{"dpbf16_peak_gflops", bf16_peak},
+          {"fma_peak_gflops", fma_peak},
+          {"onednn", maxctx::bench::onednn_available() ? "libdnnl (matmul primitive)" : "absent"},
+          {"summary_over_all_products", summary},
+          {"products", products}};
 }
 
 // One score product of an attention tile, S (256×128) = Q (256×128) · Kᵀ, operands cache-hot:
@@ -362,15 +480,27 @@ json gemv() {
                               {2816, 1024}, {2816, 1024}, {1024, 2816}};
   constexpr int64_t kLayers = 8;
   std::vector<std::vector<float>> weights;
+  std::vector<std::vector<maxctx::bf16>> weights16;
   double bytes = 0;
   for (int64_t l = 0; l < kLayers; ++l) {
     for (const Projection& w : layer) {
       weights.push_back(normal(w.out_dim * w.in_dim, "gemv_w"));
+      weights16.emplace_back(weights.back().size());
+      maxctx::convert_f32_to_bf16(weights.back(), weights16.back());
       bytes += 4.0 * double(w.out_dim * w.in_dim);
     }
   }
   const auto x = normal(2816, "gemv_x");
   std::vector<float> y(2816);
+  auto pass_bf16 = [&] {
+    size_t i = 0;
+    for (int64_t l = 0; l < kLayers; ++l) {
+      for (const Projection& w : layer) {
+        maxctx::kernels::cpu::gemv_forward_bf16(y.data(), x.data(), weights16[i++].data(), w.in_dim,
+                                                w.out_dim);
+      }
+    }
+  };
   auto pass = [&](bool blas) {
     size_t i = 0;
     for (int64_t l = 0; l < kLayers; ++l) {
@@ -388,18 +518,28 @@ json gemv() {
   };
   pass(false);  // warm-up: page faults
   pass(true);
-  Timing ours, blas;
+  pass_bf16();
+  Timing ours, blas, ours16;
   for (int r = 0; r < 7; ++r) {
     const Timing a = best_of(1, [&] { pass(false); });
     const Timing b = best_of(1, [&] { pass(true); });
+    const Timing c = best_of(1, pass_bf16);
     if (a.cpu_seconds < ours.cpu_seconds) ours = a;
     if (b.cpu_seconds < blas.cpu_seconds) blas = b;
+    if (c.cpu_seconds < ours16.cpu_seconds) ours16 = c;
   }
   const double ours_gbs = bytes / ours.cpu_seconds / 1e9, blas_gbs = bytes / blas.cpu_seconds / 1e9;
+  // The bf16 pass streams half the bytes of the same matrices: its speedup is the time ratio.
+  const double bf16_gbs = bytes / 2 / ours16.cpu_seconds / 1e9;
   return {{"weights_mb", bytes / 1e6},
           {"gemv_forward_gb_per_s", ours_gbs},
           {"openblas_sgemv_gb_per_s", blas_gbs},
-          {"speedup_over_openblas", ours_gbs / blas_gbs}};
+          {"speedup_over_openblas", ours_gbs / blas_gbs},
+          {"gemv_forward_bf16_weights_mb", bytes / 2 / 1e6},
+          {"gemv_forward_bf16_gb_per_s", bf16_gbs},
+          {"speedup_bf16_over_fp32", ours.cpu_seconds / ours16.cpu_seconds},
+          {"bf16_target_speedup", 1.8},
+          {"bf16_meets_target", ours.cpu_seconds / ours16.cpu_seconds >= 1.8}};
 }
 
 json decode_attention() {
@@ -514,9 +654,12 @@ int main(int argc, char** argv) {
   result["fma_target"] = maxctx::bench::fma_target_name();
   result["fma_vector_lanes_f32"] = maxctx::bench::fma_vector_lanes();
   result["attention_simd_target"] = maxctx::kernels::cpu::attention_simd_target();
+  const double bf16_peak = dpbf16_peak_gflops();
+  result["dpbf16_peak_gflops"] = bf16_peak;
   const std::pair<const char*, std::function<json()>> sections[] = {
       {"sgemm_1024", [&] { return gemm_product(1024, 1024, 1024, false, false, 7, peak); }},
       {"sgemm_model_products", [&] { return model_products(peak); }},
+      {"bf16_gemm", [&] { return bf16_gemm(peak, bf16_peak); }},
       {"tile_products", [&] { return tile_products(peak); }},
       {"attention_causal", [&] { return attention(peak, torch_path); }},
       {"decode_attention", [] { return decode_attention(); }},

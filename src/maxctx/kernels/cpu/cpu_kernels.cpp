@@ -98,6 +98,27 @@ DType attention_dtype(const TensorView& q, const TensorView& k, const TensorView
   return q.dtype();
 }
 
+// A view of f32 or bf16 elements (the precision contract's "float" views); `op` names the op in
+// the error.
+Floats gemm_floats(const TensorView& v, const char* op) {
+  check_host(v);
+  MAXCTX_CHECK(v.dtype() == DType::kF32 || v.dtype() == DType::kBF16,
+               "{} takes f32 or bf16 tensors, got a {} tensor", op, dtype_name(v.dtype()));
+  return {v.raw(), v.dtype()};
+}
+ConstFloats const_floats(const TensorView& v, const char* op) {
+  const Floats x = gemm_floats(v, op);
+  return {x.data, x.dtype};
+}
+// The fp32 values of a float view: the view's own memory when f32, else widened into `scratch`.
+const float* widened(const TensorView& v, const char* op, std::vector<float>& scratch) {
+  const Floats x = gemm_floats(v, op);
+  if (x.dtype == DType::kF32) return static_cast<const float*>(x.data);
+  scratch.resize(static_cast<size_t>(v.numel()));
+  convert_bf16_to_f32(v.span<bf16>(), scratch);
+  return scratch.data();
+}
+
 // The number of rows of a view holding rows of `row_elements` elements.
 int64_t rows_of(const TensorView& v, int64_t row_elements) {
   MAXCTX_CHECK(row_elements > 0 && v.numel() % row_elements == 0,
@@ -138,7 +159,8 @@ class CpuKernels final : public Kernels {
     const auto [out_dim, in_dim] = matrix_dims(weight);
     const int64_t N = rows_of(in, in_dim);
     check_numel(out, N * out_dim, "matmul output");
-    cpu::matmul_forward(f32(out), f32(in), f32(weight), N, in_dim, out_dim);
+    cpu::matmul_forward(gemm_floats(out, "matmul_forward"), const_floats(in, "matmul_forward"),
+                        const_floats(weight, "matmul_forward"), N, in_dim, out_dim);
   }
   void matmul_backward(TensorView d_in, TensorView d_weight, TensorView d_out, TensorView in,
                        TensorView weight) const override {
@@ -345,18 +367,26 @@ class CpuKernels final : public Kernels {
     finish_f32_output(out, out_staging);
   }
 
+  // bf16 views are widened to fp32 first (exact), bf16 outputs rounded once.
   Int8Weights int8_pack_weights(TensorView weight) const override {
     const auto [out_dim, in_dim] = matrix_dims(weight);
-    return cpu::int8_pack_weights(f32(weight), out_dim, in_dim);
+    std::vector<float> scratch;
+    return cpu::int8_pack_weights(widened(weight, "int8_pack_weights", scratch), out_dim, in_dim);
   }
   void int8_quantize_rows(Int8Rows& rows, TensorView in) const override {
     MAXCTX_CHECK_EQ(in.shape().rank(), 2, "int8 rows are quantized from an (N, in_dim) tensor");
-    cpu::int8_quantize_rows(rows, f32(in), in.shape()[0], in.shape()[1]);
+    std::vector<float> scratch;
+    cpu::int8_quantize_rows(rows, widened(in, "int8_quantize_rows", scratch), in.shape()[0],
+                            in.shape()[1]);
   }
   void int8_matmul_forward(TensorView out, const Int8Rows& rows,
                            const Int8Weights& weight) const override {
     check_numel(out, rows.rows * weight.out_dim, "int8 matmul output");
-    cpu::int8_matmul_forward(f32(out), rows, weight);
+    const Floats out_floats = gemm_floats(out, "int8_matmul_forward");
+    if (out_floats.dtype == DType::kF32) return cpu::int8_matmul_forward(f32(out), rows, weight);
+    std::vector<float> out_f32(static_cast<size_t>(out.numel()));
+    cpu::int8_matmul_forward(out_f32.data(), rows, weight);
+    convert_f32_to_bf16(out_f32, out.span<bf16>());
   }
   void quantize_rows_int8(TensorView codes, TensorView scale, TensorView x,
                           float levels) const override {
@@ -429,7 +459,7 @@ class CpuKernels final : public Kernels {
 
  private:
   // The two matmul backwards differ only in whether d_in is overwritten or accumulated.
-  using MatmulBackward = void (*)(float*, float*, const float*, const float*, const float*, int64_t,
+  using MatmulBackward = void (*)(Floats, float*, ConstFloats, ConstFloats, ConstFloats, int64_t,
                                   int64_t, int64_t);
   static void matmul_backward_with(MatmulBackward backward, TensorView d_in, TensorView d_weight,
                                    TensorView d_out, TensorView in, TensorView weight) {
@@ -437,12 +467,17 @@ class CpuKernels final : public Kernels {
     const int64_t N = rows_of(in, in_dim);
     check_numel(d_out, N * out_dim, "matmul d_out");
     check_numel(d_weight, out_dim * in_dim, "matmul d_weight");
-    float* d_in_data = nullptr;  // empty d_in: the input gradient is skipped
+    Floats d_in_data{nullptr, DType::kF32};  // empty d_in: the input gradient is skipped
     if (!d_in.empty()) {
       check_numel(d_in, N * in_dim, "matmul d_in");
-      d_in_data = f32(d_in);
+      d_in_data = gemm_floats(d_in, "matmul_backward");
     }
-    backward(d_in_data, f32(d_weight), f32(d_out), f32(in), f32(weight), N, in_dim, out_dim);
+    MAXCTX_CHECK(d_weight.dtype() == DType::kF32,
+                 "matmul_backward accumulates d_weight in f32 only, got a {} d_weight",
+                 dtype_name(d_weight.dtype()));
+    backward(d_in_data, f32(d_weight), const_floats(d_out, "matmul_backward"),
+             const_floats(in, "matmul_backward"), const_floats(weight, "matmul_backward"), N,
+             in_dim, out_dim);
   }
 
   static void check_attention_views(const TensorView& out, const TensorView& lse,

@@ -27,47 +27,56 @@ using VF = hn::Vec<DF>;
 
 constexpr int64_t kRowsPerGroup = 4;
 
-// out[o] = w_row(o) · in for rows [begin, end) of w (rows of in_dim floats).
-void GemvRows(float* out, const float* in, const float* w, int64_t in_dim, int64_t begin,
-              int64_t end) {
+// in_dim weights from `row` as floats: loaded as they are, or bf16 widened exactly.
+HWY_INLINE VF LoadWeights(DF d, const float* row) { return hn::LoadU(d, row); }
+HWY_INLINE VF LoadWeights(DF d, const hwy::bfloat16_t* row) {
+  return hn::PromoteTo(d, hn::LoadU(hn::Rebind<hwy::bfloat16_t, DF>(), row));
+}
+HWY_INLINE float WeightToFloat(float w) { return w; }
+HWY_INLINE float WeightToFloat(hwy::bfloat16_t w) { return hwy::F32FromBF16(w); }
+
+// out[o] = w_row(o) · in for rows [begin, end) of w (rows of in_dim weights, W float or bf16).
+template <typename W>
+void GemvRowsOf(float* out, const float* in, const W* w, int64_t in_dim, int64_t begin,
+                int64_t end) {
   const DF d;
   const int64_t N = static_cast<int64_t>(hn::Lanes(d));
   // One row's steps: pairs of vectors into two accumulators, then one vector, then the tail.
   // The four-row loop below repeats exactly these steps per row.
-  auto finish = [&](VF even, VF odd, const float* row, int64_t k) {
+  auto finish = [&](VF even, VF odd, const W* row, int64_t k) {
     if (k + N <= in_dim) {
-      even = hn::MulAdd(hn::LoadU(d, row + k), hn::LoadU(d, in + k), even);
+      even = hn::MulAdd(LoadWeights(d, row + k), hn::LoadU(d, in + k), even);
       k += N;
     }
     float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(even, odd)));
-    for (; k < in_dim; ++k) sum += row[k] * in[k];
+    for (; k < in_dim; ++k) sum += WeightToFloat(row[k]) * in[k];
     return sum;
   };
   const int64_t pairs_end = in_dim / (2 * N) * (2 * N);
   const int64_t ahead = kRowsPerGroup * in_dim;  // the next group's rows, same column
   int64_t o = begin;
   for (; o + kRowsPerGroup <= end; o += kRowsPerGroup) {
-    const float* r0 = w + o * in_dim;
-    const float* r1 = r0 + in_dim;
-    const float* r2 = r1 + in_dim;
-    const float* r3 = r2 + in_dim;
+    const W* r0 = w + o * in_dim;
+    const W* r1 = r0 + in_dim;
+    const W* r2 = r1 + in_dim;
+    const W* r3 = r2 + in_dim;
     VF e0 = hn::Zero(d), e1 = e0, e2 = e0, e3 = e0, d0 = e0, d1 = e0, d2 = e0, d3 = e0;
     for (int64_t k = 0; k < pairs_end; k += 2 * N) {
-      for (int64_t line = 0; line < 2 * N; line += 16) {  // 64-byte lines
+      for (int64_t line = 0; line < 2 * N; line += 64 / int64_t{sizeof(W)}) {  // 64-byte lines
         hwy::Prefetch(r0 + ahead + k + line);
         hwy::Prefetch(r1 + ahead + k + line);
         hwy::Prefetch(r2 + ahead + k + line);
         hwy::Prefetch(r3 + ahead + k + line);
       }
       const VF x0 = hn::LoadU(d, in + k), x1 = hn::LoadU(d, in + k + N);
-      e0 = hn::MulAdd(hn::LoadU(d, r0 + k), x0, e0);
-      d0 = hn::MulAdd(hn::LoadU(d, r0 + k + N), x1, d0);
-      e1 = hn::MulAdd(hn::LoadU(d, r1 + k), x0, e1);
-      d1 = hn::MulAdd(hn::LoadU(d, r1 + k + N), x1, d1);
-      e2 = hn::MulAdd(hn::LoadU(d, r2 + k), x0, e2);
-      d2 = hn::MulAdd(hn::LoadU(d, r2 + k + N), x1, d2);
-      e3 = hn::MulAdd(hn::LoadU(d, r3 + k), x0, e3);
-      d3 = hn::MulAdd(hn::LoadU(d, r3 + k + N), x1, d3);
+      e0 = hn::MulAdd(LoadWeights(d, r0 + k), x0, e0);
+      d0 = hn::MulAdd(LoadWeights(d, r0 + k + N), x1, d0);
+      e1 = hn::MulAdd(LoadWeights(d, r1 + k), x0, e1);
+      d1 = hn::MulAdd(LoadWeights(d, r1 + k + N), x1, d1);
+      e2 = hn::MulAdd(LoadWeights(d, r2 + k), x0, e2);
+      d2 = hn::MulAdd(LoadWeights(d, r2 + k + N), x1, d2);
+      e3 = hn::MulAdd(LoadWeights(d, r3 + k), x0, e3);
+      d3 = hn::MulAdd(LoadWeights(d, r3 + k + N), x1, d3);
     }
     out[o] = finish(e0, d0, r0, pairs_end);
     out[o + 1] = finish(e1, d1, r1, pairs_end);
@@ -75,14 +84,23 @@ void GemvRows(float* out, const float* in, const float* w, int64_t in_dim, int64
     out[o + 3] = finish(e3, d3, r3, pairs_end);
   }
   for (; o < end; ++o) {
-    const float* row = w + o * in_dim;
+    const W* row = w + o * in_dim;
     VF even = hn::Zero(d), odd = even;
     for (int64_t k = 0; k < pairs_end; k += 2 * N) {
-      even = hn::MulAdd(hn::LoadU(d, row + k), hn::LoadU(d, in + k), even);
-      odd = hn::MulAdd(hn::LoadU(d, row + k + N), hn::LoadU(d, in + k + N), odd);
+      even = hn::MulAdd(LoadWeights(d, row + k), hn::LoadU(d, in + k), even);
+      odd = hn::MulAdd(LoadWeights(d, row + k + N), hn::LoadU(d, in + k + N), odd);
     }
     out[o] = finish(even, odd, row, pairs_end);
   }
+}
+
+void GemvRows(float* out, const float* in, const float* w, int64_t in_dim, int64_t begin,
+              int64_t end) {
+  GemvRowsOf(out, in, w, in_dim, begin, end);
+}
+void GemvRowsBf16(float* out, const float* in, const hwy::bfloat16_t* w, int64_t in_dim,
+                  int64_t begin, int64_t end) {
+  GemvRowsOf(out, in, w, in_dim, begin, end);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -93,14 +111,30 @@ HWY_AFTER_NAMESPACE();
 namespace maxctx::kernels::cpu {
 
 HWY_EXPORT(GemvRows);
+HWY_EXPORT(GemvRowsBf16);
 
-void gemv_forward(float* out, const float* in, const float* weight, int64_t in_dim,
-                  int64_t out_dim) {
-  auto& rows = HWY_DYNAMIC_DISPATCH(GemvRows);
-  // Tasks of whole groups of four rows (the split never changes a row's bits anyway).
+namespace {
+
+// Tasks of whole groups of four rows (the split never changes a row's bits anyway).
+template <typename W, typename Rows>
+void gemv_rows_in_parallel(Rows& rows, float* out, const float* in, const W* weight, int64_t in_dim,
+                           int64_t out_dim) {
   const int64_t grain = (items_per_task(in_dim) + 3) / 4 * 4;
   parallel_for(out_dim, grain,
                [&](int64_t begin, int64_t end) { rows(out, in, weight, in_dim, begin, end); });
+}
+
+}  // namespace
+
+void gemv_forward(float* out, const float* in, const float* weight, int64_t in_dim,
+                  int64_t out_dim) {
+  gemv_rows_in_parallel(HWY_DYNAMIC_DISPATCH(GemvRows), out, in, weight, in_dim, out_dim);
+}
+
+void gemv_forward_bf16(float* out, const float* in, const bf16* weight, int64_t in_dim,
+                       int64_t out_dim) {
+  gemv_rows_in_parallel(HWY_DYNAMIC_DISPATCH(GemvRowsBf16), out, in,
+                        reinterpret_cast<const hwy::bfloat16_t*>(weight), in_dim, out_dim);
 }
 
 }  // namespace maxctx::kernels::cpu

@@ -6,11 +6,14 @@
 // measured faster (see gemm below), and the forward of one token row, a matrix-vector product
 // that streams the weights once (kernels/cpu/gemv.h: decode). Empty sums (in_dim or out_dim 0)
 // follow sgemm's K = 0 rule: the output becomes beta · itself.
+// The mixed-precision overloads (matmul.h) choose between gemm_bf16 and these fp32 functions.
 #include "maxctx/kernels/cpu/matmul.h"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <span>
+#include <vector>
 
 #include "maxctx/kernels/cpu/gemv.h"
 #include "maxctx/kernels/cpu/sgemm.h"
@@ -55,7 +58,86 @@ void backward(float* d_in, float* d_weight, const float* d_out, const float* in,
   gemm(Transpose::kYes, Transpose::kNo, out_dim, in_dim, N, d_out, in, 1.0f, d_weight);
 }
 
+// fp32 views of float arrays for the fp32 path: an f32 array is used in place, a bf16 one widened
+// (exactly) into this thread's scratch; an f32 view of a bf16 output is written back rounded.
+struct Scratch {
+  std::vector<float> weight, in, d_out, out;
+};
+Scratch& scratch() {
+  static thread_local Scratch s;
+  return s;
+}
+
+const float* as_f32(ConstFloats x, int64_t numel, std::vector<float>& buffer) {
+  if (x.dtype == DType::kF32) return static_cast<const float*>(x.data);
+  buffer.resize(static_cast<size_t>(numel));
+  convert_bf16_to_f32({static_cast<const bf16*>(x.data), buffer.size()}, buffer);
+  return buffer.data();
+}
+// `accumulate`: the fp32 view starts as the widened output (for +=).
+float* f32_output(Floats x, int64_t numel, bool accumulate, std::vector<float>& buffer) {
+  if (x.dtype == DType::kF32) return static_cast<float*>(x.data);
+  if (accumulate) return const_cast<float*>(as_f32({x.data, x.dtype}, numel, buffer));
+  buffer.resize(static_cast<size_t>(numel));
+  return buffer.data();
+}
+void write_back(Floats x, const float* value, int64_t numel) {
+  if (x.dtype == DType::kF32) return;
+  convert_f32_to_bf16({value, static_cast<size_t>(numel)},
+                      {static_cast<bf16*>(x.data), static_cast<size_t>(numel)});
+}
+
+void mixed_backward(Floats d_in, float* d_weight, ConstFloats d_out, ConstFloats in,
+                    ConstFloats weight, int64_t N, int64_t in_dim, int64_t out_dim, float beta_in) {
+  if (in.dtype == DType::kBF16) {
+    if (d_in.data != nullptr) {
+      gemm_bf16(Transpose::kNo, Transpose::kNo, N, in_dim, out_dim, 1.0f, d_out, ld(out_dim),
+                weight, ld(in_dim), beta_in, d_in, ld(in_dim));
+    }
+    gemm_bf16(Transpose::kYes, Transpose::kNo, out_dim, in_dim, N, 1.0f, d_out, ld(out_dim), in,
+              ld(in_dim), 1.0f, {d_weight, DType::kF32}, ld(in_dim));
+    return;
+  }
+  Scratch& s = scratch();
+  float* d_in_f32 =
+      d_in.data == nullptr ? nullptr : f32_output(d_in, N * in_dim, beta_in != 0.0f, s.out);
+  backward(d_in_f32, d_weight, as_f32(d_out, N * out_dim, s.d_out),
+           static_cast<const float*>(in.data), as_f32(weight, out_dim * in_dim, s.weight), N,
+           in_dim, out_dim, beta_in);
+  if (d_in_f32 != nullptr) write_back(d_in, d_in_f32, N * in_dim);
+}
+
 }  // namespace
+
+void matmul_forward(Floats out, ConstFloats in, ConstFloats weight, int64_t N, int64_t in_dim,
+                    int64_t out_dim) {
+  Scratch& s = scratch();
+  if (N == 1 && weight.dtype == DType::kBF16) {  // decode: stream the bf16 weight once
+    float* out_f32 = f32_output(out, out_dim, false, s.out);
+    gemv_forward_bf16(out_f32, as_f32(in, in_dim, s.in), static_cast<const bf16*>(weight.data),
+                      in_dim, out_dim);
+    return write_back(out, out_f32, out_dim);
+  }
+  if (in.dtype == DType::kBF16) {
+    return gemm_bf16(Transpose::kNo, Transpose::kYes, N, out_dim, in_dim, 1.0f, in, ld(in_dim),
+                     weight, ld(in_dim), 0.0f, out, ld(out_dim));
+  }
+  float* out_f32 = f32_output(out, N * out_dim, false, s.out);
+  matmul_forward(out_f32, static_cast<const float*>(in.data),
+                 as_f32(weight, out_dim * in_dim, s.weight), N, in_dim, out_dim);
+  write_back(out, out_f32, N * out_dim);
+}
+
+void matmul_backward(Floats d_in, float* d_weight, ConstFloats d_out, ConstFloats in,
+                     ConstFloats weight, int64_t N, int64_t in_dim, int64_t out_dim) {
+  mixed_backward(d_in, d_weight, d_out, in, weight, N, in_dim, out_dim, 0.0f);
+}
+
+void matmul_backward_accumulate_input(Floats d_in, float* d_weight, ConstFloats d_out,
+                                      ConstFloats in, ConstFloats weight, int64_t N, int64_t in_dim,
+                                      int64_t out_dim) {
+  mixed_backward(d_in, d_weight, d_out, in, weight, N, in_dim, out_dim, 1.0f);
+}
 
 void matmul_forward(float* out, const float* in, const float* weight, int64_t N, int64_t in_dim,
                     int64_t out_dim) {

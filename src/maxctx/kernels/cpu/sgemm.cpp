@@ -21,6 +21,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/gemm_tasks.h"
 
 #ifndef MAXCTX_KERNELS_CPU_SGEMM_SHARED_
 #define MAXCTX_KERNELS_CPU_SGEMM_SHARED_
@@ -340,8 +341,6 @@ constexpr double kMinFmasPerThread = 1 << 20;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
-// Where share `index` of `count` equal contiguous shares of [0, total) begins.
-int64_t share(int64_t total, int64_t index, int64_t count) { return total * index / count; }
 
 // Packing buffers of the calling thread, grown to the largest product seen; a team's threads
 // write into the caller's buffers, so concurrent callers never share one.
@@ -426,13 +425,12 @@ void sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k
     for (int64_t j0 = 0; j0 < n; j0 += bl.block_n) {
       const int64_t cols = std::min(bl.block_n, n - j0);
       const int64_t panels = ceil_div(cols, bl.tile_cols);
-      const int64_t panels_per_split = ceil_div(panels, n_splits);
       for (int64_t p0 = 0; p0 < k; p0 += bl.block_k) {
         const int64_t depth = std::min(bl.block_k, k - p0);
         // K blocks after the first add to what the first one stored.
         const float beta_block = p0 == 0 ? beta : 1.0f;
-        const int64_t q_first = share(panels, index, count);
-        const int64_t q_last = share(panels, index + 1, count);
+        const int64_t q_first = gemm_share(panels, index, count);
+        const int64_t q_last = gemm_share(panels, index + 1, count);
         if (q_first < q_last) {
           const int64_t j = j0 + q_first * bl.tile_cols;
           const float* from = b_t ? b + j * ldb + p0 : b + p0 * ldb + j;
@@ -442,25 +440,21 @@ void sgemm(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64_t k
         if (count > 1) {
 #pragma omp barrier
         }
-        const int64_t tasks = m_blocks * n_splits;
         int64_t packed_block = -1;  // the M block now in a_block
-        for (int64_t task = share(tasks, index, count); task < share(tasks, index + 1, count);
-             ++task) {
-          const int64_t block = task / n_splits;
-          const int64_t q_begin = task % n_splits * panels_per_split;
-          const int64_t q_end = std::min(panels, q_begin + panels_per_split);
-          if (q_begin >= q_end) continue;
-          const int64_t i0 = block * block_m;
-          const int64_t rows = std::min(block_m, m - i0);
-          if (block != packed_block) {
-            pack_a(a_t, a_t ? a + p0 * lda + i0 : a + i0 * lda + p0, lda, rows, depth, a_block);
-            packed_block = block;
-          }
-          const int64_t j = j0 + q_begin * bl.tile_cols;
-          multiply(a_block, rows, b_panel + q_begin * bl.tile_cols * depth,
-                   std::min(n - j, (q_end - q_begin) * bl.tile_cols), depth, alpha, beta_block,
-                   c + i0 * ldc + j, ldc);
-        }
+        for_each_gemm_task(m_blocks, n_splits, panels, index, count,
+                           [&](int64_t block, int64_t q_begin, int64_t q_end) {
+                             const int64_t i0 = block * block_m;
+                             const int64_t rows = std::min(block_m, m - i0);
+                             if (block != packed_block) {
+                               pack_a(a_t, a_t ? a + p0 * lda + i0 : a + i0 * lda + p0, lda, rows,
+                                      depth, a_block);
+                               packed_block = block;
+                             }
+                             const int64_t j = j0 + q_begin * bl.tile_cols;
+                             multiply(a_block, rows, b_panel + q_begin * bl.tile_cols * depth,
+                                      std::min(n - j, (q_end - q_begin) * bl.tile_cols), depth,
+                                      alpha, beta_block, c + i0 * ldc + j, ldc);
+                           });
         if (count > 1) {
 #pragma omp barrier
         }

@@ -1,0 +1,361 @@
+// The matmul ops of the cpu table on every f32/bf16 mix (kernels.h's precision contract), against
+// the double reference run on the values the contract multiplies: bf16-rounded operands when
+// `in` is bf16, the stored values otherwise. Tolerances, per element with m = Σ|a·b| of its sum:
+//   f32 output: |got − want| ≤ 1e-5 · m (fp32 accumulation order only);
+//   bf16 output: ≤ 1e-5 · m + 2⁻⁸ · |want| (plus one rounding to bf16);
+// and against the unrounded fp32 problem ‖got − want‖₂ ≤ 2e-2 · ‖want‖₂ over the output.
+// Also: the portable gemm_bf16 equals vdpbf16ps bit for bit, 1 and 2 threads give the same bits,
+// the bf16-weight GEMV, int8 from bf16 views, and the errors for dtypes the ops do not take.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/test_util.h"
+#include "maxctx/core/check.h"
+#include "maxctx/core/tensor.h"
+#include "maxctx/kernels/cpu/gemm_bf16.h"
+#include "maxctx/kernels/cpu/gemv.h"
+#include "maxctx/kernels/cpu/int8.h"
+#include "maxctx/kernels/kernels.h"
+
+namespace maxctx::kernels {
+namespace {
+
+using testing_util::normal_values;
+
+const Kernels& cpu() { return backend(Device::kCpu); }
+
+double rounded(double x, DType dtype) {
+  const float f = static_cast<float>(x);
+  return dtype == DType::kBF16 ? bf16_to_float(float_to_bf16(f)) : f;
+}
+
+// A tensor of `dtype` holding `values` (rounded to it) and the values it holds, in double.
+struct Matrix {
+  Tensor tensor;
+  std::vector<double> stored;
+
+  Matrix(Shape shape, DType dtype, const std::vector<double>& values)
+      : tensor(shape, dtype), stored(values.size()) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      stored[i] = rounded(values[i], dtype);
+      if (dtype == DType::kF32) tensor.data<float>()[i] = static_cast<float>(stored[i]);
+      if (dtype == DType::kBF16)
+        tensor.data<bf16>()[i] = float_to_bf16(static_cast<float>(values[i]));
+    }
+  }
+  TensorView view() const { return tensor.view(); }
+  std::vector<double> read() const {
+    std::vector<double> out(stored.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = tensor.dtype() == DType::kF32 ? tensor.data<float>()[i]
+                                             : bf16_to_float(tensor.data<bf16>()[i]);
+    }
+    return out;
+  }
+  // The values a product with bf16 inputs multiplies.
+  std::vector<double> as_product_input(bool bf16_products) const {
+    std::vector<double> out = stored;
+    if (bf16_products) {
+      for (double& x : out) x = rounded(x, DType::kBF16);
+    }
+    return out;
+  }
+};
+
+// c (m×n) = init + a (m×k, a(i, p) = a[i·sa + p·sp]) · b (k×n, b(p, j) = b[p·tp + j·tj]), and
+// each element's Σ|a·b| in `magnitude`.
+struct Product {
+  std::vector<double> value, magnitude;
+};
+Product reference(int64_t m, int64_t n, int64_t k, const std::vector<double>& a, int64_t sa,
+                  int64_t sp, const std::vector<double>& b, int64_t tp, int64_t tj,
+                  const std::vector<double>* init) {
+  Product r{std::vector<double>(m * n), std::vector<double>(m * n)};
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = init ? (*init)[i * n + j] : 0.0, mag = init ? std::fabs(sum) : 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = a[i * sa + p * sp] * b[p * tp + j * tj];
+        sum += x;
+        mag += std::fabs(x);
+      }
+      r.value[i * n + j] = sum;
+      r.magnitude[i * n + j] = mag;
+    }
+  }
+  return r;
+}
+
+void expect_close(const std::vector<double>& got, const Product& want, DType dtype,
+                  const std::string& what) {
+  const double out_rounding = dtype == DType::kBF16 ? std::ldexp(1.0, -8) : 0.0;
+  int64_t bad = 0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    const double tol = 1e-5 * want.magnitude[e] + out_rounding * std::fabs(want.value[e]);
+    if (!(std::fabs(got[e] - want.value[e]) <= tol) && bad++ < 3) {
+      ADD_FAILURE() << what << " element " << e << ": " << got[e] << " vs " << want.value[e]
+                    << " (tolerance " << tol << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// The whole output's norm against the unrounded fp32 problem: what bf16 costs, 2e-2.
+void expect_semantics(const std::vector<double>& got, const std::vector<double>& want,
+                      const std::string& what) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t e = 0; e < got.size(); ++e) {
+    diff += std::pow(got[e] - want[e], 2);
+    norm += std::pow(want[e], 2);
+  }
+  EXPECT_LE(std::sqrt(diff), 2e-2 * std::sqrt(norm)) << what;
+}
+
+struct Shape3 {
+  int64_t N, in_dim, out_dim;
+};
+constexpr DType kFloats[] = {DType::kF32, DType::kBF16};
+
+std::string name(const char* op, Shape3 s, std::initializer_list<DType> dtypes) {
+  std::ostringstream out;
+  out << op << " N" << s.N << " in" << s.in_dim << " out" << s.out_dim;
+  for (const DType d : dtypes) out << " " << dtype_name(d);
+  return out.str();
+}
+
+// Forward and both backwards for one shape and one (in, weight) dtype pair: every output, d_out
+// and d_in dtype, or (`every_mix` false, for large shapes) bf16 outputs, d_out of in's dtype and
+// the accumulating backward.
+void check_matmul(Shape3 s, DType in_dtype, DType w_dtype, bool every_mix = true) {
+  const std::vector<DType> outs =
+      every_mix ? std::vector<DType>{DType::kF32, DType::kBF16} : std::vector<DType>{DType::kBF16};
+  const std::vector<DType> d_outs =
+      every_mix ? std::vector<DType>{DType::kF32, DType::kBF16} : std::vector<DType>{in_dtype};
+  const std::vector<bool> accumulates =
+      every_mix ? std::vector<bool>{false, true} : std::vector<bool>{true};
+  const auto [N, I, O] = s;
+  const bool bf16_products = in_dtype == DType::kBF16;
+  const std::string tag = name("", s, {});
+  const auto in_values = normal_values(N * I, "bf16mm/in/" + tag, 0.0f, 1.0f);
+  const auto w_values = normal_values(O * I, "bf16mm/w/" + tag, 0.0f, 0.5f);
+  const auto d_out_values = normal_values(N * O, "bf16mm/dout/" + tag, 0.0f, 1.0f);
+  const auto init_values = normal_values(std::max(N, O) * I, "bf16mm/init/" + tag, 0.0f, 1.0f);
+  const Matrix in({N, I}, in_dtype, in_values), w({O, I}, w_dtype, w_values);
+  const auto in_p = in.as_product_input(false);  // in is already in its own dtype
+  const auto w_p = w.as_product_input(bf16_products);
+
+  for (const DType out_dtype : outs) {  // forward: out = in · wᵀ
+    const std::string what = name("forward", s, {in_dtype, w_dtype, out_dtype});
+    Matrix out({N, O}, out_dtype, std::vector<double>(N * O, 7.0));
+    cpu().matmul_forward(out.view(), in.view(), w.view());
+    expect_close(out.read(), reference(N, O, I, in_p, I, 1, w_p, 1, I, nullptr), out_dtype, what);
+    expect_semantics(out.read(), reference(N, O, I, in_values, I, 1, w_values, 1, I, nullptr).value,
+                     what);
+  }
+  for (const DType d_out_dtype : d_outs) {
+    const Matrix d_out({N, O}, d_out_dtype, d_out_values);
+    const auto d_out_p = d_out.as_product_input(bf16_products);
+    for (const DType d_in_dtype : outs) {
+      for (const bool accumulate : accumulates) {
+        const std::string what = name(accumulate ? "backward_accumulate_input" : "backward", s,
+                                      {in_dtype, w_dtype, d_out_dtype, d_in_dtype});
+        const std::vector<double> d_in_init(init_values.begin(), init_values.begin() + N * I);
+        const std::vector<double> d_w_init(init_values.begin(), init_values.begin() + O * I);
+        Matrix d_in({N, I}, d_in_dtype, d_in_init), d_w({O, I}, DType::kF32, d_w_init);
+        if (accumulate) {
+          cpu().matmul_backward_accumulate_input(d_in.view(), d_w.view(), d_out.view(), in.view(),
+                                                 w.view());
+        } else {
+          cpu().matmul_backward(d_in.view(), d_w.view(), d_out.view(), in.view(), w.view());
+        }
+        // d_in (N, I) = d_out · w; d_w (O, I) += d_outᵀ · in.
+        expect_close(
+            d_in.read(),
+            reference(N, I, O, d_out_p, O, 1, w_p, I, 1, accumulate ? &d_in.stored : nullptr),
+            d_in_dtype, what + " d_in");
+        expect_close(d_w.read(), reference(O, I, N, d_out_p, 1, O, in_p, I, 1, &d_w.stored),
+                     DType::kF32, what + " d_weight");
+        expect_semantics(d_w.read(),
+                         reference(O, I, N, d_out_values, 1, O, in_values, I, 1, &d_w_init).value,
+                         what + " d_weight vs fp32");
+      }
+    }
+  }
+}
+
+TEST(Bf16Matmul, EveryDtypeMixOnOddShapes) {
+  for (const Shape3 s : {Shape3{1, 3, 17}, Shape3{3, 17, 33}, Shape3{17, 33, 100},
+                         Shape3{33, 100, 1}, Shape3{100, 1, 3}, Shape3{5, 1100, 40}}) {
+    for (const DType in_dtype : kFloats) {
+      for (const DType w_dtype : kFloats) check_matmul(s, in_dtype, w_dtype);
+    }
+  }
+}
+
+// The model's shapes (N = 256 rows, E = 256, F = 688, V = 512): bf16 products only (the fp32
+// path is the existing SGEMM) with each weight dtype.
+TEST(Bf16Matmul, ModelShapes) {
+  for (const Shape3 s : {Shape3{256, 256, 688}, Shape3{256, 688, 256}, Shape3{256, 256, 512}}) {
+    check_matmul(s, DType::kBF16, DType::kBF16, false);
+  }
+  check_matmul({256, 256, 688}, DType::kBF16, DType::kF32, false);
+  check_matmul({256, 256, 512}, DType::kF32, DType::kBF16, false);
+}
+
+// All outputs of one forward and one accumulating backward, as raw bytes.
+std::vector<uint8_t> run_ops(Shape3 s, DType out_dtype) {
+  const auto [N, I, O] = s;
+  const Matrix in({N, I}, DType::kBF16, normal_values(N * I, "bits/in", 0.0f, 1.0f));
+  const Matrix w({O, I}, DType::kF32, normal_values(O * I, "bits/w", 0.0f, 1.0f));
+  const Matrix d_out({N, O}, DType::kBF16, normal_values(N * O, "bits/dout", 0.0f, 1.0f));
+  Matrix out({N, O}, out_dtype, std::vector<double>(N * O, 0.0));
+  Matrix d_in({N, I}, out_dtype, normal_values(N * I, "bits/din", 0.0f, 1.0f));
+  Matrix d_w({O, I}, DType::kF32, normal_values(O * I, "bits/dw", 0.0f, 1.0f));
+  cpu().matmul_forward(out.view(), in.view(), w.view());
+  cpu().matmul_backward_accumulate_input(d_in.view(), d_w.view(), d_out.view(), in.view(),
+                                         w.view());
+  std::vector<uint8_t> bytes;
+  for (const Matrix* m : {&out, &d_in, &d_w}) {
+    const auto* p = static_cast<const uint8_t*>(m->view().raw());
+    bytes.insert(bytes.end(), p, p + m->view().bytes());
+  }
+  return bytes;
+}
+
+TEST(Bf16Matmul, BitsDoNotDependOnThreadCount) {
+  const int saved = omp_get_max_threads();
+  for (const Shape3 s : {Shape3{256, 256, 688}, Shape3{100, 1100, 33}}) {
+    omp_set_num_threads(1);
+    const auto one = run_ops(s, DType::kBF16);
+    omp_set_num_threads(2);
+    const auto two = run_ops(s, DType::kBF16);
+    EXPECT_TRUE(one == two) << "N " << s.N << " in " << s.in_dim << " out " << s.out_dim;
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(Bf16Matmul, PortablePathEqualsVdpbf16ps) {
+  if (!cpu::gemm_bf16_dpbf16_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  for (const Shape3 s :
+       {Shape3{1, 3, 17}, Shape3{17, 33, 100}, Shape3{100, 1100, 33}, Shape3{64, 256, 688}}) {
+    for (const DType out_dtype : kFloats) {
+      cpu::set_gemm_bf16_path(cpu::Bf16Path::kPortable);
+      const auto portable = run_ops(s, out_dtype);
+      cpu::set_gemm_bf16_path(cpu::Bf16Path::kBest);
+      const auto fast = run_ops(s, out_dtype);
+      EXPECT_TRUE(portable == fast) << "N " << s.N << " in " << s.in_dim << " out " << s.out_dim;
+    }
+  }
+}
+
+// Products and sums near the bottom of the normal range, where vdpbf16ps flushes subnormal
+// inputs and results to zero: the portable path must flush the same.
+TEST(Bf16Matmul, PortablePathFlushesSubnormalsLikeVdpbf16ps) {
+  if (!cpu::gemm_bf16_dpbf16_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  const int64_t m = 9, n = 33, k = 41;
+  std::vector<float> a(m * k), b(k * n);
+  const auto av = normal_values(a.size(), "tiny/a", 0.0f, 1.0f);
+  const auto bv = normal_values(b.size(), "tiny/b", 0.0f, 1.0f);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(av[i] * 3e-19);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(bv[i] * 3e-20);
+  a[0] = 1e-39f;  // a subnormal input
+  std::vector<float> fast(m * n), portable(m * n);
+  for (const auto path : {cpu::Bf16Path::kPortable, cpu::Bf16Path::kBest}) {
+    cpu::set_gemm_bf16_path(path);
+    cpu::gemm_bf16(cpu::Transpose::kNo, cpu::Transpose::kNo, m, n, k, 1.0f, {a.data(), DType::kF32},
+                   k, {b.data(), DType::kF32}, n, 0.0f,
+                   {(path == cpu::Bf16Path::kBest ? fast : portable).data(), DType::kF32}, n);
+  }
+  EXPECT_EQ(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)), 0);
+}
+
+// One token row against a bf16 weight: the fp32 GEMV over the widened weight, bit for bit.
+TEST(Bf16Matmul, GemvWithBf16Weight) {
+  for (const Shape3 s : {Shape3{1, 1, 1}, Shape3{1, 17, 3}, Shape3{1, 100, 33}, Shape3{1, 256, 688},
+                         Shape3{1, 688, 256}}) {
+    const auto w_values = normal_values(s.out_dim * s.in_dim, "gemv16/w", 0.0f, 1.0f);
+    const auto x_values = normal_values(s.in_dim, "gemv16/x", 0.0f, 1.0f);
+    const Matrix w({s.out_dim, s.in_dim}, DType::kBF16, w_values);
+    for (const DType in_dtype : kFloats) {
+      const Matrix x({1, s.in_dim}, in_dtype, x_values);
+      Matrix out({1, s.out_dim}, DType::kF32, std::vector<double>(s.out_dim, 0.0));
+      cpu().matmul_forward(out.view(), x.view(), w.view());
+      const std::vector<float> wf(w.stored.begin(), w.stored.end());
+      const std::vector<float> xf(x.stored.begin(), x.stored.end());
+      std::vector<float> want(s.out_dim);
+      cpu::gemv_forward(want.data(), xf.data(), wf.data(), s.in_dim, s.out_dim);
+      EXPECT_TRUE(std::memcmp(want.data(), out.tensor.data<float>(), want.size() * 4) == 0)
+          << name("gemv", s, {in_dtype});
+      expect_close(
+          out.read(),
+          reference(1, s.out_dim, s.in_dim, x.stored, s.in_dim, 1, w.stored, 1, s.in_dim, nullptr),
+          DType::kF32, name("gemv", s, {in_dtype}));
+    }
+  }
+}
+
+// int8 from bf16 views: the same as from the widened f32 views; a bf16 output is the f32 one
+// rounded.
+TEST(Bf16Matmul, Int8FromBf16) {
+  const int64_t N = 3, I = 100, O = 33;
+  const Matrix w16({O, I}, DType::kBF16, normal_values(O * I, "i8/w", 0.0f, 1.0f));
+  const Matrix w32({O, I}, DType::kF32, w16.stored);
+  const Matrix x16({N, I}, DType::kBF16, normal_values(N * I, "i8/x", 0.0f, 1.0f));
+  const Matrix x32({N, I}, DType::kF32, x16.stored);
+  const Int8Weights pw16 = cpu().int8_pack_weights(w16.view());
+  const Int8Weights pw32 = cpu().int8_pack_weights(w32.view());
+  ASSERT_EQ(pw16.packed.size(), pw32.packed.size());
+  EXPECT_EQ(std::memcmp(pw16.packed.data(), pw32.packed.data(), pw16.packed.size()), 0);
+  Int8Rows r16, r32;
+  cpu().int8_quantize_rows(r16, x16.view());
+  cpu().int8_quantize_rows(r32, x32.view());
+  EXPECT_EQ(r16.codes, r32.codes);
+  EXPECT_EQ(r16.scale, r32.scale);
+  Matrix out32({N, O}, DType::kF32, std::vector<double>(N * O, 0.0));
+  Matrix out16({N, O}, DType::kBF16, std::vector<double>(N * O, 0.0));
+  cpu().int8_matmul_forward(out32.view(), r32, pw32);
+  cpu().int8_matmul_forward(out16.view(), r16, pw16);
+  for (int64_t e = 0; e < N * O; ++e) {
+    EXPECT_EQ(out16.tensor.data<bf16>()[e].bits, float_to_bf16(out32.tensor.data<float>()[e]).bits);
+  }
+}
+
+TEST(Bf16Matmul, OtherDtypesAreClearErrors) {
+  const Tensor in8({4, 8}, DType::kI8), w8({3, 8}, DType::kI8);
+  const Tensor in({4, 8}, DType::kBF16), w({3, 8}, DType::kBF16), out({4, 3}, DType::kF32);
+  const Tensor d_w16({3, 8}, DType::kBF16), d_in({4, 8}, DType::kF32), d_out({4, 3}, DType::kBF16);
+  set_check_handler([](const std::string& message) { throw Error(message); });
+  const auto message = [](const auto& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message([&] {
+              cpu().matmul_forward(out.view(), in8.view(), w.view());
+            }).find("matmul_forward takes f32 or bf16 tensors, got a int8"),
+            std::string::npos);
+  EXPECT_NE(message([&] { cpu().matmul_forward(out.view(), in.view(), w8.view()); }).find("int8"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              cpu().matmul_backward(d_in.view(), d_w16.view(), d_out.view(), in.view(), w.view());
+            }).find("d_weight in f32 only"),
+            std::string::npos);
+  EXPECT_NE(message([&] { cpu().int8_pack_weights(w8.view()); }).find("int8_pack_weights"),
+            std::string::npos);
+  Int8Rows rows;
+  EXPECT_NE(message([&] { cpu().int8_quantize_rows(rows, in8.view()); }).find("int8_quantize_rows"),
+            std::string::npos);
+  set_check_handler({});
+}
+
+}  // namespace
+}  // namespace maxctx::kernels
