@@ -31,7 +31,9 @@ done
 # The BF16 checkpoint (tiny_llama's weights rounded to bf16, golden logits exact for them):
 # weight_dtype=bfloat16 loads it without an f32 copy and, with f32 activations, reproduces the
 # golden logits to f32 precision; with dtype=bfloat16 as well (bf16 matmul inputs, MaxText's
-# mixed precision) within bf16 tolerances, on 1 and 2 ranks (context=2).
+# mixed precision) within bf16 tolerances, on 1 and 2 ranks (context=2): activations carry an
+# 8-bit mantissa through two layers, measured max |model - golden| 3.1e-2 on logits of O(1-5)
+# and KL 6e-5, so atol 5e-2 + rtol 2e-2 and KL 2e-4 (MaxText's checker defaults: 0.1, 0.1).
 bf16_fixture=$src/tests/fixtures/tiny_llama_bf16
 for np in 1 2; do
   check_bf16() {
@@ -42,7 +44,7 @@ for np in 1 2; do
   check_bf16 dtype=float32 max_kl_div=1e-6 atol=1e-5 rtol=0 > "$work/bf16_weights_np$np.log" 2>&1 ||
     { echo "FAIL: weight_dtype=bfloat16 on $np ranks"; tail -20 "$work/bf16_weights_np$np.log"; exit 1; }
   grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/bf16_weights_np$np.log"
-  check_bf16 dtype=bfloat16 max_kl_div=1e-3 atol=1e-2 rtol=2e-2 > "$work/bf16_np$np.log" 2>&1 ||
+  check_bf16 dtype=bfloat16 max_kl_div=2e-4 atol=5e-2 rtol=2e-2 > "$work/bf16_np$np.log" 2>&1 ||
     { echo "FAIL: dtype=bfloat16 on $np ranks"; tail -20 "$work/bf16_np$np.log"; exit 1; }
   grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/bf16_np$np.log"
   grep -E "^(Max|prompt)" "$work/bf16_np$np.log" | sed "s/^/bf16 np $np: /"

@@ -102,4 +102,27 @@ inline double kl_divergence(const float* p_logits, const float* q_logits, int64_
   return kl;
 }
 
+// Every step's (slots, V) logits of `engine` fed the tokens `forced` (per slot: the tokens the
+// fp32 run generated), slot b active while it has tokens left to feed.
+inline std::vector<std::vector<float>> forced_logits(InferenceEngine& engine,
+                                              const std::vector<std::vector<int32_t>>& prompts,
+                                              const std::vector<std::vector<int32_t>>& forced) {
+  const int64_t B = engine.slots();
+  std::vector<std::vector<float>> steps = {engine.prefill(prompts)};
+  for (size_t step = 0;; ++step) {
+    std::vector<int32_t> tokens(B, 0);
+    std::vector<uint8_t> active(B, 0);
+    bool any = false;
+    for (int64_t b = 0; b < B; ++b) {
+      if (step + 1 < forced[b].size()) {
+        tokens[b] = forced[b][step];
+        active[b] = 1;
+        any = true;
+      }
+    }
+    if (!any) return steps;
+    steps.push_back(engine.decode_step(tokens, active));
+  }
+}
+
 }  // namespace maxctx::infer::testing
