@@ -3,7 +3,9 @@
 # model learning long-range key-value recall) for 300 steps in float32 and in bfloat16
 # (dtype=bfloat16, MaxText's mixed precision; then also weight_dtype=bfloat16), on one rank.
 # Passes when the mean absolute difference of the loss over the last 50 steps is at most 2% of
-# the fp32 run's mean loss there.
+# the fp32 run's mean loss there for dtype=bfloat16 (measured 0.04%), and 5% with bf16 master
+# weights and AdamW state (measured 1.4%: an update below half a bf16 ulp of its weight, lr·u <
+# 2^-9·|w|, rounds away, as in MaxText with weight_dtype=bfloat16).
 #   bf16_loss_curve.sh <build dir> <source dir> [key=value ...]
 set -euo pipefail
 build=$1
@@ -35,7 +37,7 @@ def losses(name):
 fp32 = losses("fp32")
 assert len(fp32) == 300, len(fp32)
 failed = False
-for name in ("bf16", "bf16_weights"):
+for name, limit in (("bf16", 0.02), ("bf16_weights", 0.05)):
     other = losses(name)
     assert len(other) == 300, (name, len(other))
     tail = range(250, 300)
@@ -44,8 +46,8 @@ for name in ("bf16", "bf16_weights"):
     ratio = mean_diff / mean_loss
     print(f"{name}: loss over the last 50 steps {sum(other[i] for i in tail) / 50:.4f} vs fp32 "
           f"{mean_loss:.4f}; first step {other[0]:.4f} vs {fp32[0]:.4f}; mean |diff| "
-          f"{mean_diff:.5f} = {100 * ratio:.2f}% of the loss (limit 2%)")
-    failed |= not ratio <= 0.02
+          f"{mean_diff:.5f} = {100 * ratio:.2f}% of the loss (limit {100 * limit:.0f}%)")
+    failed |= not ratio <= limit
 print("bf16_loss_curve: " + ("FAIL" if failed else "OK"))
 sys.exit(1 if failed else 0)
 PY

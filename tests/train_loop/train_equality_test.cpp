@@ -8,6 +8,7 @@
 // single-device reference, on a one-rank mesh of its own (Communicator::self()).
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 
 #include "maxctx/mesh/mesh.h"
@@ -116,7 +117,16 @@ void expect_equal_to_single_device(const MeshCase& c, const std::vector<std::str
   ASSERT_EQ(params.size(), expected.size());
   const double error = norm_relative_error(params, expected);
   EXPECT_LT(error, tolerance.params);
-  ::testing::Test::RecordProperty("params_norm_relative_error", std::to_string(error));
+  double worst_loss = 0.0;
+  for (size_t i = 0; i < 3; ++i) {
+    const double expected_loss = reference.history()[i].loss;
+    worst_loss = std::max(worst_loss,
+                          std::fabs(sharded.history()[i].loss - expected_loss) / expected_loss);
+  }
+  if (Communicator::world().rank() == 0) {
+    std::printf("%s: worst loss error %.3g, parameters norm-relative error %.3g\n", c.name.c_str(),
+                worst_loss, error);
+  }
   // The steps moved the weights: equal parameters are not just equal initialisations (in the
   // weights' dtype, so that bf16 rounding alone does not count as a move).
   const model::LlamaConfig model_config = model::llama_config_from(reference_config);
@@ -142,19 +152,20 @@ INSTANTIATE_TEST_SUITE_P(Meshes, TrainEquality, ::testing::ValuesIn(mesh_cases()
 // The same meshes in bfloat16 against the single-device bfloat16 run. What differs between
 // meshes is the order of fp32 sums and where bf16 rounding lands (a ring merges partial outputs
 // in f32 and rounds once; tensor parallelism sums partial projections before rounding), so the
-// runs agree to bf16 precision, not to the bit: MaxText's CP tests allow rtol 2e-2, atol 1e-2
-// on logits; here losses within 2e-2 relative and the updated parameters within 1e-2
-// norm-relative (measured: ~1e-3 and below).
+// runs agree to bf16 precision, not always to the bit (all-gather meshes often do): MaxText's CP
+// tests allow rtol 2e-2, atol 1e-2 on logits; here losses within 5e-3 relative and the updated
+// parameters within 5e-3 norm-relative (measured on every mesh: losses <= 3.7e-4, parameters
+// <= 3.7e-4; the ring's f32 merge and tensor's split sums are the largest).
 class TrainEqualityBf16 : public ::testing::TestWithParam<MeshCase> {};
 
 TEST_P(TrainEqualityBf16, ActivationsInBf16MatchTheSingleDeviceRun) {
-  expect_equal_to_single_device(GetParam(), {"dtype=bfloat16"}, {2e-2, 1e-2});
+  expect_equal_to_single_device(GetParam(), {"dtype=bfloat16"}, {5e-3, 5e-3});
 }
 
 // weight_dtype=bfloat16 also stores the master weights and AdamW moments in bf16.
 TEST_P(TrainEqualityBf16, WeightsInBf16MatchTheSingleDeviceRun) {
   expect_equal_to_single_device(GetParam(), {"dtype=bfloat16", "weight_dtype=bfloat16"},
-                                {2e-2, 1e-2});
+                                {5e-3, 5e-3});
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, TrainEqualityBf16, ::testing::ValuesIn(mesh_cases()),
