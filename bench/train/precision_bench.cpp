@@ -48,14 +48,13 @@ std::vector<std::string> split_commas(const std::string& text) {
 maxctx::Config training_config(const std::string& base, const std::string& model, int64_t seq,
                                const std::string& dtype, const std::string& weight_dtype,
                                int64_t steps, const std::string& run_dir) {
-  return maxctx::load_config(base,
-                             {"model_name=" + model, "max_target_length=" + std::to_string(seq),
-                              "per_device_batch_size=1", "steps=" + std::to_string(steps),
-                              "ici_fsdp_parallelism=1", "enable_checkpointing=false",
-                              "log_period=1000", "dtype=" + dtype, "weight_dtype=" + weight_dtype,
-                              "base_output_directory=" + run_dir, "run_name=" + model + "_" + dtype +
-                                                                      "_" + weight_dtype},
-                             1);
+  return maxctx::load_config(
+      base,
+      {"model_name=" + model, "max_target_length=" + std::to_string(seq), "per_device_batch_size=1",
+       "steps=" + std::to_string(steps), "ici_fsdp_parallelism=1", "enable_checkpointing=false",
+       "log_period=1000", "dtype=" + dtype, "weight_dtype=" + weight_dtype,
+       "base_output_directory=" + run_dir, "run_name=" + model + "_" + dtype + "_" + weight_dtype},
+      1);
 }
 
 // One step's peak RSS for a (dtype, weight_dtype), in this process: the --rss-child mode.
@@ -75,8 +74,8 @@ double child_peak_rss(const Options& o, const char* self, const std::string& mod
                       const std::string& weight_dtype) {
   const std::string out = o.run_dir + "/rss_" + model + "_" + weight_dtype + ".json";
   const std::string command = std::string(self) + " --rss-child " + model + " " +
-                              std::to_string(o.seq) + " bfloat16 " + weight_dtype + " " +
-                              o.config + " " + o.run_dir + " " + out;
+                              std::to_string(o.seq) + " bfloat16 " + weight_dtype + " " + o.config +
+                              " " + o.run_dir + " " + out;
   if (std::system(command.c_str()) != 0) {
     std::fprintf(stderr, "precision_bench: '%s' failed\n", command.c_str());
     std::exit(1);
@@ -147,8 +146,8 @@ int main(int argc, char** argv) {
                    weight_dtype.c_str(), tokens_per_s, speedup);
     }
     const int64_t parameters =
-        maxctx::model::llama_config_from(training_config(o.config, model, o.seq, "float32",
-                                                         "float32", 1, o.run_dir))
+        maxctx::model::llama_config_from(
+            training_config(o.config, model, o.seq, "float32", "float32", 1, o.run_dir))
             .num_parameters();
     const auto [rss_f32, rss_bf16] = rss[model];
     // Parameters (the full buffer the model reads), master shard, two AdamW moments.

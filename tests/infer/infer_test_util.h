@@ -104,9 +104,9 @@ inline double kl_divergence(const float* p_logits, const float* q_logits, int64_
 
 // Every step's (slots, V) logits of `engine` fed the tokens `forced` (per slot: the tokens the
 // fp32 run generated), slot b active while it has tokens left to feed.
-inline std::vector<std::vector<float>> forced_logits(InferenceEngine& engine,
-                                              const std::vector<std::vector<int32_t>>& prompts,
-                                              const std::vector<std::vector<int32_t>>& forced) {
+inline std::vector<std::vector<float>> forced_logits(
+    InferenceEngine& engine, const std::vector<std::vector<int32_t>>& prompts,
+    const std::vector<std::vector<int32_t>>& forced) {
   const int64_t B = engine.slots();
   std::vector<std::vector<float>> steps = {engine.prefill(prompts)};
   for (size_t step = 0;; ++step) {

@@ -122,8 +122,8 @@ TEST_P(InferenceEquality, TokensAndLogitsMatchSingleDevice) {
     for (size_t step = 0; step < want.size(); ++step) {
       for (int64_t b = 0; b < kSlots; ++b) {
         if (step >= greedy.tokens[b].size()) continue;
-        worst = std::max(worst, relative_error(got[step].data() + b * V,
-                                               want[step].data() + b * V, V));
+        worst =
+            std::max(worst, relative_error(got[step].data() + b * V, want[step].data() + b * V, V));
       }
     }
     EXPECT_LE(worst, c.logit_tolerance()) << c.name << ": worst step logits error";

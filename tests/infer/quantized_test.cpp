@@ -1,9 +1,10 @@
 // int8 and bf16 inference against fp32: the KV cache in int8 (quantize_kvcache), the weights in
-// int8 (quantization=int8), both, and dtype = weight_dtype = bfloat16 (with a bf16 or int8 cache), teacher-forced on the fp32 run's greedy tokens so that every
-// variant sees the same sequences, measured as KL(p_fp32 || p_int8) per predicted token over 12
-// prompts × up to 47 positions. The bounds below are the measured maxima with a margin of about
-// 3x (measured values in the comments), so a regression in the quantizers or kernels that
-// doubles the error still fails. Also checks each int8 path actually changes the logits.
+// int8 (quantization=int8), both, and dtype = weight_dtype = bfloat16 (with a bf16 or int8 cache),
+// teacher-forced on the fp32 run's greedy tokens so that every variant sees the same sequences,
+// measured as KL(p_fp32 || p_int8) per predicted token over 12 prompts × up to 47 positions. The
+// bounds below are the measured maxima with a margin of about 3x (measured values in the comments),
+// so a regression in the quantizers or kernels that doubles the error still fails. Also checks each
+// int8 path actually changes the logits.
 #include <gtest/gtest.h>
 
 #include <cstdio>

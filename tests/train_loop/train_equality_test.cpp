@@ -120,8 +120,8 @@ void expect_equal_to_single_device(const MeshCase& c, const std::vector<std::str
   double worst_loss = 0.0;
   for (size_t i = 0; i < 3; ++i) {
     const double expected_loss = reference.history()[i].loss;
-    worst_loss = std::max(worst_loss,
-                          std::fabs(sharded.history()[i].loss - expected_loss) / expected_loss);
+    worst_loss =
+        std::max(worst_loss, std::fabs(sharded.history()[i].loss - expected_loss) / expected_loss);
   }
   if (Communicator::world().rank() == 0) {
     std::printf("%s: worst loss error %.3g, parameters norm-relative error %.3g\n", c.name.c_str(),

@@ -568,6 +568,19 @@ void SafetensorsFile::read_into(std::string_view name, const TensorView& out) co
   }
 }
 
+StDType st_dtype_of(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return StDType::kF32;
+    case DType::kBF16:
+      return StDType::kBF16;
+    case DType::kI8:
+      return StDType::kI8;
+  }
+  MAXCTX_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
+  return StDType::kF32;
+}
+
 std::vector<int32_t> SafetensorsFile::read_i32(std::string_view name,
                                                const std::vector<int64_t>& expected_shape) const {
   const TensorInfo& found = info(name);

@@ -48,6 +48,8 @@ size_t element_size(StDType dtype);
 std::string_view st_dtype_name(StDType dtype);
 // std::nullopt for a name this reader does not know (e.g. the float8 types).
 std::optional<StDType> parse_st_dtype(std::string_view name);
+// The file dtype of a tensor dtype (F32, BF16, I8).
+StDType st_dtype_of(DType dtype);
 // "BOOL, U8, I8, ..." for error messages.
 std::string known_st_dtypes();
 

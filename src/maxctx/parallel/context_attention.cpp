@@ -144,12 +144,9 @@ void RingContextAttention::forward(TensorView out, TensorView lse, TensorView q,
   const int cp = context_.size();
   const int64_t B = tokens.batch, S = tokens.seq;
   load_own_chunk(k, v, tokens);
-  // The merge runs in f32: a lower-precision output is rounded once, after the last chunk.
-  TensorView merged = out;
-  if (out.dtype() != DType::kF32) {
-    kernels_.reserve(merged_out_, out.numel(), DType::kF32);
-    merged = merged_out_.view().elements(0, out.numel());
-  }
+  // The merge runs in an f32 accumulator whatever out's dtype; out gets it once, at the end.
+  kernels_.reserve(merged_out_, out.numel(), DType::kF32);
+  const TensorView merged = merged_out_.view().elements(0, out.numel());
   kernels_.reserve(partial_out_, out.numel(), DType::kF32);
   kernels_.reserve(partial_lse_, lse.numel(), DType::kF32);
   const TensorView partial_out = partial_out_.view().elements(0, out.numel());
@@ -172,7 +169,7 @@ void RingContextAttention::forward(TensorView out, TensorView lse, TensorView q,
     }
     wait_all(in_flight);
   }
-  if (merged.raw() != out.raw()) kernels_.copy(out, merged);
+  kernels_.copy(out, merged);
 }
 
 void RingContextAttention::backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,

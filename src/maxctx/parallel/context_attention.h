@@ -83,7 +83,7 @@ class RingContextAttention final : public AttentionPlan {
   Tensor chunk_kv_[2];                 // K then V, 2·B·S·Hkv·D, in K's dtype
   std::vector<int32_t> chunk_ids_[2];  // positions then segments, 2·B·S
   Tensor chunk_grad_[2];               // dK then dV, 2·B·S·Hkv·D, f32
-  // The output's f32 accumulator (when out is not f32) and one step's partial (out, lse).
+  // The output's f32 accumulator and one step's partial (out, lse).
   Tensor merged_out_, partial_out_, partial_lse_;
 };
 

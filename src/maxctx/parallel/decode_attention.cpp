@@ -135,12 +135,9 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
   kernels_.reserve(gathered_, ca * part);
   const TensorView gathered = gathered_.view().elements(0, ca * part);
   ca_.all_gather(partial_.view().elements(0, part), gathered);
-  // The merge runs in f32 (into out itself when it is f32); the result is rounded once.
-  TensorView merged = out_view;
-  if (out_view.dtype() != DType::kF32) {
-    kernels_.reserve(merged_, out_numel);
-    merged = merged_.view().elements(0, out_numel);
-  }
+  // The merge runs in an f32 accumulator whatever out's dtype; out gets it once, at the end.
+  kernels_.reserve(merged_, out_numel);
+  const TensorView merged = merged_.view().elements(0, out_numel);
   kernels_.copy(merged, gathered.elements(0, out_numel));
   kernels_.copy(lse_view, gathered.elements(out_numel, B * Hq));
   for (int c = 1; c < ca; ++c) {
@@ -149,7 +146,7 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
                              gathered.elements(other, out_numel),
                              gathered.elements(other + out_numel, B * Hq), B, 1, Hq, D);
   }
-  if (merged.raw() != out_view.raw()) kernels_.copy(out_view, merged);
+  kernels_.copy(out_view, merged);
 }
 
 }  // namespace maxctx::parallel

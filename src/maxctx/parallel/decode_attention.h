@@ -80,7 +80,7 @@ class DecodeAttention final : public LayerAttention {
   Tensor partial_;              // (B, Hq, D) then (B, Hq): this rank's out and lse
   Tensor gathered_;             // ca × partial_
   Tensor lse_;                  // (B, Hq)
-  Tensor merged_;               // (B, Hq, D) f32: the merge's output when out is not f32
+  Tensor merged_;               // (B, Hq, D) f32: the merge's accumulator
 };
 
 }  // namespace maxctx::parallel

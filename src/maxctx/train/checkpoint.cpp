@@ -235,14 +235,11 @@ std::vector<int64_t> complete_steps(const fs::path& run_dir) {
 struct TensorTarget {
   std::string name;
   std::vector<int64_t> shape;
-  TensorView out;  // f32 or bf16: the file must hold the same dtype
+  TensorView out;  // in the weights' dtype: the file must hold the same
 };
 
-io::StDType file_dtype(DType dtype) {
-  MAXCTX_CHECK(dtype == DType::kF32 || dtype == DType::kBF16,
-               "checkpoints hold F32 or BF16 weights, not {}", dtype_name(dtype));
-  return dtype == DType::kF32 ? io::StDType::kF32 : io::StDType::kBF16;
-}
+// Weights are written in their own dtype (f32 or bf16: the run's weight_dtype).
+io::StDType file_dtype(DType dtype) { return io::st_dtype_of(dtype); }
 
 // Validates every tensor of the file against `targets` (present, F32, right shape, nothing
 // extra) and only then copies them.
