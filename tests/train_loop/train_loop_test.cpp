@@ -31,10 +31,14 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-TEST(TrainLoop, ResumeReproducesTheUninterruptedRunExactly) {
+// fp32, and bf16 master weights and moments (checkpoints then hold BF16 tensors).
+class TrainLoopResume : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(TrainLoopResume, ReproducesTheUninterruptedRunExactly) {
   testing::SharedTempDir dir;
-  const std::vector<std::string> keys = {"steps=4", "learning_rate_schedule_steps=4",
-                                         "enable_checkpointing=true", "checkpoint_period=2"};
+  std::vector<std::string> keys = {"steps=4", "learning_rate_schedule_steps=4",
+                                   "enable_checkpointing=true", "checkpoint_period=2"};
+  keys.insert(keys.end(), GetParam().begin(), GetParam().end());
   const Mesh mesh(MeshSpec{});
   Trainer straight(tiny_config(dir.path(), "straight", keys), mesh,
                    maxctx::kernels::backend(maxctx::Device::kCpu));
@@ -61,6 +65,29 @@ TEST(TrainLoop, ResumeReproducesTheUninterruptedRunExactly) {
   // The loss falls on this data (random tokens: it learns the unigram distribution at least).
   EXPECT_LT(straight.history()[3].loss, straight.history()[0].loss);
   EXPECT_TRUE(fs::exists(dir.path() / "straight" / "metrics.jsonl"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, TrainLoopResume,
+                         ::testing::Values(std::vector<std::string>{},
+                                           std::vector<std::string>{"dtype=bfloat16",
+                                                                    "weight_dtype=bfloat16"}),
+                         [](const auto& param_info) { return param_info.param.empty() ? "f32" : "bf16"; });
+
+TEST(TrainLoop, CheckpointOfAnotherWeightDtypeIsAClearError) {
+  testing::SharedTempDir dir;
+  const std::vector<std::string> keys = {"steps=2", "enable_checkpointing=true",
+                                         "checkpoint_period=2", "weight_dtype=bfloat16"};
+  const Mesh mesh(MeshSpec{});
+  Trainer(tiny_config(dir.path(), "run", keys), mesh,
+          maxctx::kernels::backend(maxctx::Device::kCpu))
+      .run();
+  const std::string error = error_of([&] {
+    Trainer(tiny_config(dir.path(), "run", {"steps=4", "enable_checkpointing=true"}), mesh,
+            maxctx::kernels::backend(maxctx::Device::kCpu));
+  });
+  EXPECT_NE(error.find("is BF16, this run keeps its weights in F32 (weight_dtype)"),
+            std::string::npos)
+      << error;
 }
 
 TEST(TrainLoop, TruncatedCheckpointIsAClearError) {
