@@ -152,6 +152,10 @@ TEST(Config, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(choice.find("use one of: all_gather, ring"), std::string::npos) << choice;
   EXPECT_NE(load_error(kBase, {"quantization=int4"}).find("use one of: '', int8"),
             std::string::npos);
+  EXPECT_NE(load_error(kBase, {"dtype=float16"}).find("use one of: float32, bfloat16"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"weight_dtype=fp8"}).find("use one of: float32, bfloat16"),
+            std::string::npos);
   EXPECT_NE(load_error(kBase, {"max_target_length=0"}).find("must be positive"), std::string::npos);
   EXPECT_NE(load_error(kBase, {"steps=-2"}).find("steps = -2 is negative"), std::string::npos);
   EXPECT_NE(load_error(kBase, {"steps"}).find("not key=value"), std::string::npos);
