@@ -143,7 +143,7 @@ json attention_bf16(double fma_peak_gflops) {
             {"head_dim", p.head_dim},
             {"mask", "causal"},
             {"model", "maxctx-20m"}}},
-          {"bf16_products", cpu::attention_bf16_native() ? "vdpbf16ps" : "portable"},
+          {"bf16_products", cpu::attention_bf16_amx() ? "amx" : "portable"},
           {"f32", rates(f32_fwd, f32_bwd, fma_peak_gflops)},
           {"bf16", rates(bf16_fwd, bf16_bwd, dpbf16_peak)},
           {"bf16_speedup_forward", f32_fwd / bf16_fwd},
