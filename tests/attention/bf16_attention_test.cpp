@@ -14,8 +14,9 @@
 //     of them at most (P inside dS's formation is fp32). Bar: kGradRtol = 8e-3 (2⁻⁷).
 // And against the unrounded fp32 inputs, the semantics: rtol 2e-2 norm-wise.
 // Exact checks: a bf16 out is the f32 out rounded; an f32 d_out gives the bits of its bf16
-// rounding; one thread and two give the same bits; the portable products give the bits of
-// vdpbf16ps (tile products on random, odd-sized and denormal inputs, and whole attention).
+// rounding; one thread and two give the same bits; the tile products give the bits of a scalar
+// model of TDPBF16PS's roundings on AMX and on the portable path (adversarial inputs), and the
+// portable path gives AMX's bits for whole attention.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -23,6 +24,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -309,48 +311,156 @@ TEST_P(Bf16Attention, ThreadCountAndPortablePathKeepTheBits) {
 INSTANTIATE_TEST_SUITE_P(Cases, Bf16Attention, ::testing::ValuesIn(kCases),
                          [](const auto& test_info) { return std::string(test_info.param.name); });
 
-// The tile products alone: odd m, n, k, accumulate and alpha, and inputs reaching the denormal
-// range (products and sums below 2⁻¹²⁶, which vdpbf16ps flushes), portable == native.
-TEST(Bf16TileGemm, PortableMatchesNative) {
-  if (!cpu::attention_bf16_native()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
-  const int64_t m = 13, n = 45, k = 37, lda = 38, ldb = 50, ldc = 47;
-  for (const float magnitude : {1.0f, 1e-19f, 1e-38f}) {
-    std::vector<float> a32 = normal(m * lda, 11, "a"), b32 = normal(k * ldb, 11, "b");
-    for (float& x : a32) x *= magnitude;
-    for (float& x : b32) x *= magnitude == 1.0f ? 1.0f : 1e-20f;
-    std::vector<bf16> a = to_bf16(a32), b = to_bf16(b32);
-    for (int64_t i = 0; i < m; ++i) a[static_cast<size_t>(i * lda + k)] = bf16{};  // pad column
-    std::vector<float> c0 = normal(m * ldc, 11, "c");
-    for (const bool accumulate : {false, true}) {
-      std::vector<float> native = c0, portable = c0;
-      cpu::attention_tile_gemm_bf16(m, n, k, 0.75f, a.data(), lda, b.data(), ldb, nullptr,
-                                    accumulate, native.data(), ldc);
-      cpu::attention_bf16_force_portable(true);
-      cpu::attention_tile_gemm_bf16(m, n, k, 0.75f, a.data(), lda, b.data(), ldb, nullptr,
-                                    accumulate, portable.data(), ldc);
-      cpu::attention_bf16_force_portable(false);
-      for (size_t i = 0; i < native.size(); ++i) {
-        ASSERT_EQ(std::memcmp(&native[i], &portable[i], sizeof(float)), 0)
-            << "tile product " << i << " magnitude " << magnitude << " accumulate " << accumulate
-            << ": native " << native[i] << " portable " << portable[i];
-      }
-      // Within a few fp32 roundings of the double product (normal range only).
-      if (magnitude != 1.0f) continue;
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          double sum = 0.0, size = 0.0;
-          for (int64_t p = 0; p < k; ++p) {
-            const double x =
-                bf16_to_float(a[static_cast<size_t>(i * lda + p)]) *
-                static_cast<double>(bf16_to_float(b[static_cast<size_t>(p * ldb + j)]));
-            sum += x;
-            size += std::fabs(x);
-          }
-          const double expected =
-              0.75 * sum + (accumulate ? c0[static_cast<size_t>(i * ldc + j)] : 0.0);
-          EXPECT_NEAR(native[static_cast<size_t>(i * ldc + j)], expected, 1e-5 * (size + 1.0));
+// ---- The tile products alone, bit for bit against a scalar model of attention_tiles.h's
+// sequence (TDPBF16PS's: per chunk of 16 pairs an even and an odd lane sum of fp32 FMAs, then
+// sum += even + odd; DAZ/FTZ to signed zeros). The AMX path (where the CPU has it) and the
+// portable path must both give the model's bits, on adversarial inputs: cancellation, wide
+// exponent ranges, products and sums in the denormal range, zeros of both signs, inf and NaN.
+
+float flush(float x) { return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x; }
+
+// c (m, n) per attention_tile_gemm_bf16, from a (m, lda) and b (k, ldb) row-major.
+std::vector<float> model_gemm(int64_t m, int64_t n, int64_t k, float alpha,
+                              const std::vector<bf16>& a, int64_t lda, const std::vector<bf16>& b,
+                              int64_t ldb, bool accumulate, std::vector<float> c, int64_t ldc) {
+  const int64_t chunk = 2 * cpu::kBf16ChunkPairs;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float sum = 0.0f;
+      for (int64_t k0 = 0; k0 < k; k0 += chunk) {
+        float lane[2] = {0.0f, 0.0f};
+        for (int64_t p = k0; p < k0 + chunk; ++p) {  // pad elements: +0 · +0
+          const float x = p < k ? flush(bf16_to_float(a[static_cast<size_t>(i * lda + p)])) : 0.0f;
+          const float y = p < k ? flush(bf16_to_float(b[static_cast<size_t>(p * ldb + j)])) : 0.0f;
+          lane[p % 2] = flush(std::fma(x, y, lane[p % 2]));
         }
+        sum = flush(sum + flush(lane[0] + lane[1]));
       }
+      float& out = c[static_cast<size_t>(i * ldc + j)];
+      out = accumulate ? std::fma(alpha, sum, out) : alpha * sum;
+    }
+  }
+  return c;
+}
+
+// bf16 with the exponent drawn per kind: 0 normal (±4 binades), 1 wide (±40), 2 any finite,
+// 3 near and below 2⁻¹²⁶ (denormal bf16 included), 4 products near 2⁻¹²⁶; 1 in 16 a signed zero.
+std::vector<bf16> adversarial(int64_t count, int kind, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<bf16> out(static_cast<size_t>(count));
+  for (bf16& x : out) {
+    const uint32_t r = static_cast<uint32_t>(rng());
+    int e = 0;
+    switch (kind) {
+      case 0:
+        e = 127 + static_cast<int>(r % 9) - 4;
+        break;
+      case 1:
+        e = 127 + static_cast<int>(r % 81) - 40;
+        break;
+      case 2:
+        e = 1 + static_cast<int>(r % 254);
+        break;
+      case 3:
+        e = static_cast<int>(r % 12);
+        break;
+      default:
+        e = 58 + static_cast<int>(r % 10);
+        break;
+    }
+    uint16_t bits = static_cast<uint16_t>(((r >> 8) & 1u) << 15 | e << 7 | ((r >> 9) & 0x7fu));
+    if ((r >> 24) % 16 == 0) bits = static_cast<uint16_t>((r >> 20 & 1u) << 15);
+    x.bits = bits;
+  }
+  return out;
+}
+
+void expect_model_bits(int64_t m, int64_t n, int64_t k, int kind, bool accumulate) {
+  const int64_t lda = k + (k % 2 == 0 ? 2 : 3), ldb = n + 3, ldc = n + 1;
+  const auto seed = static_cast<uint64_t>(m * 131 + n * 17 + k * 7 + kind);
+  std::vector<bf16> a = adversarial(m * lda, kind, seed), b = adversarial(k * ldb, kind, seed + 1);
+  if (kind == 0) {  // pairs that cancel: a[2p+1]·b[2p+1] = -a[2p]·b[2p]
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t p = 0; p + 1 < k; p += 2) {
+        a[static_cast<size_t>(i * lda + p + 1)] =
+            float_to_bf16(-bf16_to_float(a[static_cast<size_t>(i * lda + p)]));
+      }
+    }
+    for (int64_t p = 0; p + 1 < k; p += 2) {
+      for (int64_t j = 0; j < n; ++j)
+        b[static_cast<size_t>((p + 1) * ldb + j)] = b[static_cast<size_t>(p * ldb + j)];
+    }
+  }
+  if (kind == 2) {  // a few inf
+    a[1] = float_to_bf16(std::numeric_limits<float>::infinity());
+    b[2] = float_to_bf16(-std::numeric_limits<float>::infinity());
+  }
+  std::vector<float> c0 = normal(m * ldc, seed, "c");
+  if (kind == 3) {
+    for (float& x : c0) x *= 1e-37f;
+  }
+  const std::vector<float> want = model_gemm(m, n, k, 0.75f, a, lda, b, ldb, accumulate, c0, ldc);
+  for (const bool portable : {false, true}) {
+    if (!portable && !cpu::attention_bf16_amx()) continue;
+    for (const bool packed : {false, true}) {
+      std::vector<uint32_t> b_packed;
+      if (packed) {  // B = srcᵀ with src (n, k)
+        std::vector<bf16> src(static_cast<size_t>(n * k));
+        for (int64_t p = 0; p < k; ++p) {
+          for (int64_t j = 0; j < n; ++j)
+            src[static_cast<size_t>(j * k + p)] = b[static_cast<size_t>(p * ldb + j)];
+        }
+        b_packed.resize(static_cast<size_t>(cpu::attention_bf16_packed_words(k, n)));
+        cpu::attention_pack_bf16_transposed(b_packed.data(), src.data(), n, k, k);
+      }
+      std::vector<float> got = c0;
+      cpu::attention_bf16_force_portable(portable);
+      cpu::attention_tile_gemm_bf16(m, n, k, 0.75f, a.data(), lda, b.data(), ldb,
+                                    packed ? b_packed.data() : nullptr, accumulate, got.data(),
+                                    ldc);
+      cpu::attention_bf16_force_portable(false);
+      for (size_t i = 0; i < got.size(); ++i) {
+        const bool both_nan = std::isnan(got[i]) && std::isnan(want[i]);
+        ASSERT_TRUE(both_nan || std::memcmp(&got[i], &want[i], sizeof(float)) == 0)
+            << (portable ? "portable" : "amx") << (packed ? " packed" : "") << " m " << m << " n "
+            << n << " k " << k << " kind " << kind << " accumulate " << accumulate << " at " << i
+            << ": " << got[i] << " (" << std::hexfloat << got[i] << ") want " << want[i];
+      }
+    }
+  }
+}
+
+TEST(Bf16TileGemm, AmxAndPortableGiveTheModelsBits) {
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape shapes[] = {{32, 32, 64}, {37, 45, 77}, {13, 16, 1}, {16, 33, 32}, {48, 17, 100}};
+  for (const Shape& s : shapes) {
+    for (int kind = 0; kind < 5; ++kind) {
+      for (const bool accumulate : {false, true})
+        expect_model_bits(s.m, s.n, s.k, kind, accumulate);
+    }
+  }
+}
+
+// The product is the dot product up to fp32 sums: within a few roundings of the double sum.
+TEST(Bf16TileGemm, CloseToTheDoubleProduct) {
+  const int64_t m = 13, n = 45, k = 37, lda = 38, ldb = 50, ldc = 47;
+  const std::vector<bf16> a = to_bf16(normal(m * lda, 11, "a")),
+                          b = to_bf16(normal(k * ldb, 11, "b"));
+  std::vector<float> c(static_cast<size_t>(m * ldc));
+  cpu::attention_tile_gemm_bf16(m, n, k, 0.75f, a.data(), lda, b.data(), ldb, nullptr, false,
+                                c.data(), ldc);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0.0, size = 0.0;
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = bf16_to_float(a[static_cast<size_t>(i * lda + p)]) *
+                         static_cast<double>(bf16_to_float(b[static_cast<size_t>(p * ldb + j)]));
+        sum += x;
+        size += std::fabs(x);
+      }
+      EXPECT_NEAR(c[static_cast<size_t>(i * ldc + j)], 0.75 * sum, 1e-5 * (size + 1.0));
     }
   }
 }

@@ -26,64 +26,149 @@
 
 #ifndef MAXCTX_ATTENTION_TILES_ONCE  // this file is compiled once per SIMD target
 #define MAXCTX_ATTENTION_TILES_ONCE
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 namespace maxctx::kernels::cpu {
 namespace {
 
-// ---------------------------------------------------------------- bf16 products, vdpbf16ps
-// Compiled once, for AVX512_BF16 by attribute (the baseline is AVX2), and called only when the
-// CPU has it. kRows × kVectors accumulators as in the fp32 micro-tile; each step of k takes one
-// pair of bf16 from each A row (a 32-bit broadcast) against a row of the packed B panel.
-#define MAXCTX_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+// ---------------------------------------------------------------- bf16 products, AMX
+// Compiled once, for AMX by attribute, and called only where amx_ready() (attention_tiles.h
+// gives the sequence of roundings, TDPBF16PS's). A micro-tile is 2 × 2 C tiles of 16 × 16 fp32
+// (tmm0-3) fed by 2 A tiles (tmm4-5: 16 rows × 32 bf16 of A) and 2 B tiles (tmm6-7: 16 pairs ×
+// 16 columns of the packed panel, whose rows are 128 bytes apart): 32 rows × one panel of 32
+// columns, K in chunks of 32. A is read in place where a tile lies inside it, else from a
+// zero-padded copy (the last rows, a K chunk cut short).
+#define MAXCTX_AMX_TARGET \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma")))
 
-using Bf16MicroTile = void (*)(int64_t pairs, float alpha, const uint32_t* a, int64_t lda_words,
-                               const uint32_t* b_panel, bool accumulate, float* c, int64_t ldc,
-                               int64_t cols);
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
 
-template <int kRows, int kVectors>
-MAXCTX_BF16_TARGET void bf16_micro_tile_native(int64_t pairs, float alpha, const uint32_t* a,
-                                               int64_t lda_words, const uint32_t* b_panel,
-                                               bool accumulate, float* c, int64_t ldc,
-                                               int64_t cols) {
-  __m512 acc[kRows][kVectors];
-  for (int i = 0; i < kRows; ++i) {
-    for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm512_setzero_ps();
+// tile = rows [r0, r0 + 16) × columns [k0, k0 + 32) of A (m, k), zero past m and k.
+MAXCTX_AMX_TARGET void pad_a_tile(uint16_t* tile, const uint16_t* a, int64_t lda, int64_t m,
+                                  int64_t k, int64_t r0, int64_t k0) {
+  const int64_t rows = std::min<int64_t>(16, m - r0);
+  const __mmask32 live = static_cast<__mmask32>((uint64_t{1} << std::min<int64_t>(32, k - k0)) - 1);
+  for (int64_t r = 0; r < 16; ++r) {
+    const __m512i row =
+        r < rows ? _mm512_maskz_loadu_epi16(live, a + (r0 + r) * lda + k0) : _mm512_setzero_si512();
+    _mm512_store_si512(tile + r * 32, row);
   }
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint32_t* b_row = b_panel + p * 32;
-    __m512bh b_vec[kVectors];
-    for (int j = 0; j < kVectors; ++j) {
-      b_vec[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b_row + 16 * j));
-    }
-    for (int i = 0; i < kRows; ++i) {
-      const __m512bh a_pair =
-          reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(a[i * lda_words + p])));
-      for (int j = 0; j < kVectors; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], a_pair, b_vec[j]);
-    }
-  }
+}
+
+// c (rows, cols) = alpha · tile, or fma(alpha, tile, c); tile 16 × 16 fp32.
+MAXCTX_AMX_TARGET void store_c_tile(const float* tile, int64_t rows, int64_t cols, float alpha,
+                                    bool accumulate, float* c, int64_t ldc) {
   const __m512 v_alpha = _mm512_set1_ps(alpha);
-  const __mmask16 last = static_cast<__mmask16>((1u << (cols - 16 * (kVectors - 1))) - 1u);
-  for (int i = 0; i < kRows; ++i) {
-    for (int j = 0; j < kVectors; ++j) {
-      float* c_vec = c + i * ldc + 16 * j;
-      const __mmask16 mask = j + 1 < kVectors ? static_cast<__mmask16>(0xffff) : last;
-      const __m512 result =
-          accumulate ? _mm512_fmadd_ps(acc[i][j], v_alpha, _mm512_maskz_loadu_ps(mask, c_vec))
-                     : _mm512_mul_ps(acc[i][j], v_alpha);
-      _mm512_mask_storeu_ps(c_vec, mask, result);
-    }
+  const __mmask16 mask = static_cast<__mmask16>((1u << std::min<int64_t>(16, cols)) - 1u);
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 sum = _mm512_load_ps(tile + r * 16);
+    float* c_row = c + r * ldc;
+    const __m512 result = accumulate
+                              ? _mm512_fmadd_ps(sum, v_alpha, _mm512_maskz_loadu_ps(mask, c_row))
+                              : _mm512_mul_ps(sum, v_alpha);
+    _mm512_mask_storeu_ps(c_row, mask, result);
   }
 }
 
-template <int kVectors, size_t... kRowsMinusOne>
-constexpr std::array<Bf16MicroTile, 8> bf16_native_rows(std::index_sequence<kRowsMinusOne...>) {
-  return {&bf16_micro_tile_native<static_cast<int>(kRowsMinusOne) + 1, kVectors>...};
+// C (m, cols <= kBf16Panel) = alpha · A · B (or +=) for one packed panel of B.
+MAXCTX_AMX_TARGET void amx_panel(int64_t m, int64_t cols, int64_t k, float alpha, const bf16* a,
+                                 int64_t lda, const uint32_t* panel, bool accumulate, float* c,
+                                 int64_t ldc) {
+  static const TileConfig config = [] {
+    TileConfig cfg;
+    for (int t = 0; t < 8; ++t) {
+      cfg.rows[t] = 16;
+      cfg.colsb[t] = 64;
+    }
+    return cfg;
+  }();
+  _tile_loadconfig(&config);
+  alignas(64) uint16_t a_pad[2][16 * 32];
+  alignas(64) float sums[4][16 * 16];
+  const auto* a_bits = reinterpret_cast<const uint16_t*>(a);
+  const int64_t chunks = (k + 31) / 32;
+  const int64_t a_stride = lda * static_cast<int64_t>(sizeof(bf16));
+  const bool right = cols > 16;
+  for (int64_t m0 = 0; m0 < m; m0 += 32) {
+    const bool lower = m - m0 > 16;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t k0 = ch * 32;
+      const bool whole_k = k - k0 >= 32;
+      if (whole_k && m - m0 >= 16) {
+        _tile_loadd(4, a_bits + m0 * lda + k0, a_stride);
+      } else {
+        pad_a_tile(a_pad[0], a_bits, lda, m, k, m0, k0);
+        _tile_loadd(4, a_pad[0], 64);
+      }
+      const uint32_t* b_rows = panel + ch * 16 * kBf16Panel;
+      _tile_loadd(6, b_rows, kBf16Panel * 4);
+      _tile_dpbf16ps(0, 4, 6);
+      if (right) {
+        _tile_loadd(7, b_rows + 16, kBf16Panel * 4);
+        _tile_dpbf16ps(1, 4, 7);
+      }
+      if (lower) {
+        if (whole_k && m - m0 >= 32) {
+          _tile_loadd(5, a_bits + (m0 + 16) * lda + k0, a_stride);
+        } else {
+          pad_a_tile(a_pad[1], a_bits, lda, m, k, m0 + 16, k0);
+          _tile_loadd(5, a_pad[1], 64);
+        }
+        _tile_dpbf16ps(2, 5, 6);
+        if (right) _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    _tile_stored(0, sums[0], 64);
+    if (right) _tile_stored(1, sums[1], 64);
+    if (lower) _tile_stored(2, sums[2], 64);
+    if (lower && right) _tile_stored(3, sums[3], 64);
+    const int64_t upper_rows = std::min<int64_t>(16, m - m0);
+    float* c_block = c + m0 * ldc;
+    store_c_tile(sums[0], upper_rows, cols, alpha, accumulate, c_block, ldc);
+    if (right) store_c_tile(sums[1], upper_rows, cols - 16, alpha, accumulate, c_block + 16, ldc);
+    if (lower) {
+      const int64_t lower_rows = m - m0 - 16 < 16 ? m - m0 - 16 : 16;
+      store_c_tile(sums[2], lower_rows, cols, alpha, accumulate, c_block + 16 * ldc, ldc);
+      if (right) {
+        store_c_tile(sums[3], lower_rows, cols - 16, alpha, accumulate, c_block + 16 * ldc + 16,
+                     ldc);
+      }
+    }
+  }
+  _tile_release();
 }
-// kBf16NativeTiles[vectors - 1][rows - 1]
-constexpr std::array<std::array<Bf16MicroTile, 8>, 2> kBf16NativeTiles = {
-    bf16_native_rows<1>(std::make_index_sequence<8>()),
-    bf16_native_rows<2>(std::make_index_sequence<8>())};
+
+// The CPU has AMX-TILE and AMX-BF16 and the kernel lets this process use the tile data
+// (Linux: a one-time arch_prctl request, process-wide; every thread may then load tiles).
+bool amx_ready() {
+  static const bool ready = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
+    if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) return false;
+#ifdef __linux__
+    constexpr long kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
+    constexpr long kXtileData = 18;         // XFEATURE_XTILEDATA
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return ready;
+}
 
 }  // namespace
 }  // namespace maxctx::kernels::cpu
@@ -316,11 +401,13 @@ void softmax_backward(float* prob, float* d_score, int64_t ld, int64_t rows, int
 }
 
 // ---------------------------------------------------------------- bf16 products, portable
-// The vdpbf16ps sequence in fp32 FMAs (attention_tiles.h): per pair the odd product first, the
-// inputs and every sum flushed to a signed zero when denormal.
+// TDPBF16PS's sequence in fp32 FMAs (attention_tiles.h): per chunk of 16 pairs an even and an
+// odd lane sum, inputs and every sum flushed to a signed zero when denormal, then the chunk's
+// sum added to the accumulator.
 
 using U32Tag = hn::RebindToUnsigned<FloatTag>;
 constexpr int64_t kPanelVectors = kBf16Panel / static_cast<int64_t>(hn::MaxLanes(FloatTag()));
+constexpr int kPortableRows = 4;
 
 HWY_INLINE FloatVec flush_denormal(FloatVec x) {
   const FloatTag d;
@@ -331,32 +418,55 @@ HWY_INLINE FloatVec flush_denormal(FloatVec x) {
 }
 
 template <int kRows>
-void bf16_micro_tile_portable(int64_t pairs, float alpha, const uint32_t* a, int64_t lda_words,
+void bf16_micro_tile_portable(int64_t k, float alpha, const uint32_t* a, int64_t lda_words,
                               const uint32_t* b_panel, bool accumulate, float* c, int64_t ldc,
                               int64_t cols) {
   const FloatTag d;
   const U32Tag du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
   const int64_t vectors = (cols + lanes - 1) / lanes;
+  const int64_t pairs = (k + 1) / 2;
   const auto high_half = hn::Set(du, 0xffff0000u);
   FloatVec acc[kRows][kPanelVectors];
   for (int i = 0; i < kRows; ++i) {
     for (int64_t j = 0; j < kPanelVectors; ++j) acc[i][j] = hn::Zero(d);
   }
-  for (int64_t p = 0; p < pairs; ++p) {
-    FloatVec b_even[kPanelVectors], b_odd[kPanelVectors];
-    for (int64_t j = 0; j < vectors; ++j) {
-      const auto words = hn::LoadU(du, b_panel + p * kBf16Panel + j * lanes);
-      b_even[j] = flush_denormal(hn::BitCast(d, hn::ShiftLeft<16>(words)));
-      b_odd[j] = flush_denormal(hn::BitCast(d, hn::And(words, high_half)));
-    }
+  for (int64_t p0 = 0; p0 < pairs; p0 += kBf16ChunkPairs) {
+    const int64_t p_end = std::min(pairs, p0 + kBf16ChunkPairs);
+    FloatVec even[kRows][kPanelVectors], odd[kRows][kPanelVectors];
     for (int i = 0; i < kRows; ++i) {
-      const auto pair = hn::Set(du, a[i * lda_words + p]);
-      const auto a_even = flush_denormal(hn::BitCast(d, hn::ShiftLeft<16>(pair)));
-      const auto a_odd = flush_denormal(hn::BitCast(d, hn::And(pair, high_half)));
+      for (int64_t j = 0; j < kPanelVectors; ++j) even[i][j] = odd[i][j] = hn::Zero(d);
+    }
+    for (int64_t p = p0; p < p_end; ++p) {
+      FloatVec b_even[kPanelVectors], b_odd[kPanelVectors];
       for (int64_t j = 0; j < vectors; ++j) {
-        acc[i][j] = flush_denormal(hn::MulAdd(a_odd, b_odd[j], acc[i][j]));
-        acc[i][j] = flush_denormal(hn::MulAdd(a_even, b_even[j], acc[i][j]));
+        const auto words = hn::LoadU(du, b_panel + p * kBf16Panel + j * lanes);
+        b_even[j] = flush_denormal(hn::BitCast(d, hn::ShiftLeft<16>(words)));
+        b_odd[j] = flush_denormal(hn::BitCast(d, hn::And(words, high_half)));
+      }
+      // a[i][k] of an odd k is read as +0 whatever it holds, as the AMX path's padded copy.
+      const uint32_t odd_mask = 2 * p + 1 < k ? 0xffff0000u : 0u;
+      for (int i = 0; i < kRows; ++i) {
+        const auto pair = hn::Set(du, a[i * lda_words + p]);
+        const auto a_even = flush_denormal(hn::BitCast(d, hn::ShiftLeft<16>(pair)));
+        const auto a_odd = flush_denormal(hn::BitCast(d, hn::And(pair, hn::Set(du, odd_mask))));
+        for (int64_t j = 0; j < vectors; ++j) {
+          even[i][j] = flush_denormal(hn::MulAdd(a_even, b_even[j], even[i][j]));
+          odd[i][j] = flush_denormal(hn::MulAdd(a_odd, b_odd[j], odd[i][j]));
+        }
+      }
+    }
+    // Pairs past k (zero in A's padded copy and B's panel) add +0·+0 to both lane sums: a -0
+    // sum becomes +0, nothing else changes.
+    const bool padded = p_end - p0 < kBf16ChunkPairs;
+    for (int i = 0; i < kRows; ++i) {
+      for (int64_t j = 0; j < vectors; ++j) {
+        if (padded) {
+          even[i][j] = hn::Add(even[i][j], hn::Zero(d));
+          odd[i][j] = hn::Add(odd[i][j], hn::Zero(d));
+        }
+        const auto chunk = flush_denormal(hn::Add(even[i][j], odd[i][j]));
+        acc[i][j] = flush_denormal(hn::Add(acc[i][j], chunk));
       }
     }
   }
@@ -373,23 +483,40 @@ void bf16_micro_tile_portable(int64_t pairs, float alpha, const uint32_t* a, int
   }
 }
 
+using Bf16MicroTile = void (*)(int64_t k, float alpha, const uint32_t* a, int64_t lda_words,
+                               const uint32_t* b_panel, bool accumulate, float* c, int64_t ldc,
+                               int64_t cols);
 template <size_t... kRowsMinusOne>
-constexpr std::array<Bf16MicroTile, kTileM> bf16_portable_rows(
+constexpr std::array<Bf16MicroTile, kPortableRows> bf16_portable_rows(
     std::index_sequence<kRowsMinusOne...>) {
   return {&bf16_micro_tile_portable<static_cast<int>(kRowsMinusOne) + 1>...};
 }
-constexpr std::array<Bf16MicroTile, kTileM> kBf16PortableTiles =
-    bf16_portable_rows(std::make_index_sequence<kTileM>());
+constexpr std::array<Bf16MicroTile, kPortableRows> kBf16PortableTiles =
+    bf16_portable_rows(std::make_index_sequence<kPortableRows>());
 
-// panel (ceil(k / 2), kBf16Panel) words of B (k, n) row-major from column n0: two rows of bf16
-// interleaved into 32-bit words, zero past k and n.
+// C (m, cols <= kBf16Panel) = alpha · A · B (or +=) for one packed panel of B.
+void bf16_panel_portable(int64_t m, int64_t cols, int64_t k, float alpha, const bf16* a,
+                         int64_t lda, const uint32_t* panel, bool accumulate, float* c,
+                         int64_t ldc) {
+  const auto* a_words = reinterpret_cast<const uint32_t*>(a);
+  const int64_t lda_words = lda / 2;
+  for (int64_t m0 = 0; m0 < m; m0 += kPortableRows) {
+    const int64_t rows = std::min<int64_t>(kPortableRows, m - m0);
+    kBf16PortableTiles[rows - 1](k, alpha, a_words + m0 * lda_words, lda_words, panel, accumulate,
+                                 c + m0 * ldc, ldc, cols);
+  }
+}
+
+// panel (attention_bf16_panel_pairs(k), kBf16Panel) words of B (k, n) row-major from column
+// n0: two rows of bf16 interleaved into 32-bit words, zero past k and n.
 void pack_bf16_rows(uint32_t* panel, const bf16* b, int64_t ldb, int64_t k, int64_t n, int64_t n0) {
   const U32Tag du;
   const hn::Rebind<uint16_t, U32Tag> d16;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(du));
   const int64_t cols = std::min(kBf16Panel, n - n0);
+  const int64_t pairs = (k + 1) / 2;
   const auto* bits = reinterpret_cast<const uint16_t*>(b);
-  for (int64_t p = 0; p < (k + 1) / 2; ++p) {
+  for (int64_t p = 0; p < pairs; ++p) {
     const uint16_t* even = bits + 2 * p * ldb + n0;
     const uint16_t* odd = 2 * p + 1 < k ? even + ldb : nullptr;
     uint32_t* dst = panel + p * kBf16Panel;
@@ -407,32 +534,7 @@ void pack_bf16_rows(uint32_t* panel, const bf16* b, int64_t ldb, int64_t k, int6
       dst[c] = lo | hi << 16;
     }
   }
-}
-
-// native: use the vdpbf16ps micro-tiles. panel_scratch: room for ceil(k / 2) · kBf16Panel words.
-void tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, const bf16* a, int64_t lda,
-                    const bf16* b, int64_t ldb, const uint32_t* b_packed, bool accumulate, float* c,
-                    int64_t ldc, bool native, uint32_t* panel_scratch) {
-  const int64_t pairs = (k + 1) / 2;
-  const auto* a_words = reinterpret_cast<const uint32_t*>(a);
-  const int64_t lda_words = lda / 2;
-  for (int64_t n0 = 0; n0 < n; n0 += kBf16Panel) {
-    const int64_t cols = std::min(kBf16Panel, n - n0);
-    const uint32_t* panel = panel_scratch;
-    if (b_packed != nullptr) {
-      panel = b_packed + n0 / kBf16Panel * pairs * kBf16Panel;
-    } else {
-      pack_bf16_rows(panel_scratch, b, ldb, k, n, n0);
-    }
-    const int64_t vectors = (cols + 15) / 16;
-    for (int64_t m0 = 0; m0 < m; m0 += kTileM) {
-      const int64_t rows = std::min<int64_t>(kTileM, m - m0);
-      const Bf16MicroTile tile =
-          native ? kBf16NativeTiles[vectors - 1][rows - 1] : kBf16PortableTiles[rows - 1];
-      tile(pairs, alpha, a_words + m0 * lda_words, lda_words, panel, accumulate, c + m0 * ldc + n0,
-           ldc, cols);
-    }
-  }
+  std::fill(panel + pairs * kBf16Panel, panel + attention_bf16_panel_pairs(k) * kBf16Panel, 0u);
 }
 
 // dst = float_to_bf16(src): round half to even on the bits, NaN kept quiet.
@@ -475,7 +577,8 @@ HWY_EXPORT(softmax_backward);
 HWY_EXPORT(vector_lanes);
 HWY_EXPORT(gemm_panel);
 HWY_EXPORT(target_id);
-HWY_EXPORT(tile_gemm_bf16);
+HWY_EXPORT(bf16_panel_portable);
+HWY_EXPORT(pack_bf16_rows);
 HWY_EXPORT(round_to_bf16);
 
 namespace {
@@ -522,25 +625,26 @@ void attention_softmax_backward(float* prob, float* d_score, int64_t ld, int64_t
 
 namespace {
 std::atomic<bool> bf16_force_portable{false};
-bool cpu_has_avx512_bf16() {
-  static const bool has = __builtin_cpu_supports("avx512bf16");
-  return has;
-}
 }  // namespace
 
 void attention_bf16_force_portable(bool portable) { bf16_force_portable = portable; }
-bool attention_bf16_native() { return cpu_has_avx512_bf16() && !bf16_force_portable; }
+bool attention_bf16_amx() { return amx_ready() && !bf16_force_portable; }
+
+int64_t attention_bf16_panel_pairs(int64_t k) {
+  return ((k + 1) / 2 + kBf16ChunkPairs - 1) / kBf16ChunkPairs * kBf16ChunkPairs;
+}
 
 int64_t attention_bf16_packed_words(int64_t k, int64_t n) {
-  return (n + kBf16Panel - 1) / kBf16Panel * ((k + 1) / 2) * kBf16Panel;
+  return (n + kBf16Panel - 1) / kBf16Panel * attention_bf16_panel_pairs(k) * kBf16Panel;
 }
 
 void attention_pack_bf16_transposed(uint32_t* packed, const bf16* src, int64_t n, int64_t k,
                                     int64_t ld) {
   const int64_t pairs = (k + 1) / 2;
+  const int64_t panel_words = attention_bf16_panel_pairs(k) * kBf16Panel;
   const auto* bits = reinterpret_cast<const uint16_t*>(src);
   for (int64_t n0 = 0; n0 < n; n0 += kBf16Panel) {
-    uint32_t* panel = packed + n0 / kBf16Panel * pairs * kBf16Panel;
+    uint32_t* panel = packed + n0 / kBf16Panel * panel_words;
     for (int64_t c = 0; c < kBf16Panel; ++c) {
       const uint16_t* row = n0 + c < n ? bits + (n0 + c) * ld : nullptr;
       for (int64_t p = 0; p < pairs; ++p) {
@@ -549,6 +653,7 @@ void attention_pack_bf16_transposed(uint32_t* packed, const bf16* src, int64_t n
         panel[p * kBf16Panel + c] = lo | hi << 16;
       }
     }
+    std::fill(panel + pairs * kBf16Panel, panel + panel_words, 0u);
   }
 }
 
@@ -556,17 +661,32 @@ void attention_tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, cons
                               int64_t lda, const bf16* b, int64_t ldb, const uint32_t* b_packed,
                               bool accumulate, float* c, int64_t ldc) {
   MAXCTX_CHECK(lda % 2 == 0, "bf16 tile products read A in pairs: lda {} must be even", lda);
+  if (m <= 0 || n <= 0) return;
+  const int64_t panel_words = attention_bf16_panel_pairs(k) * kBf16Panel;
   // Each thread keeps one B panel, grown to the deepest product it has seen.
-  static thread_local hwy::AlignedFreeUniquePtr<uint32_t[]> panel;
+  static thread_local hwy::AlignedFreeUniquePtr<uint32_t[]> scratch;
   static thread_local int64_t capacity = 0;
-  const int64_t needed = std::max<int64_t>(1, (k + 1) / 2) * kBf16Panel;
-  if (needed > capacity) {
-    panel = hwy::AllocateAligned<uint32_t>(static_cast<size_t>(needed));
-    capacity = needed;
+  if (b_packed == nullptr && std::max<int64_t>(1, panel_words) > capacity) {
+    capacity = std::max<int64_t>(1, panel_words);
+    scratch = hwy::AllocateAligned<uint32_t>(static_cast<size_t>(capacity));
   }
-  HWY_DYNAMIC_DISPATCH(tile_gemm_bf16)
-  (m, n, k, alpha, a, lda, b, ldb, b_packed, accumulate, c, ldc, attention_bf16_native(),
-   panel.get());
+  const bool amx = attention_bf16_amx();
+  for (int64_t n0 = 0; n0 < n; n0 += kBf16Panel) {
+    const int64_t cols = std::min(kBf16Panel, n - n0);
+    const uint32_t* panel = nullptr;
+    if (b_packed != nullptr) {
+      panel = b_packed + n0 / kBf16Panel * panel_words;
+    } else {
+      HWY_DYNAMIC_DISPATCH(pack_bf16_rows)(scratch.get(), b, ldb, k, n, n0);
+      panel = scratch.get();
+    }
+    if (amx) {
+      amx_panel(m, cols, k, alpha, a, lda, panel, accumulate, c + n0, ldc);
+    } else {
+      HWY_DYNAMIC_DISPATCH(bf16_panel_portable)
+      (m, cols, k, alpha, a, lda, panel, accumulate, c + n0, ldc);
+    }
+  }
 }
 
 void attention_round_to_bf16(bf16* dst, const float* src, int64_t n) {

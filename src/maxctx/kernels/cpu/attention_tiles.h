@@ -46,27 +46,37 @@ void attention_softmax_backward(float* prob, float* d_score, int64_t ld, int64_t
                                 int64_t width, const float* lse, const float* delta);
 
 // ---- bf16 tile products (q, k, v in bf16: kernels.h's precision contract)
-// Each output is an fp32 sum over pairs of bf16 products, taken pair by pair as AVX512_BF16's
-// vdpbf16ps does: acc += a[2p+1]·b[2p+1], then acc += a[2p]·b[2p] (each product exact in fp32,
-// each add rounded to nearest even), with bf16 inputs that are denormal read as zero and sums
-// that come out denormal flushed to zero (the instruction's DAZ/FTZ). Without AVX512_BF16, or
-// with attention_bf16_force_portable(true), a portable path runs that sequence as two fp32 FMAs
-// with the same flushes: the same bits. Then c = alpha·sum, or with accumulate
-// c = fma(alpha, sum, c) (one rounding, in both paths).
+// One sequence of roundings, AMX's TDPBF16PS (measured on Sapphire Rapids, bit for bit: see
+// tests/attention/bf16_attention_test.cpp), on every CPU. K runs in chunks of kBf16ChunkPairs
+// pairs of bf16 (a tile's depth), the last chunk padded with zero pairs. Per output and chunk:
+//   even = odd = +0;  for each pair p of the chunk, in order:
+//     even = fma(a[2p], b[2p], even);  odd = fma(a[2p+1], b[2p+1], odd)
+//   sum = sum + (even + odd)                       (sum starts at +0, before the first chunk)
+// every operation fp32, round to nearest even, bf16 inputs that are denormal read as zero and
+// results that come out denormal flushed to a zero of their sign (the instruction's DAZ/FTZ).
+// A pad pair adds +0·+0: it only turns a -0 lane sum into +0. Then c = alpha·sum, or with
+// accumulate c = fma(alpha, sum, c). With AMX (and the kernel's permission to use it) the tiles
+// run on TDPBF16PS; elsewhere, or with attention_bf16_force_portable(true), a portable path runs
+// the same sequence in fp32 FMAs: the same bits. (AVX512_BF16's vdpbf16ps adds each product to
+// one running sum, odd then even: another sequence, so it is not used.)
+inline constexpr int64_t kBf16ChunkPairs = 16;
 
-// B operands are packed in panels of kBf16Panel columns: per panel, ceil(k / 2) rows of
-// kBf16Panel 32-bit words, word (p, n) = b[2p][n] | b[2p + 1][n] << 16 (0 past k and n).
+// B operands are packed in panels of kBf16Panel columns: per panel,
+// attention_bf16_panel_pairs(k) rows of kBf16Panel 32-bit words, word (p, n) = b[2p][n] |
+// b[2p + 1][n] << 16 (0 past k and n): AMX's B tile layout (16 pairs × 16 columns, rows 128
+// bytes apart) and the portable path's rows.
 inline constexpr int64_t kBf16Panel = 32;
+// ceil(k / 2) rounded up to whole chunks.
+int64_t attention_bf16_panel_pairs(int64_t k);
 int64_t attention_bf16_packed_words(int64_t k, int64_t n);
 
 // packed = B (k, n) = srcᵀ for src (n, k) with rows ld elements apart (K or V rows).
 void attention_pack_bf16_transposed(uint32_t* packed, const bf16* src, int64_t n, int64_t k,
                                     int64_t ld);
 
-// C (m, n) = alpha · A · B, or C += alpha · A · B. A (m, k) row-major bf16, lda even; when k is
-// odd a[i][k] must be 0 (a zero pad column). B is b_packed (attention_pack_bf16_transposed)
-// when that is not null, else b (k, n) row-major, rows ldb apart. Loads and stores past n are
-// masked.
+// C (m, n) = alpha · A · B, or C += alpha · A · B. A (m, k) row-major bf16, lda even (a[i][k] of
+// an odd k is read as +0). B is b_packed (attention_pack_bf16_transposed) when that is not null,
+// else b (k, n) row-major, rows ldb apart. Loads and stores past n are masked.
 void attention_tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, const bf16* a,
                               int64_t lda, const bf16* b, int64_t ldb, const uint32_t* b_packed,
                               bool accumulate, float* c, int64_t ldc);
@@ -74,10 +84,11 @@ void attention_tile_gemm_bf16(int64_t m, int64_t n, int64_t k, float alpha, cons
 // dst[i] = float_to_bf16(src[i]) for i < n (the same bits, vectorized).
 void attention_round_to_bf16(bf16* dst, const float* src, int64_t n);
 
-// Tests: run the portable bf16 products even where AVX512_BF16 exists (process-wide).
+// Tests: run the portable bf16 products even where AMX exists (process-wide).
 void attention_bf16_force_portable(bool portable);
-// Whether the bf16 products run on vdpbf16ps (the CPU has it and the portable path is not forced).
-bool attention_bf16_native();
+// Whether the bf16 products run on AMX (the CPU has it, the OS lets this process use it, and the
+// portable path is not forced).
+bool attention_bf16_amx();
 
 // Highway's name of the target the calls above dispatch to ("AVX3_DL", "AVX2", ...).
 const char* attention_simd_target();
