@@ -1,6 +1,6 @@
 // The flash kernel with q, k, v in bf16 (kernels.h's precision contract): the fp32 kernel's
 // tiles, masks and online softmax (attention_blocks.h, attention_tiles.h), its products on bf16
-// inputs with fp32 sums (attention_tile_gemm_bf16: vdpbf16ps, or the same bits without it).
+// inputs with fp32 sums (attention_tile_gemm_bf16: AMX, or the same bits without it).
 //
 // Forward: S = scale · (q · kᵀ) (the scale applied to the fp32 sum, so q is used as given), the
 // online softmax in fp32, P rounded to bf16 for P · v, out normalised in fp32 and rounded once.
