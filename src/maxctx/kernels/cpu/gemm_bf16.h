@@ -50,14 +50,14 @@ void gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64
                int64_t ldc);
 
 enum class Bf16Path {
-  kBest,      // vdpbf16ps when the CPU has AVX512_BF16, else portable
+  kBest,      // AMX (tdpbf16ps) when the CPU has AMX-BF16 and Linux allows it, else portable
   kPortable,  // the portable loops (tests compare the two)
 };
 // The path gemm_bf16 takes from now on, for every thread (tests only; not thread-safe to change
 // while a product runs).
 void set_gemm_bf16_path(Bf16Path path);
-bool gemm_bf16_dpbf16_available();
-// "avx512_bf16" or "portable": what gemm_bf16 runs now.
+bool gemm_bf16_amx_available();
+// "amx_bf16" or "portable": what gemm_bf16 runs now.
 const char* gemm_bf16_kernel_name();
 
 }  // namespace maxctx::kernels::cpu
