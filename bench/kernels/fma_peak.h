@@ -19,5 +19,9 @@ const char* fma_target_name();
 // multiply-adds): the peak of the bf16 GEMM. Call only where dpbf16_available().
 bool dpbf16_available();
 float run_dpbf16_chains(int64_t iterations);
+// AMX: `iterations` steps of 4 tdpbf16ps on 16 × 16 fp32 tiles, 16384 flops each step (16 × 16 ×
+// 32 multiply-adds per tile). Call only where cpu::gemm_bf16_amx_available() (which also asks
+// Linux for the tile state).
+float run_amx_tiles(int64_t iterations);
 
 }  // namespace maxctx::bench

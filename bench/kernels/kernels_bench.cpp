@@ -249,7 +249,20 @@ json bf16_model_products(double fma_peak, double bf16_peak) {
   return result;
 }
 
-json bf16_gemm(double fma_peak, double bf16_peak) {
+// AMX tdpbf16ps throughput (fma_peak.h), 0 where the CPU or the kernel does not allow it.
+double amx_peak_gflops() {
+  if (!maxctx::kernels::cpu::gemm_bf16_amx_available()) return 0.0;
+  constexpr int64_t kIterations = 2'000'000;
+  float checksum = 0;
+  const Timing took = best_of(5, [&] { checksum += maxctx::bench::run_amx_tiles(kIterations); });
+  std::fprintf(stderr, "amx checksum %g\n", static_cast<double>(checksum));
+  return 4.0 * 16 * 16 * 32 * 2 * kIterations / took.cpu_seconds / 1e9;
+}
+
+// Fractions are of the peak of the instruction gemm_bf16 runs (AMX where present, else vdpbf16ps).
+json bf16_gemm(double fma_peak, double dpbf16_peak) {
+  const double amx_peak = amx_peak_gflops();
+  const double bf16_peak = amx_peak > 0 ? amx_peak : dpbf16_peak;
   json products = bf16_model_products(fma_peak, bf16_peak);
   double bf16_s = 0, f32_s = 0, onednn_s = 0, flops = 0;
   for (const json& p : products) {
@@ -258,16 +271,18 @@ json bf16_gemm(double fma_peak, double bf16_peak) {
     f32_s += p["sgemm_fp32"]["cpu_seconds"].get<double>();
     if (!p["onednn_bf16"].is_null()) onednn_s += p["onednn_bf16"]["cpu_seconds"].get<double>();
   }
-  json summary = {{"gemm_bf16_fraction_of_bf16_peak", flops / bf16_s / bf16_peak},
+  json summary = {{"gemm_bf16_fraction_of_peak", flops / bf16_s / bf16_peak},
                   {"sgemm_fraction_of_fma_peak", flops / f32_s / fma_peak},
                   {"speedup_bf16_over_fp32", f32_s / bf16_s},
-                  {"onednn_fraction_of_bf16_peak", nullptr},
+                  {"onednn_fraction_of_peak", nullptr},
                   {"speedup_vs_onednn", nullptr}};
   if (onednn_s > 0) {
-    summary["onednn_fraction_of_bf16_peak"] = flops / onednn_s / bf16_peak;
+    summary["onednn_fraction_of_peak"] = flops / onednn_s / bf16_peak;
     summary["speedup_vs_onednn"] = onednn_s / bf16_s;
   }
-  return {{"dpbf16_peak_gflops", bf16_peak},
+  return {{"dpbf16_peak_gflops", dpbf16_peak},
+          {"amx_peak_gflops", amx_peak},
+          {"kernel", maxctx::kernels::cpu::gemm_bf16_kernel_name()},
           {"fma_peak_gflops", fma_peak},
           {"onednn", maxctx::bench::onednn_available() ? "libdnnl (matmul primitive)" : "absent"},
           {"summary_over_all_products", summary},

@@ -4,8 +4,9 @@
 //   f32 output: |got − want| ≤ 1e-5 · m (fp32 accumulation order only);
 //   bf16 output: ≤ 1e-5 · m + 2⁻⁸ · |want| (plus one rounding to bf16);
 // and against the unrounded fp32 problem ‖got − want‖₂ ≤ 2e-2 · ‖want‖₂ over the output.
-// Also: the portable gemm_bf16 equals vdpbf16ps bit for bit, 1 and 2 threads give the same bits,
-// the bf16-weight GEMV, int8 from bf16 views, and the errors for dtypes the ops do not take.
+// Also: the portable gemm_bf16 equals AMX bit for bit (adversarial values too), 1 and 2 threads
+// give the same bits, the bf16-weight GEMV, int8 from bf16 views, and the errors for dtypes the ops
+// do not take.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -240,10 +241,10 @@ TEST(Bf16Matmul, BitsDoNotDependOnThreadCount) {
   omp_set_num_threads(saved);
 }
 
-TEST(Bf16Matmul, PortablePathEqualsVdpbf16ps) {
-  if (!cpu::gemm_bf16_dpbf16_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  for (const Shape3 s :
-       {Shape3{1, 3, 17}, Shape3{17, 33, 100}, Shape3{100, 1100, 33}, Shape3{64, 256, 688}}) {
+TEST(Bf16Matmul, PortablePathEqualsAmx) {
+  if (!cpu::gemm_bf16_amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16";
+  for (const Shape3 s : {Shape3{1, 3, 17}, Shape3{17, 33, 100}, Shape3{100, 1100, 33},
+                         Shape3{64, 256, 688}, Shape3{33, 1025, 31}}) {
     for (const DType out_dtype : kFloats) {
       cpu::set_gemm_bf16_path(cpu::Bf16Path::kPortable);
       const auto portable = run_ops(s, out_dtype);
@@ -254,25 +255,73 @@ TEST(Bf16Matmul, PortablePathEqualsVdpbf16ps) {
   }
 }
 
-// Products and sums near the bottom of the normal range, where vdpbf16ps flushes subnormal
-// inputs and results to zero: the portable path must flush the same.
-TEST(Bf16Matmul, PortablePathFlushesSubnormalsLikeVdpbf16ps) {
-  if (!cpu::gemm_bf16_dpbf16_available()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
-  const int64_t m = 9, n = 33, k = 41;
-  std::vector<float> a(m * k), b(k * n);
-  const auto av = normal_values(a.size(), "tiny/a", 0.0f, 1.0f);
-  const auto bv = normal_values(b.size(), "tiny/b", 0.0f, 1.0f);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(av[i] * 3e-19);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(bv[i] * 3e-20);
-  a[0] = 1e-39f;  // a subnormal input
-  std::vector<float> fast(m * n), portable(m * n);
-  for (const auto path : {cpu::Bf16Path::kPortable, cpu::Bf16Path::kBest}) {
-    cpu::set_gemm_bf16_path(path);
-    cpu::gemm_bf16(cpu::Transpose::kNo, cpu::Transpose::kNo, m, n, k, 1.0f, {a.data(), DType::kF32},
-                   k, {b.data(), DType::kF32}, n, 0.0f,
-                   {(path == cpu::Bf16Path::kBest ? fast : portable).data(), DType::kF32}, n);
+// Adversarial values for TDPBF16PS's sequence (gemm_bf16.h): magnitudes from 2^-140 to 2^60 (so
+// subnormal inputs, products and sums, which AMX flushes), exact zeros of both signs, and pairs
+// that cancel; every transpose, K past one block, beta, 1 and 2 threads. AMX and the portable
+// path must agree bit for bit.
+TEST(Bf16Matmul, PortablePathMatchesAmxOnAdversarialValues) {
+  if (!cpu::gemm_bf16_amx_available()) GTEST_SKIP() << "this CPU has no AMX-BF16";
+  const int64_t m = 37, n = 45, k = 1100;
+  const auto av = normal_values(m * k, "adv/a", 0.0f, 1.0f);
+  const auto bv = normal_values(k * n, "adv/b", 0.0f, 1.0f);
+  const auto spread = [](const std::vector<double>& v, size_t salt) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const size_t h = (i * 2654435761u + salt) % 97;
+      const int exponent = static_cast<int>(h % 50) * 4 - 140;
+      out[i] = h == 3 ? 0.0f : h == 5 ? -0.0f : static_cast<float>(std::ldexp(v[i], exponent));
+    }
+    return out;
+  };
+  std::vector<float> a = spread(av, 1), b = spread(bv, 2);
+  // The first third of the rows of A and columns of B: only tiny values, whose products and sums
+  // are near or under the smallest normal (2^-125 or so). The other rows: one pair cancels, a(i,
+  // 2)·b(2, j) = −a(i, 3)·b(3, j).
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; ++p) {
+      if (i < m / 3) a[i * k + p] = static_cast<float>(std::ldexp(av[i * k + p], -64));
+    }
+    if (i >= m / 3) {
+      a[i * k + 2] = 1.5f;
+      a[i * k + 3] = -1.5f;
+    }
   }
-  EXPECT_EQ(std::memcmp(fast.data(), portable.data(), fast.size() * sizeof(float)), 0);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t p = 0; p < k; ++p) {
+      if (j < n / 3) b[p * n + j] = static_cast<float>(std::ldexp(bv[p * n + j], -61));
+    }
+    if (j >= n / 3) b[2 * n + j] = b[3 * n + j] = 0.75f;
+  }
+  const int saved = omp_get_max_threads();
+  for (const bool a_t : {false, true}) {
+    for (const bool b_t : {false, true}) {
+      // The same matrices, stored transposed where asked.
+      std::vector<float> a_s(a.size()), b_s(b.size());
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t p = 0; p < k; ++p) a_s[a_t ? p * m + i : i * k + p] = a[i * k + p];
+      for (int64_t p = 0; p < k; ++p)
+        for (int64_t j = 0; j < n; ++j) b_s[b_t ? j * k + p : p * n + j] = b[p * n + j];
+      std::vector<std::vector<float>> results;
+      for (const auto path : {cpu::Bf16Path::kPortable, cpu::Bf16Path::kBest}) {
+        for (const int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          cpu::set_gemm_bf16_path(path);
+          std::vector<float> c(m * n, 0.0f);  // beta reads zeros: tiny sums survive
+          cpu::gemm_bf16(a_t ? cpu::Transpose::kYes : cpu::Transpose::kNo,
+                         b_t ? cpu::Transpose::kYes : cpu::Transpose::kNo, m, n, k, 1.0f,
+                         {a_s.data(), DType::kF32}, a_t ? m : k, {b_s.data(), DType::kF32},
+                         b_t ? k : n, 0.25f, {c.data(), DType::kF32}, n);
+          results.push_back(c);
+        }
+      }
+      cpu::set_gemm_bf16_path(cpu::Bf16Path::kBest);
+      for (size_t r = 1; r < results.size(); ++r) {
+        EXPECT_EQ(std::memcmp(results[0].data(), results[r].data(), m * n * sizeof(float)), 0)
+            << "a_t " << a_t << " b_t " << b_t << " run " << r;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 // One token row against a bf16 weight: the fp32 GEMV over the widened weight, bit for bit.

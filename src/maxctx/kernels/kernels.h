@@ -21,10 +21,11 @@
 // f32: rstd, lse, loss and loss weights, rope cos/sin.
 // Products run in the *activation's* dtype, so that `dtype=bfloat16` means bf16 matmul inputs:
 //   - matmul_*: `in` decides. in bf16: weight (and d_out in backward) are rounded to bf16 and
-//     multiplied with fp32 accumulation (AVX512_BF16's vdpbf16ps: the two products of a pair
-//     are exact in fp32 and added to the accumulator one after the other; a CPU without it runs
-//     the same sequence of fp32 adds, bit for bit). in f32: fp32 products (a bf16 weight widens
-//     exactly). d_weight is f32 (gradients are reduced in fp32); d_in and out are any float.
+//     multiplied with fp32 accumulation in AMX's sequence (cpu/gemm_bf16.h: per 32-element
+//     chunk of K, even and odd products summed in two FTZ fp32 chains, then added to the
+//     accumulator; a CPU without AMX runs the same sequence of fp32 adds, bit for bit). in f32:
+//     fp32 products (a bf16 weight widens exactly). d_weight is f32 (gradients are reduced in
+//     fp32); d_in and out are any float.
 //   - attention_*: q, k, v share one dtype, which decides; bf16: S = q·kᵀ from bf16 products, the
 //     softmax in fp32, P rounded to bf16 for P·v; backward likewise rounds d_out, P and dS to
 //     bf16 for its products. lse f32; out and d_out any float; dq, dk, dv f32 (accumulated).

@@ -1,17 +1,24 @@
 // The bf16 GEMM (see gemm_bf16.h): sgemm's loops (jc over N, pc over K, ic over M blocks, jr/ir
-// over micro-panels; sgemm.cpp explains them) over panels of bf16 pairs.
+// over micro-panels; sgemm.cpp explains them) over panels of bf16 pairs, with AMX micro-tiles.
 //
-// Packed layout: a micro-panel of width W (8 rows of A, or 32 columns of B) is `pairs` groups of
-// W 32-bit words, word (q, r) = bf16 of element (r, 2q) in its low half and of (r, 2q + 1) in its
-// high half, zero past the live rows or columns and past an odd K. So one broadcast word of A
-// times one vector of B is a vdpbf16ps into 16 accumulators, and the portable tile reads the same
-// words. The fast tile is compiled for AVX512_BF16 with a function attribute (the baseline is
-// AVX2) and chosen at run time, as int8.cpp does for VNNI; no Highway here, since Highway 1.0.3
-// has no target that emits vdpbf16ps.
+// Packed layout (words of two bf16: element 2q in the low half, 2q + 1 in the high half, zero past
+// the live rows or columns and past K; each K block's pairs padded with zero words to a multiple
+// of kChunkPairs, one TDPBF16PS's depth):
+//  - A micro-panel, kTileRows rows: word (r, q) at r · pairs + q, so 16 rows × 16 words at stride
+//    4 · pairs bytes are one AMX A tile;
+//  - B micro-panel, kTileCols columns: word (q, j) at q · kTileCols + j, so 16 pair rows × 16
+//    columns at stride 4 · kTileCols bytes are one AMX B tile (the VNNI layout).
+// The AMX tile is compiled with a function attribute (the baseline is AVX2) and chosen at run time
+// when the CPU has AMX-BF16 and Linux grants the tile state; the portable tile replays its exact
+// sequence (gemm_bf16.h) on any CPU. The earlier vdpbf16ps tile is gone: it adds the two products
+// of a pair one after the other, which AMX does not, and it ran at 1/6 of AMX's speed.
 #include "maxctx/kernels/cpu/gemm_bf16.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -25,16 +32,17 @@
 namespace maxctx::kernels::cpu {
 namespace {
 
-constexpr int64_t kTileRows = 8;   // rows of C per micro-tile: 8 × 2 accumulators of 16 floats
-constexpr int64_t kTileCols = 32;  // columns of C per micro-tile: two vectors
+constexpr int64_t kTileRows = 32;    // rows of C per micro-tile: two AMX tiles of 16 rows
+constexpr int64_t kTileCols = 32;    // columns of C per micro-tile: two AMX tiles of 16 columns
+constexpr int64_t kChunkPairs = 16;  // pairs of K per TDPBF16PS (a 64-byte tile row)
 // Cache blocks for a Sapphire Rapids core (48 KiB L1d, 2 MiB L2), in elements of K:
-//  - the B micro-panel, 512 × 32 × 2 B = 32 KiB, stays in L1 beside the A micro-panel (8 KiB);
+//  - the B micro-panel, 512 × 32 × 2 B = 32 KiB, and the A micro-panel (32 KiB) stay in L1/L2;
 //  - the A block, 192 × 512 × 2 B = 192 KiB, in L2;
 //  - the B panel, 512 × 4096 × 2 B = 4 MiB, in L3.
 constexpr int64_t kBlockK = kGemmBf16BlockK;
-constexpr int64_t kBlockM = 24 * kTileRows;
+constexpr int64_t kBlockM = 6 * kTileRows;
 constexpr int64_t kBlockN = 4096;
-static_assert(kBlockK % 2 == 0 && kBlockN % kTileCols == 0);
+static_assert(kBlockK % (2 * kChunkPairs) == 0 && kBlockN % kTileCols == 0);
 
 // Below this many multiply-adds a product runs on the calling thread (sgemm's rule).
 constexpr double kMinFmasPerThread = 1 << 20;
@@ -45,153 +53,79 @@ Bf16Path g_path = Bf16Path::kBest;
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+// Packed pairs of a K block of `depth` elements: whole TDPBF16PS chunks.
+int64_t padded_pairs(int64_t depth) { return round_up(ceil_div(depth, 2), kChunkPairs); }
 
 // ---------------------------------------------------------------- packing
 
-// The bf16 bits vdpbf16ps multiplies: round to nearest even, subnormals read as signed zeros.
+// The bf16 bits AMX multiplies: round to nearest even, subnormals read as signed zeros.
 inline uint32_t bf16_bits(uint16_t bits) { return (bits & 0x7f80u) == 0 ? (bits & 0x8000u) : bits; }
 inline uint32_t bf16_bits(float x) { return bf16_bits(float_to_bf16(x).bits); }
 inline uint32_t bf16_bits(bf16 x) { return bf16_bits(x.bits); }
+
+// Word (r, q) of a micro-panel of op(X), op(X)(r, p) = x[r·ld + p] when along_k, else x[p·ld + r];
+// r < live, 2q < depth.
 template <typename S>
-inline uint32_t pair_word(S lo, S hi) {
-  return bf16_bits(lo) | bf16_bits(hi) << 16;
+inline uint32_t pair_word(const S* x, int64_t ld, bool along_k, int64_t r, int64_t q,
+                          int64_t depth) {
+  const int64_t p = 2 * q;
+  const auto at = [&](int64_t k) { return along_k ? x[r * ld + k] : x[k * ld + r]; };
+  return bf16_bits(at(p)) | (p + 1 < depth ? bf16_bits(at(p + 1)) << 16 : 0u);
 }
 
-// One micro-panel of width W whose rows run along K: src(r, p) = src[r·ld + p].
+// `rows` rows × `depth` of op(X) into micro-panels of W rows, in the A layout (row_major: word
+// (r, q) at r · pairs + q) or the B layout (word (q, r) at q · W + r), `pairs` words per row.
 template <int64_t W, typename S>
-void pack_along_k(const S* src, int64_t ld, int64_t live, int64_t depth, uint32_t* dst) {
-  const int64_t pairs = ceil_div(depth, 2);
-  const int64_t whole = depth / 2;
-  for (int64_t r = 0; r < W; ++r) {
-    uint32_t* to = dst + r;
-    if (r >= live) {
-      for (int64_t q = 0; q < pairs; ++q) to[q * W] = 0;
-      continue;
-    }
-    const S* row = src + r * ld;
-    for (int64_t q = 0; q < whole; ++q) to[q * W] = pair_word(row[2 * q], row[2 * q + 1]);
-    if (whole < pairs) to[whole * W] = bf16_bits(row[depth - 1]);
-  }
-}
-
-// One micro-panel of width W whose rows run across K: src(r, p) = src[p·ld + r].
-template <int64_t W, typename S>
-void pack_across_k(const S* src, int64_t ld, int64_t live, int64_t depth, uint32_t* dst) {
-  const int64_t width = std::min(W, live);
-  for (int64_t q = 0; q < ceil_div(depth, 2); ++q) {
-    const S* lo = src + 2 * q * ld;
-    uint32_t* to = dst + q * W;
-    if (2 * q + 1 < depth) {
-      const S* hi = lo + ld;
-      for (int64_t r = 0; r < width; ++r) to[r] = pair_word(lo[r], hi[r]);
+void pack_panels(const S* x, int64_t ld, bool along_k, int64_t rows, int64_t depth, bool row_major,
+                 uint32_t* dst) {
+  const int64_t pairs = padded_pairs(depth);
+  const int64_t live_pairs = ceil_div(depth, 2);
+  for (int64_t r0 = 0; r0 < rows; r0 += W) {
+    const int64_t live = std::min(W, rows - r0);
+    const S* panel = along_k ? x + r0 * ld : x + r0;
+    uint32_t* to = dst + r0 / W * W * pairs;
+    const auto word = [&](int64_t r, int64_t q) -> uint32_t& {
+      return row_major ? to[r * pairs + q] : to[q * W + r];
+    };
+    if (along_k == row_major) {  // read and write along the pairs
+      for (int64_t r = 0; r < W; ++r) {
+        for (int64_t q = 0; q < pairs; ++q) {
+          word(r, q) = r < live && q < live_pairs ? pair_word(panel, ld, along_k, r, q, depth) : 0;
+        }
+      }
     } else {
-      for (int64_t r = 0; r < width; ++r) to[r] = bf16_bits(lo[r]);
-    }
-    for (int64_t r = width; r < W; ++r) to[r] = 0;
-  }
-}
-
-// `count` elements of op(X) from (row, col): panels of W rows of op(X) (rows of A, columns of B),
-// op(X)(r, p) = x[r·ld + p] when along_k, else x[p·ld + r].
-template <int64_t W, typename S>
-void pack_panels(const S* x, int64_t ld, bool along_k, int64_t rows, int64_t depth, uint32_t* dst) {
-  const int64_t words = ceil_div(depth, 2) * W;
-  for (int64_t r = 0; r < rows; r += W) {
-    const int64_t live = std::min(W, rows - r);
-    if (along_k) {
-      pack_along_k<W>(x + r * ld, ld, live, depth, dst + r / W * words);
-    } else {
-      pack_across_k<W>(x + r, ld, live, depth, dst + r / W * words);
+      for (int64_t q = 0; q < pairs; ++q) {
+        for (int64_t r = 0; r < W; ++r) {
+          word(r, q) = r < live && q < live_pairs ? pair_word(panel, ld, along_k, r, q, depth) : 0;
+        }
+      }
     }
   }
 }
 
 // Rows [row, row + rows) × depth [col, col + depth) of op(X) (op(X)(r, p) = X[r·ld + p] when
-// along_k), packed into panels of width W.
+// along_k), packed into micro-panels of width W.
 template <int64_t W>
 void pack(ConstFloats x, int64_t ld, bool along_k, int64_t row, int64_t col, int64_t rows,
-          int64_t depth, uint32_t* dst) {
+          int64_t depth, bool row_major, uint32_t* dst) {
   const int64_t offset = along_k ? row * ld + col : col * ld + row;
   if (x.dtype == DType::kF32) {
-    pack_panels<W>(static_cast<const float*>(x.data) + offset, ld, along_k, rows, depth, dst);
+    pack_panels<W>(static_cast<const float*>(x.data) + offset, ld, along_k, rows, depth, row_major,
+                   dst);
   } else {
-    pack_panels<W>(static_cast<const bf16*>(x.data) + offset, ld, along_k, rows, depth, dst);
+    pack_panels<W>(static_cast<const bf16*>(x.data) + offset, ld, along_k, rows, depth, row_major,
+                   dst);
   }
 }
 
 // ---------------------------------------------------------------- micro-tiles
 // C tile (rows × cols live) = alpha · acc, or fma(acc, alpha, beta · c) when beta != 0 (sgemm's
-// update), acc the sum over `pairs` words of the A and B micro-panels.
+// update), acc the K block's sum over `pairs` words of the A and B micro-panels.
 using TileFn = void (*)(int64_t pairs, const uint32_t* a, const uint32_t* b, float alpha,
                         float beta, float* c, int64_t ldc, int64_t rows, int64_t cols);
 
-__attribute__((target("avx512f,avx512bw,avx512bf16"))) void tile_dpbf16(
-    int64_t pairs, const uint32_t* a, const uint32_t* b, float alpha, float beta, float* c,
-    int64_t ldc, int64_t rows, int64_t cols) {
-  __m512 acc[kTileRows][2];
-#pragma GCC unroll 8
-  for (int i = 0; i < kTileRows; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t q = 0; q < pairs; ++q) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + q * kTileCols);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + q * kTileCols + 16);
-    const uint32_t* a_q = a + q * kTileRows;
-#pragma GCC unroll 8
-    for (int i = 0; i < kTileRows; ++i) {
-      const __m512bh a_pair = (__m512bh)_mm512_set1_epi32(static_cast<int>(a_q[i]));
-      acc[i][0] = _mm512_dpbf16_ps(acc[i][0], a_pair, b0);
-      acc[i][1] = _mm512_dpbf16_ps(acc[i][1], a_pair, b1);
-    }
-  }
-  const __m512 v_alpha = _mm512_set1_ps(alpha);
-  const __m512 v_beta = _mm512_set1_ps(beta);
-  const bool read_c = beta != 0.0f;
-  const __mmask16 masks[2] = {static_cast<__mmask16>(cols >= 16 ? 0xffff : (1u << cols) - 1),
-                              static_cast<__mmask16>(cols >= 32   ? 0xffff
-                                                     : cols <= 16 ? 0
-                                                                  : (1u << (cols - 16)) - 1)};
-#pragma GCC unroll 8
-  for (int i = 0; i < kTileRows; ++i) {
-    if (i >= rows) break;
-#pragma GCC unroll 2
-    for (int j = 0; j < 2; ++j) {
-      float* to = c + i * ldc + j * 16;
-      const __m512 value =
-          read_c ? _mm512_fmadd_ps(acc[i][j], v_alpha,
-                                   _mm512_mul_ps(_mm512_maskz_loadu_ps(masks[j], to), v_beta))
-                 : _mm512_mul_ps(acc[i][j], v_alpha);
-      _mm512_mask_storeu_ps(to, masks[j], value);
-    }
-  }
-}
-
-// vdpbf16ps's flush of a subnormal result to zero (sign kept).
-inline float flush_subnormal(float x) {
-  return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x;
-}
-inline float bf16_word_to_float(uint32_t bits) {
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-void tile_portable(int64_t pairs, const uint32_t* a, const uint32_t* b, float alpha, float beta,
-                   float* c, int64_t ldc, int64_t rows, int64_t cols) {
-  float acc[kTileRows][kTileCols] = {};
-  for (int64_t q = 0; q < pairs; ++q) {
-    float b_lo[kTileCols], b_hi[kTileCols];
-    for (int64_t j = 0; j < kTileCols; ++j) {
-      b_lo[j] = bf16_word_to_float(b[q * kTileCols + j] << 16);
-      b_hi[j] = bf16_word_to_float(b[q * kTileCols + j] & 0xffff0000u);
-    }
-    for (int64_t i = 0; i < kTileRows; ++i) {
-      const float a_lo = bf16_word_to_float(a[q * kTileRows + i] << 16);
-      const float a_hi = bf16_word_to_float(a[q * kTileRows + i] & 0xffff0000u);
-      for (int64_t j = 0; j < kTileCols; ++j) {  // the odd element of the pair first
-        const float odd = flush_subnormal(std::fma(a_hi, b_hi[j], acc[i][j]));
-        acc[i][j] = flush_subnormal(std::fma(a_lo, b_lo[j], odd));
-      }
-    }
-  }
+void store_tile(const float (&acc)[kTileRows][kTileCols], float alpha, float beta, float* c,
+                int64_t ldc, int64_t rows, int64_t cols) {
   const bool read_c = beta != 0.0f;
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
@@ -201,9 +135,98 @@ void tile_portable(int64_t pairs, const uint32_t* a, const uint32_t* b, float al
   }
 }
 
+// Tile registers: C 0-3 (2 × 2 tiles of 16 × 16 fp32), A 4-5, B 6-7, each 16 rows of 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) void amx_configure() {
+  static const TileConfig config;
+  _tile_loadconfig(&config);
+}
+__attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
+
+__attribute__((target("amx-tile,amx-bf16"))) void tile_amx(int64_t pairs, const uint32_t* a,
+                                                           const uint32_t* b, float alpha,
+                                                           float beta, float* c, int64_t ldc,
+                                                           int64_t rows, int64_t cols) {
+  const int64_t a_stride = pairs * 4;
+  constexpr int64_t b_stride = kTileCols * 4;
+  const uint32_t* a_low = a + 16 * pairs;  // rows 16-31
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t q = 0; q < pairs; q += kChunkPairs) {
+    _tile_loadd(4, a + q, a_stride);
+    _tile_loadd(5, a_low + q, a_stride);
+    _tile_loadd(6, b + q * kTileCols, b_stride);
+    _tile_loadd(7, b + q * kTileCols + 16, b_stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float acc[kTileRows][kTileCols];
+  _tile_stored(0, &acc[0][0], kTileCols * 4);
+  _tile_stored(1, &acc[0][16], kTileCols * 4);
+  _tile_stored(2, &acc[16][0], kTileCols * 4);
+  _tile_stored(3, &acc[16][16], kTileCols * 4);
+  store_tile(acc, alpha, beta, c, ldc, rows, cols);
+}
+
+// AMX's flush of a subnormal input or result to zero (sign kept).
+inline float flush_subnormal(float x) {
+  return std::fabs(x) < FLT_MIN ? std::copysign(0.0f, x) : x;
+}
+inline float bf16_word_to_float(uint32_t bits) {
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+// TDPBF16PS's sequence (gemm_bf16.h), one chunk of kChunkPairs pairs at a time.
+void tile_portable(int64_t pairs, const uint32_t* a, const uint32_t* b, float alpha, float beta,
+                   float* c, int64_t ldc, int64_t rows, int64_t cols) {
+  float acc[kTileRows][kTileCols] = {};
+  for (int64_t q0 = 0; q0 < pairs; q0 += kChunkPairs) {
+    float b_even[kChunkPairs][kTileCols], b_odd[kChunkPairs][kTileCols];
+    for (int64_t q = 0; q < kChunkPairs; ++q) {
+      for (int64_t j = 0; j < kTileCols; ++j) {
+        const uint32_t word = b[(q0 + q) * kTileCols + j];
+        b_even[q][j] = bf16_word_to_float(word << 16);
+        b_odd[q][j] = bf16_word_to_float(word & 0xffff0000u);
+      }
+    }
+    for (int64_t i = 0; i < kTileRows; ++i) {
+      float even[kTileCols] = {}, odd[kTileCols] = {};
+      for (int64_t q = 0; q < kChunkPairs; ++q) {
+        const uint32_t word = a[i * pairs + q0 + q];
+        const float a_even = bf16_word_to_float(word << 16);
+        const float a_odd = bf16_word_to_float(word & 0xffff0000u);
+        for (int64_t j = 0; j < kTileCols; ++j) {
+          even[j] = flush_subnormal(std::fma(a_even, b_even[q][j], even[j]));
+          odd[j] = flush_subnormal(std::fma(a_odd, b_odd[q][j], odd[j]));
+        }
+      }
+      for (int64_t j = 0; j < kTileCols; ++j) {
+        acc[i][j] = flush_subnormal(flush_subnormal(acc[i][j]) + flush_subnormal(even[j] + odd[j]));
+      }
+    }
+  }
+  store_tile(acc, alpha, beta, c, ldc, rows, cols);
+}
+
 // C block (rows × cols at c) from a packed A block and B micro-panels, B micro-panel outermost.
+// AMX tiles: this thread loads its tile configuration here and releases it after.
 void multiply_block(TileFn tile, const uint32_t* a_block, int64_t rows, const uint32_t* b_panels,
                     int64_t cols, int64_t pairs, float alpha, float beta, float* c, int64_t ldc) {
+  const bool amx = tile == &tile_amx;
+  if (amx) amx_configure();
   for (int64_t j = 0; j < cols; j += kTileCols) {
     const uint32_t* b_panel = b_panels + j / kTileCols * kTileCols * pairs;
     for (int64_t i = 0; i < rows; i += kTileRows) {
@@ -211,6 +234,7 @@ void multiply_block(TileFn tile, const uint32_t* a_block, int64_t rows, const ui
            std::min(kTileRows, rows - i), std::min(kTileCols, cols - j));
     }
   }
+  if (amx) amx_release();
 }
 
 // ---------------------------------------------------------------- driver
@@ -234,7 +258,7 @@ T* reserve(hwy::AlignedFreeUniquePtr<T[]>& buffer, int64_t& capacity, int64_t co
 }
 
 TileFn tile_function() {
-  return g_path == Bf16Path::kBest && gemm_bf16_dpbf16_available() ? &tile_dpbf16 : &tile_portable;
+  return g_path == Bf16Path::kBest && gemm_bf16_amx_available() ? &tile_amx : &tile_portable;
 }
 
 // The product into an fp32 C (k > 0, alpha != 0).
@@ -254,7 +278,7 @@ void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha
   const int64_t panels_max = ceil_div(std::min(n, kBlockN), kTileCols);
   const int64_t n_splits =
       m_blocks >= threads ? 1 : std::min(panels_max, ceil_div(threads, m_blocks));
-  const int64_t pairs_max = ceil_div(std::min(k, kBlockK), 2);
+  const int64_t pairs_max = padded_pairs(std::min(k, kBlockK));
   const int64_t a_words = block_m * pairs_max;
   uint32_t* b_panel = reserve(ws.b_panel, ws.b_capacity, panels_max * kTileCols * pairs_max);
   uint32_t* a_blocks = reserve(ws.a_blocks, ws.a_capacity, threads * a_words);
@@ -265,14 +289,14 @@ void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha
       const int64_t panels = ceil_div(std::min(kBlockN, n - j0), kTileCols);
       for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
         const int64_t depth = std::min(kBlockK, k - p0);
-        const int64_t pairs = ceil_div(depth, 2);
+        const int64_t pairs = padded_pairs(depth);
         const float beta_block = p0 == 0 ? beta : 1.0f;
         const int64_t q_first = gemm_share(panels, index, count);
         const int64_t q_last = gemm_share(panels, index + 1, count);
         if (q_first < q_last) {
           const int64_t j = j0 + q_first * kTileCols;
           pack<kTileCols>(b, ldb, b_t, j, p0, std::min(n - j, (q_last - q_first) * kTileCols),
-                          depth, b_panel + q_first * kTileCols * pairs);
+                          depth, false, b_panel + q_first * kTileCols * pairs);
         }
         if (count > 1) {
 #pragma omp barrier
@@ -283,7 +307,7 @@ void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha
                              const int64_t i0 = block * block_m;
                              const int64_t rows = std::min(block_m, m - i0);
                              if (block != packed_block) {
-                               pack<kTileRows>(a, lda, !a_t, i0, p0, rows, depth, a_block);
+                               pack<kTileRows>(a, lda, !a_t, i0, p0, rows, depth, true, a_block);
                                packed_block = block;
                              }
                              const int64_t j = j0 + q_begin * kTileCols;
@@ -366,14 +390,22 @@ void gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64
 
 void set_gemm_bf16_path(Bf16Path path) { g_path = path; }
 
-bool gemm_bf16_dpbf16_available() {
-  static const bool available =
-      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+bool gemm_bf16_amx_available() {
+  // AMX-BF16 and AMX-TILE (CPUID 7.0 EDX bits 22 and 24), then Linux's permission to use the
+  // tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), asked once per process.
+  static const bool available = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
   return available;
 }
 
 const char* gemm_bf16_kernel_name() {
-  return tile_function() == &tile_dpbf16 ? "avx512_bf16" : "portable";
+  return tile_function() == &tile_amx ? "amx_bf16" : "portable";
 }
 
 }  // namespace maxctx::kernels::cpu

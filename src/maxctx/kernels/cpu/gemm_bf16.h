@@ -2,26 +2,29 @@
 // the bf16 sibling of sgemm.h (same Goto/BLIS shape, same transposes, same alpha/beta rules).
 //
 // A and B may each hold f32 or bf16; every element is rounded to bf16 (float_to_bf16: round to
-// nearest even; a bf16 subnormal becomes a signed zero, as vdpbf16ps reads it) while it is packed
-// into pair-interleaved panels, since AVX512_BF16's vdpbf16ps multiplies pairs along K. For each
-// element of C and each pair (k0, k0 + 1) the accumulator takes, in this order,
-//   acc = fma(a[k0 + 1], b[k0 + 1], acc); acc = fma(a[k0], b[k0], acc)
-// (Intel's pseudocode: each bf16 × bf16 product is exact in fp32, each add rounds to nearest even,
-// and a subnormal sum is flushed to zero). K runs in blocks of kGemmBf16BlockK; a block's sum is
-// stored as sgemm stores it (alpha · acc, or fma(acc, alpha, beta · c)). Threads split C, never
-// K, so the bits depend neither on the thread count nor on the CPU: one without AVX512_BF16 runs
-// the same sequence in portable code (about 10× slower), tested bit for bit against the fast
-// path. C is f32, or bf16 rounded once from the fp32 result (beta then reads the bf16 C widened).
+// nearest even; a bf16 subnormal becomes a signed zero, as AMX reads it) while it is packed into
+// pair-interleaved panels. The rounding sequence is AMX's TDPBF16PS (found by experiment on
+// Sapphire Rapids, bit for bit on cancellation, 2^±127 magnitudes, subnormals and signed zeros;
+// Intel's pseudocode, which adds the pair's products to the accumulator one by one, is not what
+// the hardware does). K runs in blocks of kGemmBf16BlockK; a block runs in chunks of 32 elements
+// (16 pairs), zero-padded at the block's end. For each element of C, acc = +0 per block, and per
+// chunk, with every operation an fp32 add rounded to nearest even whose subnormal result is
+// flushed to a signed zero (FTZ), each bf16 × bf16 product exact:
+//   even = +0; odd = +0;
+//   for q in chunk: even = fma(a[2q], b[2q], even); odd = fma(a[2q + 1], b[2q + 1], odd)
+//   acc = acc + (even + odd)
+// A block's sum is stored as sgemm stores it (alpha · acc, or fma(acc, alpha, beta · c)). Threads
+// split C, never K, so the bits depend neither on the thread count nor on the CPU: one without
+// AMX runs the same sequence in portable code (about 50× slower than AMX; vdpbf16ps cannot
+// replay it), tested bit for bit against AMX. C is f32, or bf16 rounded once from the fp32 result
+// (beta then reads the bf16 C widened).
 //
 // Ours or oneDNN's (bench/kernels, bf16_gemm section, one pinned Sapphire Rapids core, the
-// maxctx-20m/100m training products at S = 2048): on vdpbf16ps this kernel reaches 0.87-0.88 of
-// the measured vdpbf16ps peak, oneDNN 2.6.3 limited to the same ISA (ONEDNN_MAX_CPU_ISA=
-// AVX512_CORE_BF16) 0.93, so about 5% apart; but that peak is half the fp32 FMA rate on this core
-// (vdpbf16ps issues every other cycle), so bf16 products run at 0.67× the fp32 sgemm. oneDNN by
-// default uses AMX (tdpbf16ps) and is about 6× faster than this kernel. We keep ours because it
-// is the contract's numerics (AMX's accumulation order is not vdpbf16ps's, and oneDNN chooses
-// kernels and K splits by ISA and thread count, so its bits would depend on both) and adds no
-// dependency; an AMX micro-tile with its rounding sequence documented is the next step.
+// maxctx-20m/100m training products at S = 2048): this kernel on AMX runs 3.1× the fp32 sgemm
+// over all products (1.1-3.7× each), 0.83× oneDNN 2.6.3 (which also uses AMX, with K splits and
+// kernels chosen by ISA and thread count, so its bits depend on both); both reach only 0.14-0.17
+// of the AMX tile peak (~3.3 TFLOP/s with operands in tile registers): tile loads, packing and
+// the fp32 stores bound them at these sizes.
 #pragma once
 
 #include <cstdint>
@@ -50,14 +53,14 @@ void gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64
                int64_t ldc);
 
 enum class Bf16Path {
-  kBest,      // vdpbf16ps when the CPU has AVX512_BF16, else portable
+  kBest,      // AMX (tdpbf16ps) when the CPU has AMX-BF16 and Linux allows it, else portable
   kPortable,  // the portable loops (tests compare the two)
 };
 // The path gemm_bf16 takes from now on, for every thread (tests only; not thread-safe to change
 // while a product runs).
 void set_gemm_bf16_path(Bf16Path path);
-bool gemm_bf16_dpbf16_available();
-// "avx512_bf16" or "portable": what gemm_bf16 runs now.
+bool gemm_bf16_amx_available();
+// "amx_bf16" or "portable": what gemm_bf16 runs now.
 const char* gemm_bf16_kernel_name();
 
 }  // namespace maxctx::kernels::cpu
