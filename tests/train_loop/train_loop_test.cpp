@@ -67,11 +67,11 @@ TEST_P(TrainLoopResume, ReproducesTheUninterruptedRunExactly) {
   EXPECT_TRUE(fs::exists(dir.path() / "straight" / "metrics.jsonl"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, TrainLoopResume,
-                         ::testing::Values(std::vector<std::string>{},
-                                           std::vector<std::string>{"dtype=bfloat16",
-                                                                    "weight_dtype=bfloat16"}),
-                         [](const auto& param_info) { return param_info.param.empty() ? "f32" : "bf16"; });
+INSTANTIATE_TEST_SUITE_P(
+    Precisions, TrainLoopResume,
+    ::testing::Values(std::vector<std::string>{},
+                      std::vector<std::string>{"dtype=bfloat16", "weight_dtype=bfloat16"}),
+    [](const auto& param_info) { return param_info.param.empty() ? "f32" : "bf16"; });
 
 TEST(TrainLoop, CheckpointOfAnotherWeightDtypeIsAClearError) {
   testing::SharedTempDir dir;
