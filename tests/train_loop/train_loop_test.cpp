@@ -2,9 +2,12 @@
 // loss falls, and the error paths (missing data, truncated checkpoint, bad steps) are clear.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/attention_tiles.h"
+#include "maxctx/kernels/cpu/gemm_bf16.h"
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/train/trainer.h"
 #include "train_support.h"
@@ -157,6 +160,41 @@ TEST(TrainLoop, RecallIsLearnable) {
   }
   EXPECT_LT(first, 0.2);
   EXPECT_GT(last, 0.9) << "recall accuracy over the last 20 steps";
+}
+
+}  // namespace
+}  // namespace maxctx::train
+
+namespace maxctx::train {
+namespace {
+
+// The precision contract's promise that bf16 bits do not depend on the CPU, on a whole run:
+// three bf16 training steps with the bf16 GEMM and attention tiles on AMX (when this CPU has
+// it) and on the portable path that replays AMX's rounding sequence give the same losses and
+// parameters, bit for bit. On a CPU without AMX both runs take the portable path.
+TEST(TrainLoopBf16, PortablePathReproducesTheRunBitForBit) {
+  testing::SharedTempDir dir;
+  const std::vector<std::string> keys = {"steps=3", "dtype=bfloat16", "max_target_length=64"};
+  const Mesh mesh(MeshSpec{});
+  const auto run = [&](const std::string& name) {
+    Trainer trainer(tiny_config(dir.path(), name, keys), mesh,
+                    maxctx::kernels::backend(maxctx::Device::kCpu));
+    trainer.run();
+    return std::make_pair(trainer.history(), trainer.gather_parameters());
+  };
+  const auto fast = run("fast");
+  kernels::cpu::set_gemm_bf16_path(kernels::cpu::Bf16Path::kPortable);
+  kernels::cpu::attention_bf16_force_portable(true);
+  const auto portable = run("portable");
+  kernels::cpu::set_gemm_bf16_path(kernels::cpu::Bf16Path::kBest);
+  kernels::cpu::attention_bf16_force_portable(false);
+  std::printf("bf16 products on %s\n",
+              kernels::cpu::gemm_bf16_amx_available() ? "AMX" : "the portable path only");
+  ASSERT_EQ(fast.first.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(fast.first[i].loss, portable.first[i].loss) << "step " << i;
+  }
+  EXPECT_EQ(fast.second, portable.second);
 }
 
 }  // namespace
