@@ -11,6 +11,7 @@
 #include "maxctx/infer/engine.h"
 #include "maxctx/infer/microbenchmark.h"
 #include "maxctx/infer/model_source.h"
+#include "maxctx/mesh/root_task.h"
 
 namespace maxctx::cli {
 
@@ -26,10 +27,13 @@ int run_bench_inference(const Args& args) {
                                 std::move(model.weights), mesh);
   const nlohmann::json results = infer::run_inference_microbenchmark(engine, options);
   const std::string& path = config.inference_microbenchmark_log_file_path;
-  if (mesh.world_rank() == 0 && !path.empty()) {
-    std::ofstream out(path);
-    if (!out) fail("inference_microbenchmark_log_file_path = '{}' cannot be written", path);
-    out << results.dump(2) << "\n";
+  if (!path.empty()) {
+    // Rank 0 writes; every rank ends with its error if it cannot.
+    run_on_root(mesh.world(), [&] {
+      std::ofstream out(path);
+      out << results.dump(2) << "\n";
+      if (!out) fail("inference_microbenchmark_log_file_path = '{}' cannot be written", path);
+    });
   }
   log::info("{}", results.dump(2));
   return 0;

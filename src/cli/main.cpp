@@ -1,7 +1,12 @@
 // maxctx command line: `maxctx <command> <config.yml> [key=value ...]`.
-// Parses, hands off to one function per subcommand, and turns a maxctx::Error into one line on
-// rank 0 and a non-zero exit on every rank. No logic lives here.
+// Parses, hands off to one function per subcommand, and turns a maxctx::Error (which every rank
+// raises alike: config and input checks, and rank-0 work made collective by run_on_root) into
+// one line on rank 0 and a non-zero exit on every rank. Any other exception may be this rank's
+// alone (a filesystem error, an allocation that failed), so it ends the whole job from here
+// (abort_job: one line naming the rank, then MPI_Abort), never std::terminate or a hang.
 #include <cstdio>
+#include <exception>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -18,5 +23,9 @@ int main(int argc, char** argv) {
   } catch (const maxctx::Error& e) {
     if (runtime.rank() == 0) std::fprintf(stderr, "maxctx: error: %s\n", e.what());
     return 1;
+  } catch (const std::bad_alloc&) {
+    maxctx::abort_job("out of memory (an allocation failed; a smaller model, batch or sequence?)");
+  } catch (const std::exception& e) {
+    maxctx::abort_job(e.what());
   }
 }

@@ -42,4 +42,13 @@ void check_failed(const char* file, int line, const std::string& what) {
   std::abort();
 }
 
+void abort_job(const std::string& message) {
+  std::fprintf(stderr, "maxctx: error: [rank %d] %s\n", log::rank(), message.c_str());
+  std::fflush(stderr);
+  if (abort_hook()) {
+    abort_hook()();
+  }
+  std::abort();
+}
+
 }  // namespace maxctx

@@ -40,6 +40,11 @@ void set_check_handler(CheckHandler handler);  // empty handler restores the def
 using AbortHook = std::function<void()>;
 AbortHook set_abort_hook(AbortHook hook);  // empty hook: std::abort() of this process only
 
+// Ends the whole job from one rank for an error the other ranks may not share (an exception
+// that is not a maxctx::Error, which may be this rank's alone): prints "maxctx: error: [rank R]
+// message" on this rank, then the abort hook (MPI_Abort: every rank exits non-zero), then abort.
+[[noreturn]] void abort_job(const std::string& message);
+
 // What MAXCTX_CHECK* calls: the handler if one is installed, else print, abort hook, abort.
 [[noreturn]] void check_failed(const char* file, int line, const std::string& what);
 

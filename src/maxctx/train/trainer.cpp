@@ -6,6 +6,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/mesh/root_task.h"
 #include "maxctx/model/activations.h"
 #include "maxctx/model/llama.h"
 #include "maxctx/model/llama_config.h"
@@ -85,12 +86,12 @@ struct Trainer::State {
     params = parallel::gather_blocks(kernels, params.view(), global_specs, specs, tensor);
     m = parallel::gather_blocks(kernels, m.view(), global_specs, specs, tensor);
     v = parallel::gather_blocks(kernels, v.view(), global_specs, specs, tensor);
-    if (mesh.world_rank() == 0) {
+    // Rank 0 writes; a failure there (disk full) ends every rank with its message.
+    run_on_root(mesh.world(), [&] {
       write_checkpoint(run_dir, {step, loader->position(), format_config(config)}, global_specs,
                        params.view(), m.view(), v.view());
       log::info("saved checkpoint {} in {}", step, (run_dir / "checkpoints").string());
-    }
-    mesh.world().barrier();
+    });
   }
 };
 
@@ -173,9 +174,12 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
       training_tokens_per_device(c.per_device_batch_size, c.max_target_length);
   options.flush_period = c.log_period;
   options.append = latest.has_value();
-  if (mesh.world_rank() == 0) fs::create_directories(s.run_dir);
-  mesh.world().barrier();
-  s.metrics = std::make_unique<MetricLogger>(options);
+  // Rank 0 creates the run directory and the metrics file; every rank learns whether it could.
+  run_on_root(mesh.world(), [&] {
+    fs::create_directories(s.run_dir);
+    s.metrics = std::make_unique<MetricLogger>(options);
+  });
+  if (!s.metrics) s.metrics = std::make_unique<MetricLogger>(options);  // ranks > 0: no file
   log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={}",
             s.model_config.num_parameters(), s.loader->source().describe(), s.axes.data,
             s.axes.fsdp, s.axes.context, s.axes.tensor);
@@ -242,7 +246,7 @@ void Trainer::run(int64_t max_new_steps) {
     metrics.grad_norm = threshold > 0 && raw_norm > threshold ? threshold : raw_norm;
     metrics.raw_grad_norm = raw_norm;
     metrics.extra.push_back({"learning/accuracy", record.accuracy});
-    s.metrics->log_step(metrics);
+    run_on_root(s.mesh.world(), [&] { s.metrics->log_step(metrics); });
     previous = now;
     if (c.enable_checkpointing && (s.step % c.checkpoint_period == 0 || s.step == c.steps)) {
       s.save_checkpoint();

@@ -1,0 +1,18 @@
+// Work only one rank does (the files rank 0 alone writes: metrics, checkpoints, a benchmark's
+// log) with a collective outcome, so that a failure there cannot leave the other ranks waiting
+// in their next collective for a rank that has given up (issue #21's hang: disk full at a
+// checkpoint, an unopenable metrics file).
+#pragma once
+
+#include <functional>
+
+#include "maxctx/mesh/communicator.h"
+
+namespace maxctx {
+
+// Collective over `comm`: its rank 0 runs `task`; if that throws (any std::exception), every
+// rank throws maxctx::Error with rank 0's message, else every rank returns. The other ranks wait
+// for rank 0's outcome, as a barrier would.
+void run_on_root(const Communicator& comm, const std::function<void()>& task);
+
+}  // namespace maxctx
