@@ -4,6 +4,8 @@
 // Llama 3.1 RoPE scaling and MHA, and MQA with a sliding window.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "maxctx/io/safetensors.h"
@@ -60,7 +62,40 @@ TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TorchFixture,
                          ::testing::Values("tiny_llama", "tiny_llama_tied_scaled",
-                                           "tiny_mistral_window"));
+                                           "tiny_mistral_window", "tiny_llama_bf16"));
+
+// A config.json with a field of the wrong type, or zero heads and no head_dim, is one error line
+// naming the file (it used to end in std::terminate or SIGFPE); a container value in an error is
+// shown by its type, never dumped.
+TEST(HfConfig, HostileFieldsAreClearErrors) {
+  const std::string dir = ::testing::TempDir();
+  const std::string base = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_llama/config.json";
+  std::ifstream in(base);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto error_with = [&](const std::string& field, const std::string& value) {
+    std::string edited = text;
+    const size_t brace = edited.rfind('}');
+    edited.insert(brace, ", \"" + field + "\": " + value + "\n");
+    // The field may already be in the file: JSON keeps the last one.
+    const std::string path = dir + "/hostile_config.json";
+    std::ofstream(path) << edited;
+    try {
+      llama_config_from_hf(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_with("model_type", "5").find("has a field of the wrong type"), std::string::npos);
+  EXPECT_NE(error_with("rope_scaling", "5").find("has a field of the wrong type"),
+            std::string::npos);
+  EXPECT_NE(error_with("tie_word_embeddings", "\"yes\"").find("has a field of the wrong type"),
+            std::string::npos);
+  EXPECT_NE(error_with("hidden_size", "[[1]]").find("has the wrong type (<array>)"),
+            std::string::npos);
+  const std::string heads = error_with("num_attention_heads", "0");
+  EXPECT_NE(heads.find("num_attention_heads = 0 must be positive"), std::string::npos) << heads;
+}
 
 }  // namespace
 }  // namespace maxctx::model

@@ -29,6 +29,15 @@ const std::set<std::string> kMappedFields = {
     "head_dim",    "num_hidden_layers", "vocab_size",          "rms_norm_eps",
     "rope_theta",  "rope_scaling",      "tie_word_embeddings", "sliding_window"};
 
+// A value of an untrusted file for an error line: scalars as written (cut to 40 characters),
+// containers by their type only, so that a deeply nested value is never walked.
+std::string shown(const json& value) {
+  if (value.is_structured()) return fmt::format("<{}>", value.type_name());
+  std::string text = value.dump();
+  if (text.size() > 40) text = text.substr(0, 40) + "...";
+  return text;
+}
+
 template <typename T>
 T field(const json& config, const char* name, const fs::path& path) {
   if (!config.contains(name)) fail("{}: config.json has no '{}'", path.string(), name);
@@ -36,7 +45,7 @@ T field(const json& config, const char* name, const fs::path& path) {
     return config.at(name).get<T>();
   } catch (const json::exception&) {
     fail("{}: config.json field '{}' has the wrong type ({})", path.string(), name,
-         config.at(name).dump());
+         shown(config.at(name)));
   }
 }
 
@@ -44,10 +53,14 @@ void require_value(const json& config, const char* name, const json& allowed,
                    const fs::path& path) {
   if (config.contains(name) && config.at(name) != allowed) {
     fail("{}: config.json '{}' = {} is not supported; maxctx implements {}", path.string(), name,
-         config.at(name).dump(), allowed.dump());
+         shown(config.at(name)), allowed.dump());
   }
 }
 
+}  // namespace
+
+namespace {
+LlamaConfig llama_config_from_json(const json& config, const fs::path& path);
 }  // namespace
 
 LlamaConfig llama_config_from_hf(const fs::path& path) {
@@ -60,6 +73,18 @@ LlamaConfig llama_config_from_hf(const fs::path& path) {
     fail("{}: config.json is not valid JSON ({})", path.string(), e.what());
   }
   if (!config.is_object()) fail("{}: config.json must be an object", path.string());
+  // A field of the wrong JSON type anywhere below (model_type: 5, rope_scaling: 5) is the
+  // file's error, the same on every rank: one line naming the file, never std::terminate.
+  try {
+    return llama_config_from_json(config, path);
+  } catch (const json::exception& e) {
+    fail("{}: config.json has a field of the wrong type ({})", path.string(), e.what());
+  }
+}
+
+namespace {
+
+LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
   std::vector<std::string> unknown;
   for (const auto& [name, value] : config.items()) {
     if (!kIgnoredFields.count(name) && !kMappedFields.count(name)) unknown.push_back(name);
@@ -82,6 +107,10 @@ LlamaConfig llama_config_from_hf(const fs::path& path) {
   m.emb_dim = field<int64_t>(config, "hidden_size", path);
   m.mlp_dim = field<int64_t>(config, "intermediate_size", path);
   m.num_query_heads = field<int64_t>(config, "num_attention_heads", path);
+  if (m.num_query_heads <= 0) {
+    fail("{}: config.json num_attention_heads = {} must be positive", path.string(),
+         m.num_query_heads);
+  }
   m.num_kv_heads = config.contains("num_key_value_heads")
                        ? field<int64_t>(config, "num_key_value_heads", path)
                        : m.num_query_heads;
@@ -118,6 +147,8 @@ LlamaConfig llama_config_from_hf(const fs::path& path) {
   }
   return m;
 }
+
+}  // namespace
 
 void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
                      const fs::path& checkpoint_dir) {
