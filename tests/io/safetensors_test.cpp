@@ -386,6 +386,36 @@ TEST(SafetensorsReader, ShortMissingAndNonRegularFiles) {
   EXPECT_THAT(open_error(dir.path()), HasSubstr("is not a regular file"));
 }
 
+// Nesting past io::kMaxJsonDepth, in the header and in its metadata, is one clear error, not a
+// stack overflow (a 100000-deep value used to crash the reader and its error path).
+TEST(SafetensorsReader, DeeplyNestedHeaderIsRejected) {
+  TempDir dir;
+  const auto path = dir.path() / "deep.safetensors";
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write_raw(path, R"({"a": )" + deep + "}", 0);
+  EXPECT_THAT(open_error(path), HasSubstr("header is nested deeper than 64 levels"));
+  write_raw(path, R"({"__metadata__": {"x": )" + deep + "}}", 0);
+  EXPECT_THAT(open_error(path), HasSubstr("header is nested deeper than 64 levels"));
+}
+
+// The header's parse is linear in its entries: 100000 zero-size tensors (over 120 s when the
+// duplicate check made the parse quadratic) open well within the test's time limit.
+TEST(SafetensorsReader, ManyEntriesParseInLinearTime) {
+  TempDir dir;
+  const auto path = dir.path() / "many.safetensors";
+  std::string header = "{";
+  for (int i = 0; i < 100000; ++i) {
+    if (i > 0) header += ',';
+    header += "\"t";
+    header += std::to_string(i);
+    header += R"(": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]})";
+  }
+  header += "}";
+  write_raw(path, header, 0);
+  const SafetensorsFile file(path);
+  EXPECT_EQ(file.tensors().size(), 100000u);
+}
+
 // A header length above the format's 100 MB limit, in a file big enough to hold it (sparse, so
 // the test writes 16 bytes).
 TEST(SafetensorsReader, AbsurdHeaderLengthIsRejected) {

@@ -93,6 +93,9 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
             std::string::npos);
   EXPECT_NE(error_with("hidden_size", "[[1]]").find("has the wrong type (<array>)"),
             std::string::npos);
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(error_with("hidden_size", deep).find("config.json is nested deeper than 64 levels"),
+            std::string::npos);
   const std::string heads = error_with("num_attention_heads", "0");
   EXPECT_NE(heads.find("num_attention_heads = 0 must be positive"), std::string::npos) << heads;
 }

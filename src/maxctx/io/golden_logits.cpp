@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
+#include "maxctx/io/json_checks.h"
 
 namespace maxctx::io {
 namespace {
@@ -21,6 +22,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 GoldenPrompt parse_line(const std::string& line, const fs::path& path, int64_t line_number) {
   const std::string where = fmt::format("{}:{}", path.string(), line_number);
+  if (const JsonCheck check = check_json(line); check.too_deep) {
+    fail("{}: the line is {}", where, *check.error);
+  }
   json object;
   try {
     object = json::parse(line);

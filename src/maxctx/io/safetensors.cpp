@@ -21,6 +21,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/dtype.h"
+#include "maxctx/io/json_checks.h"
 
 namespace maxctx::io {
 
@@ -379,20 +380,16 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(p
     data_ = map_ + 8 + header_size;
     data_size_ = map_size_ - 8 - header_size;
 
-    // nlohmann keeps the last of duplicate keys silently; the callback sees every top-level key.
-    std::set<std::string> seen;
-    std::string duplicate;
-    const auto note_keys = [&](int depth, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-          !seen.insert(parsed.get<std::string>()).second) {
-        duplicate = parsed.get<std::string>();
-      }
-      return true;
-    };
+    // One linear SAX pass first (nesting bound, duplicate names: nlohmann keeps the last of a
+    // duplicate silently), then the tree without a callback (a callback made the parse
+    // quadratic in the number of entries).
     const char* header_begin = reinterpret_cast<const char*>(map_ + 8);
+    const std::string_view header_text(header_begin, header_size);
+    const JsonCheck check = check_json(header_text);
+    if (check.error) bad_file(path_, "the {}-byte header is {}", header_size, *check.error);
     json header;
     try {
-      header = json::parse(header_begin, header_begin + header_size, note_keys);
+      header = json::parse(header_text);
     } catch (const json::exception& e) {
       bad_file(path_, "the {}-byte header is not valid JSON ({})", header_size, e.what());
     }
@@ -400,8 +397,9 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(p
       bad_file(path_, "the header is a JSON {}, expected an object mapping tensor names to entries",
                header.type_name());
     }
-    if (!duplicate.empty()) {
-      bad_file(path_, "the header names '{}' twice; tensor names must be unique", duplicate);
+    if (check.duplicate_top_key) {
+      bad_file(path_, "the header names '{}' twice; tensor names must be unique",
+               *check.duplicate_top_key);
     }
 
     for (const auto& [name, value] : header.items()) {

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "maxctx/core/check.h"
+#include "maxctx/io/json_checks.h"
 #include "maxctx/io/safetensors.h"
 
 namespace maxctx::model {
@@ -66,9 +68,13 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path);
 LlamaConfig llama_config_from_hf(const fs::path& path) {
   std::ifstream in(path);
   if (!in) fail("{}: cannot open the Hugging Face config", path.string());
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (const io::JsonCheck check = io::check_json(text); check.too_deep) {
+    fail("{}: config.json is {}", path.string(), *check.error);
+  }
   json config;
   try {
-    config = json::parse(in);
+    config = json::parse(text);
   } catch (const json::exception& e) {
     fail("{}: config.json is not valid JSON ({})", path.string(), e.what());
   }
