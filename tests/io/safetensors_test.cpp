@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -384,6 +385,10 @@ TEST(SafetensorsReader, ShortMissingAndNonRegularFiles) {
   EXPECT_THAT(open_error(dir.path() / "absent.safetensors"),
               HasSubstr("cannot open: No such file or directory"));
   EXPECT_THAT(open_error(dir.path()), HasSubstr("is not a regular file"));
+  // A FIFO of the name is refused at once (opening it used to wait for a writer forever).
+  const auto fifo_path = dir.path() / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo_path.c_str(), 0644), 0);
+  EXPECT_THAT(open_error(fifo_path), HasSubstr("is not a regular file"));
 }
 
 // Nesting past io::kMaxJsonDepth, in the header and in its metadata, is one clear error, not a

@@ -91,10 +91,16 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
             std::string::npos);
   EXPECT_NE(error_with("tie_word_embeddings", "\"yes\"").find("has a field of the wrong type"),
             std::string::npos);
-  EXPECT_NE(error_with("hidden_size", "[[1]]").find("has the wrong type (<array>)"),
+  EXPECT_NE(error_with("hidden_size", "[[1]]").find("'hidden_size' = <array> must be a whole"),
+            std::string::npos);
+  EXPECT_NE(error_with("rms_norm_eps", "[[1]]").find("has the wrong type (<array>)"),
             std::string::npos);
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_NE(error_with("hidden_size", deep).find("config.json is nested deeper than 64 levels"),
+            std::string::npos);
+  EXPECT_NE(error_with("hidden_size", "32.9").find("'hidden_size' = 32.9 must be a whole number"),
+            std::string::npos);
+  EXPECT_NE(error_with("sliding_window", "4294967298").find("must be a whole number in"),
             std::string::npos);
   const std::string heads = error_with("num_attention_heads", "0");
   EXPECT_NE(heads.find("num_attention_heads = 0 must be positive"), std::string::npos) << heads;

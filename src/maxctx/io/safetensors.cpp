@@ -340,7 +340,9 @@ int64_t TensorInfo::numel() const {
 }
 
 SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO of the name returns at once (and is refused below as not a
+  // regular file) instead of waiting for a writer forever; it changes nothing for a file.
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) bad_file(path_, "cannot open: {}", errno_text());
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -4,8 +4,10 @@
 
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <type_traits>
 
 #include "maxctx/core/check.h"
 #include "maxctx/io/json_checks.h"
@@ -43,6 +45,21 @@ std::string shown(const json& value) {
 template <typename T>
 T field(const json& config, const char* name, const fs::path& path) {
   if (!config.contains(name)) fail("{}: config.json has no '{}'", path.string(), name);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    // A count or size is a whole number in range: 32.9 or 2^32 + 2 is the file's error, not
+    // 32 or 2.
+    const json& value = config.at(name);
+    const bool in_range =
+        value.is_number_integer() &&
+        !(value.is_number_unsigned() &&
+          value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<T>::max())) &&
+        (value.is_number_unsigned() || (value.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                        value.get<int64_t>() <= std::numeric_limits<T>::max()));
+    if (!in_range) {
+      fail("{}: config.json field '{}' = {} must be a whole number in [{}, {}]", path.string(),
+           name, shown(value), std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+    }
+  }
   try {
     return config.at(name).get<T>();
   } catch (const json::exception&) {
