@@ -109,6 +109,10 @@ TEST(Config, InheritanceErrors) {
             std::string::npos);
   EXPECT_NE(load_error(dir.write("list.yml", "- 1\n- 2\n"), {}).find("mapping"), std::string::npos);
   EXPECT_NE(load_error("/nonexistent/maxctx.yml", {}).find("does not exist"), std::string::npos);
+  // A key given twice in a file is refused, as on the command line (it used to take the last).
+  EXPECT_NE(load_error(dir.write("twice.yml", "steps: 3\nsteps: 5\n"), {})
+                .find("sets 'steps' twice; give each key once"),
+            std::string::npos);
 }
 
 TEST(Config, UnknownKeysNameTheClosestKey) {

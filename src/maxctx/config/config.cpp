@@ -84,6 +84,15 @@ YAML::Node read_yaml_file(const fs::path& path) {
     YAML::Node root = YAML::LoadFile(path.string());
     if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) fail("config file '{}' must be a mapping of key: value", path.string());
+    // yaml-cpp keeps both entries of a key given twice; the command line refuses a repeated
+    // key, and a file follows the same rule rather than letting one of them win silently.
+    std::set<std::string> keys;
+    for (const auto& entry : root) {
+      const std::string key = entry.first.Scalar();
+      if (!keys.insert(key).second) {
+        fail("config file '{}' sets '{}' twice; give each key once", path.string(), key);
+      }
+    }
     return root;
   } catch (const YAML::Exception& e) {
     fail("config file '{}' is not valid YAML: {}", path.string(), e.what());
