@@ -23,19 +23,17 @@
 
 #include "hwy/aligned_allocator.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/amx.h"
 
 #ifndef MAXCTX_ATTENTION_TILES_ONCE  // this file is compiled once per SIMD target
 #define MAXCTX_ATTENTION_TILES_ONCE
-#include <cpuid.h>
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 namespace maxctx::kernels::cpu {
 namespace {
 
 // ---------------------------------------------------------------- bf16 products, AMX
-// Compiled once, for AMX by attribute, and called only where amx_ready() (attention_tiles.h
+// Compiled once, for AMX by attribute, and called only where amx_bf16_usable() (attention_tiles.h
 // gives the sequence of roundings, TDPBF16PS's). A micro-tile is 2 × 2 C tiles of 16 × 16 fp32
 // (tmm0-3) fed by 2 A tiles (tmm4-5: 16 rows × 32 bf16 of A) and 2 B tiles (tmm6-7: 16 pairs ×
 // 16 columns of the packed panel, whose rows are 128 bytes apart): 32 rows × one panel of 32
@@ -43,14 +41,6 @@ namespace {
 // zero-padded copy (the last rows, a K chunk cut short).
 #define MAXCTX_AMX_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,fma")))
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
 
 // tile = rows [r0, r0 + 16) × columns [k0, k0 + 32) of A (m, k), zero past m and k.
 MAXCTX_AMX_TARGET void pad_a_tile(uint16_t* tile, const uint16_t* a, int64_t lda, int64_t m,
@@ -83,15 +73,7 @@ MAXCTX_AMX_TARGET void store_c_tile(const float* tile, int64_t rows, int64_t col
 MAXCTX_AMX_TARGET void amx_panel(int64_t m, int64_t cols, int64_t k, float alpha, const bf16* a,
                                  int64_t lda, const uint32_t* panel, bool accumulate, float* c,
                                  int64_t ldc) {
-  static const TileConfig config = [] {
-    TileConfig cfg;
-    for (int t = 0; t < 8; ++t) {
-      cfg.rows[t] = 16;
-      cfg.colsb[t] = 64;
-    }
-    return cfg;
-  }();
-  _tile_loadconfig(&config);
+  amx_load_tile_config();
   alignas(64) uint16_t a_pad[2][16 * 32];
   alignas(64) float sums[4][16 * 16];
   const auto* a_bits = reinterpret_cast<const uint16_t*>(a);
@@ -148,26 +130,7 @@ MAXCTX_AMX_TARGET void amx_panel(int64_t m, int64_t cols, int64_t k, float alpha
       }
     }
   }
-  _tile_release();
-}
-
-// The CPU has AMX-TILE and AMX-BF16 and the kernel lets this process use the tile data
-// (Linux: a one-time arch_prctl request, process-wide; every thread may then load tiles).
-bool amx_ready() {
-  static const bool ready = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;
-    if ((edx & kAmxBf16) == 0 || (edx & kAmxTile) == 0) return false;
-#ifdef __linux__
-    constexpr long kReqXcompPerm = 0x1023;  // ARCH_REQ_XCOMP_PERM
-    constexpr long kXtileData = 18;         // XFEATURE_XTILEDATA
-    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
-#else
-    return false;
-#endif
-  }();
-  return ready;
+  amx_release_tiles();
 }
 
 }  // namespace
@@ -628,7 +591,7 @@ std::atomic<bool> bf16_force_portable{false};
 }  // namespace
 
 void attention_bf16_force_portable(bool portable) { bf16_force_portable = portable; }
-bool attention_bf16_amx() { return amx_ready() && !bf16_force_portable; }
+bool attention_bf16_amx() { return amx_bf16_usable() && !bf16_force_portable; }
 
 int64_t attention_bf16_panel_pairs(int64_t k) {
   return ((k + 1) / 2 + kBf16ChunkPairs - 1) / kBf16ChunkPairs * kBf16ChunkPairs;

@@ -14,11 +14,8 @@
 // of a pair one after the other, which AMX does not, and it ran at 1/6 of AMX's speed.
 #include "maxctx/kernels/cpu/gemm_bf16.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -27,6 +24,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/cpu/amx.h"
 #include "maxctx/kernels/cpu/gemm_tasks.h"
 
 namespace maxctx::kernels::cpu {
@@ -135,21 +133,6 @@ void store_tile(const float (&acc)[kTileRows][kTileCols], float alpha, float bet
   }
 }
 
-// Tile registers: C 0-3 (2 × 2 tiles of 16 × 16 fp32), A 4-5, B 6-7, each 16 rows of 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-
-__attribute__((target("amx-tile,amx-bf16"))) void amx_configure() {
-  static const TileConfig config;
-  _tile_loadconfig(&config);
-}
-__attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
-
 __attribute__((target("amx-tile,amx-bf16"))) void tile_amx(int64_t pairs, const uint32_t* a,
                                                            const uint32_t* b, float alpha,
                                                            float beta, float* c, int64_t ldc,
@@ -226,7 +209,7 @@ void tile_portable(int64_t pairs, const uint32_t* a, const uint32_t* b, float al
 void multiply_block(TileFn tile, const uint32_t* a_block, int64_t rows, const uint32_t* b_panels,
                     int64_t cols, int64_t pairs, float alpha, float beta, float* c, int64_t ldc) {
   const bool amx = tile == &tile_amx;
-  if (amx) amx_configure();
+  if (amx) amx_load_tile_config();
   for (int64_t j = 0; j < cols; j += kTileCols) {
     const uint32_t* b_panel = b_panels + j / kTileCols * kTileCols * pairs;
     for (int64_t i = 0; i < rows; i += kTileRows) {
@@ -234,7 +217,7 @@ void multiply_block(TileFn tile, const uint32_t* a_block, int64_t rows, const ui
            std::min(kTileRows, rows - i), std::min(kTileCols, cols - j));
     }
   }
-  if (amx) amx_release();
+  if (amx) amx_release_tiles();
 }
 
 // ---------------------------------------------------------------- driver
@@ -390,19 +373,7 @@ void gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64
 
 void set_gemm_bf16_path(Bf16Path path) { g_path = path; }
 
-bool gemm_bf16_amx_available() {
-  // AMX-BF16 and AMX-TILE (CPUID 7.0 EDX bits 22 and 24), then Linux's permission to use the
-  // tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA), asked once per process.
-  static const bool available = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
-    if ((edx & (1u << 22)) == 0 || (edx & (1u << 24)) == 0) return false;
-    constexpr long kArchReqXcompPerm = 0x1023;
-    constexpr long kXfeatureXtiledata = 18;
-    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-  }();
-  return available;
-}
+bool gemm_bf16_amx_available() { return amx_bf16_usable(); }
 
 const char* gemm_bf16_kernel_name() {
   return tile_function() == &tile_amx ? "amx_bf16" : "portable";
