@@ -34,12 +34,17 @@ T* as(const TensorView& v) {
 }
 float* f32(const TensorView& v) { return as<float>(v); }
 
-// A float operand of `op`: f32 or bf16, each view its own (kernels.h's precision contract).
-FloatPtr floats(const TensorView& v, const char* op) {
+// A "float" view of kernels.h's precision contract: f32 or bf16, each view its own.
+void check_float(const TensorView& v, const char* op) {
   check_host(v);
   MAXCTX_CHECK(v.dtype() == DType::kF32 || v.dtype() == DType::kBF16,
                "the cpu backend's {} takes f32 or bf16 tensors, got a {} tensor", op,
                dtype_name(v.dtype()));
+}
+
+// A float operand of `op`, for the row and elementwise kernels.
+FloatPtr floats(const TensorView& v, const char* op) {
+  check_float(v, op);
   if (v.dtype() == DType::kBF16) return FloatPtr(static_cast<const bf16*>(v.raw()));
   return FloatPtr(static_cast<const float*>(v.raw()));
 }
@@ -57,18 +62,9 @@ void check_same_dtype_in_place(const TensorView& out, const TensorView& in, cons
                dtype_name(in.dtype()));
 }
 
-// ---- float views (f32 or bf16) of the attention ops
-
-void check_float(const TensorView& v, const char* op, const char* what) {
-  check_host(v);
-  MAXCTX_CHECK(v.dtype() == DType::kF32 || v.dtype() == DType::kBF16,
-               "{}: {} must be f32 or bf16, got a {} tensor", op, what, dtype_name(v.dtype()));
-}
-
 // A float view's elements as f32: its own memory, or a widened copy in staging.
-const float* f32_input(const TensorView& v, std::vector<float>& staging, const char* op,
-                       const char* what) {
-  check_float(v, op, what);
+const float* f32_input(const TensorView& v, std::vector<float>& staging, const char* op) {
+  check_float(v, op);
   if (v.dtype() == DType::kF32) return static_cast<const float*>(v.raw());
   staging.resize(static_cast<size_t>(v.numel()));
   convert_bf16_to_f32(v.span<bf16>(), staging);
@@ -77,9 +73,8 @@ const float* f32_input(const TensorView& v, std::vector<float>& staging, const c
 
 // Where an op writes a float view's f32 result: its own memory, or staging that
 // finish_f32_output then rounds into it.
-float* f32_output(const TensorView& v, std::vector<float>& staging, const char* op,
-                  const char* what) {
-  check_float(v, op, what);
+float* f32_output(const TensorView& v, std::vector<float>& staging, const char* op) {
+  check_float(v, op);
   if (v.dtype() == DType::kF32) return static_cast<float*>(v.raw());
   staging.assign(static_cast<size_t>(v.numel()), 0.0f);
   return staging.data();
@@ -91,32 +86,21 @@ void finish_f32_output(const TensorView& v, const std::vector<float>& staging) {
 // The dtype q, k and v share, which decides an attention op's products.
 DType attention_dtype(const TensorView& q, const TensorView& k, const TensorView& v,
                       const char* op) {
-  check_float(q, op, "q");
+  check_float(q, op);
   MAXCTX_CHECK(k.dtype() == q.dtype() && v.dtype() == q.dtype(),
                "{}: q, k and v share one dtype (f32 or bf16), got q {}, k {}, v {}", op,
                dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
   return q.dtype();
 }
 
-// A view of f32 or bf16 elements (the precision contract's "float" views); `op` names the op in
-// the error.
+// A float operand of `op` as gemm_bf16 takes it (kernels/cpu/gemm_bf16.h).
 Floats gemm_floats(const TensorView& v, const char* op) {
-  check_host(v);
-  MAXCTX_CHECK(v.dtype() == DType::kF32 || v.dtype() == DType::kBF16,
-               "{} takes f32 or bf16 tensors, got a {} tensor", op, dtype_name(v.dtype()));
+  check_float(v, op);
   return {v.raw(), v.dtype()};
 }
 ConstFloats const_floats(const TensorView& v, const char* op) {
-  const Floats x = gemm_floats(v, op);
-  return {x.data, x.dtype};
-}
-// The fp32 values of a float view: the view's own memory when f32, else widened into `scratch`.
-const float* widened(const TensorView& v, const char* op, std::vector<float>& scratch) {
-  const Floats x = gemm_floats(v, op);
-  if (x.dtype == DType::kF32) return static_cast<const float*>(x.data);
-  scratch.resize(static_cast<size_t>(v.numel()));
-  convert_bf16_to_f32(v.span<bf16>(), scratch);
-  return scratch.data();
+  check_float(v, op);
+  return {v.raw(), v.dtype()};
 }
 
 // The number of rows of a view holding rows of `row_elements` elements.
@@ -274,7 +258,7 @@ class CpuKernels final : public Kernels {
                          AttentionStats* stats) const override {
     constexpr const char* kOp = "attention_forward";
     check_attention_views(out, lse, q, k, v, p);
-    check_float(out, kOp, "out");
+    check_float(out, kOp);
     if (attention_dtype(q, k, v, kOp) == DType::kBF16) {
       if (out.dtype() == DType::kBF16) {
         cpu::attention_forward_bf16(as<bf16>(out), f32(lse), as<bf16>(q), as<bf16>(k), as<bf16>(v),
@@ -286,8 +270,8 @@ class CpuKernels final : public Kernels {
       return;
     }
     std::vector<float> out_staging;
-    cpu::attention_forward(f32_output(out, out_staging, kOp, "out"), f32(lse), f32(q), f32(k),
-                           f32(v), q_pos, q_seg, k_pos, k_seg, p, stats);
+    cpu::attention_forward(f32_output(out, out_staging, kOp), f32(lse), f32(q), f32(k), f32(v),
+                           q_pos, q_seg, k_pos, k_seg, p, stats);
     finish_f32_output(out, out_staging);
   }
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
@@ -298,8 +282,8 @@ class CpuKernels final : public Kernels {
     constexpr const char* kOp = "attention_backward";
     check_attention_views(out, lse, q, k, v, p);
     check_attention_views(d_out, lse, dq, dk, dv, p);
-    check_float(d_out, kOp, "d_out");
-    check_float(out, kOp, "out");
+    check_float(d_out, kOp);
+    check_float(out, kOp);
     if (attention_dtype(q, k, v, kOp) == DType::kBF16) {
       const bool d_out_bf16 = d_out.dtype() == DType::kBF16, out_bf16 = out.dtype() == DType::kBF16;
       auto run = [&](auto* d_out_data, auto* out_data) {
@@ -314,10 +298,9 @@ class CpuKernels final : public Kernels {
       return;
     }
     std::vector<float> d_out_staging, out_staging;
-    cpu::attention_backward(f32(dq), f32(dk), f32(dv),
-                            f32_input(d_out, d_out_staging, kOp, "d_out"),
-                            f32_input(out, out_staging, kOp, "out"), f32(lse), f32(q), f32(k),
-                            f32(v), q_pos, q_seg, k_pos, k_seg, p, stats);
+    cpu::attention_backward(f32(dq), f32(dk), f32(dv), f32_input(d_out, d_out_staging, kOp),
+                            f32_input(out, out_staging, kOp), f32(lse), f32(q), f32(k), f32(v),
+                            q_pos, q_seg, k_pos, k_seg, p, stats);
   }
   void attention_merge(TensorView out, TensorView lse, TensorView out_a, TensorView lse_a,
                        TensorView out_b, TensorView lse_b, int64_t batch, int64_t seq_q,
@@ -337,9 +320,9 @@ class CpuKernels final : public Kernels {
     constexpr const char* kOp = "single_query_attention";
     check_attention_views(out, lse, q, k, v, p);
     std::vector<float> q_staging, out_staging;
-    float* out_data = f32_output(out, out_staging, kOp, "out");
-    const float* q_data = f32_input(q, q_staging, kOp, "q");
-    check_float(k, kOp, "k");
+    float* out_data = f32_output(out, out_staging, kOp);
+    const float* q_data = f32_input(q, q_staging, kOp);
+    check_float(k, kOp);
     MAXCTX_CHECK(v.dtype() == k.dtype(), "{}: k and v are one cache, got k {} and v {}", kOp,
                  dtype_name(k.dtype()), dtype_name(v.dtype()));
     if (k.dtype() == DType::kBF16) {
@@ -360,8 +343,8 @@ class CpuKernels final : public Kernels {
     check_numel(k_scale, p.batch * p.seq_k, "k_scale");
     check_numel(v_scale, p.batch * p.seq_k, "v_scale");
     std::vector<float> q_staging, out_staging;
-    cpu::single_query_attention_int8(f32_output(out, out_staging, kOp, "out"), f32(lse),
-                                     f32_input(q, q_staging, kOp, "q"), as<int8_t>(k_codes),
+    cpu::single_query_attention_int8(f32_output(out, out_staging, kOp), f32(lse),
+                                     f32_input(q, q_staging, kOp), as<int8_t>(k_codes),
                                      f32(k_scale), as<int8_t>(v_codes), f32(v_scale), q_pos, q_seg,
                                      k_pos, k_seg, p);
     finish_f32_output(out, out_staging);
@@ -371,12 +354,12 @@ class CpuKernels final : public Kernels {
   Int8Weights int8_pack_weights(TensorView weight) const override {
     const auto [out_dim, in_dim] = matrix_dims(weight);
     std::vector<float> scratch;
-    return cpu::int8_pack_weights(widened(weight, "int8_pack_weights", scratch), out_dim, in_dim);
+    return cpu::int8_pack_weights(f32_input(weight, scratch, "int8_pack_weights"), out_dim, in_dim);
   }
   void int8_quantize_rows(Int8Rows& rows, TensorView in) const override {
     MAXCTX_CHECK_EQ(in.shape().rank(), 2, "int8 rows are quantized from an (N, in_dim) tensor");
     std::vector<float> scratch;
-    cpu::int8_quantize_rows(rows, widened(in, "int8_quantize_rows", scratch), in.shape()[0],
+    cpu::int8_quantize_rows(rows, f32_input(in, scratch, "int8_quantize_rows"), in.shape()[0],
                             in.shape()[1]);
   }
   void int8_matmul_forward(TensorView out, const Int8Rows& rows,
@@ -440,14 +423,13 @@ class CpuKernels final : public Kernels {
     check_numel(dst, src.numel(), "copy destination");
     if (dst.dtype() == src.dtype()) {
       std::memmove(dst.raw(), src.raw(), src.bytes());
-    } else if (dst.dtype() == DType::kBF16 && src.dtype() == DType::kF32) {
-      convert_f32_to_bf16(src.span<float>(), dst.span<bf16>());
-    } else if (dst.dtype() == DType::kF32 && src.dtype() == DType::kBF16) {
-      convert_bf16_to_f32(src.span<bf16>(), dst.span<float>());
-    } else {
-      MAXCTX_CHECK(false, "the cpu backend copies {} to {} only by int8 quantization",
-                   dtype_name(src.dtype()), dtype_name(dst.dtype()));
+      return;
     }
+    MAXCTX_CHECK(dst.dtype() != DType::kI8 && src.dtype() != DType::kI8,
+                 "the cpu backend copies {} to {} only by int8 quantization",
+                 dtype_name(src.dtype()), dtype_name(dst.dtype()));
+    // f32 <-> bf16: the SIMD conversion (rounding to nearest even, as core/dtype.h does).
+    cpu::convert(floats(dst, "copy"), floats(src, "copy"), src.numel());
   }
   void adamw_update(TensorView params, TensorView grads, TensorView mu, TensorView nu,
                     const AdamWStep& step) const override {
