@@ -1,6 +1,5 @@
 #include "kernels/attention_bf16_bench.h"
 
-#include <immintrin.h>
 #include <time.h>
 
 #include <algorithm>
@@ -37,80 +36,6 @@ double best_cpu_seconds(int reps, const std::function<void()>& body) {
   return best;
 }
 
-// vdpbf16ps throughput: kChains independent accumulator chains (enough for its latency), in
-// GFLOP/s counting the two multiply-adds per fp32 lane; 0 without AVX512_BF16.
-__attribute__((target("avx512f,avx512bf16"), noinline)) float dpbf16_chains(int64_t iterations) {
-  constexpr int kChains = 16;
-  __m512 acc[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
-  const auto a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));
-  const auto b = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f003f00));
-  for (int64_t k = 0; k < iterations; ++k) {
-#pragma GCC unroll 16
-    for (int i = 0; i < kChains; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  }
-  alignas(64) float lanes[16];
-  float sum = 0.0f;
-  for (int i = 0; i < kChains; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    sum += lanes[0];
-  }
-  return sum;
-}
-
-double dpbf16_peak_gflops() {
-  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
-  constexpr int64_t kIterations = 10'000'000;
-  float checksum = 0.0f;
-  const double seconds = best_cpu_seconds(3, [&] { checksum += dpbf16_chains(kIterations); });
-  std::fprintf(stderr, "dpbf16 checksum %g\n", static_cast<double>(checksum));
-  return 16.0 * 16 * 4 * kIterations / seconds / 1e9;
-}
-
-// TDPBF16PS throughput: 4 C tiles (16 × 16 fp32) fed by 2 A and 2 B tiles held in registers, in
-// GFLOP/s counting 16·16·32 multiply-adds per instruction; 0 where attention_bf16_amx() is not
-// (which also asks the kernel for the tile permission).
-struct alignas(64) AmxConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
-__attribute__((target("amx-tile,amx-bf16"), noinline)) float amx_chains(int64_t iterations) {
-  const AmxConfig config;
-  alignas(64) uint16_t ones[16 * 32];
-  alignas(64) float c[16 * 16];
-  std::fill(ones, ones + 16 * 32, uint16_t{0x3f80});
-  _tile_loadconfig(&config);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  _tile_loadd(4, ones, 64);
-  _tile_loadd(5, ones, 64);
-  _tile_loadd(6, ones, 64);
-  _tile_loadd(7, ones, 64);
-  for (int64_t i = 0; i < iterations; ++i) {
-    _tile_dpbf16ps(0, 4, 6);
-    _tile_dpbf16ps(1, 4, 7);
-    _tile_dpbf16ps(2, 5, 6);
-    _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, 64);
-  _tile_release();
-  return c[0];
-}
-
-double amx_peak_gflops() {
-  if (!cpu::attention_bf16_amx()) return 0.0;
-  constexpr int64_t kIterations = 1'000'000;
-  float checksum = 0.0f;
-  const double seconds = best_cpu_seconds(3, [&] { checksum += amx_chains(kIterations); });
-  std::fprintf(stderr, "amx checksum %g\n", static_cast<double>(checksum));
-  return 4.0 * 16 * 16 * 32 * 2 * kIterations / seconds / 1e9;
-}
-
 std::vector<float> draw(int64_t n, const char* stream) {
   std::vector<float> x(static_cast<size_t>(n));
   rng::fill_normal(x, 4321, rng::stream_id(stream), 0, 0.0f, 1.0f);
@@ -135,7 +60,7 @@ AttentionParams model_heads(int64_t seq_q, int64_t seq_k) {  // maxctx-20m
 
 }  // namespace
 
-json attention_bf16(double fma_peak_gflops) {
+json attention_bf16(double fma_peak_gflops, double dpbf16_peak, double amx_peak) {
   const AttentionParams p = model_heads(8192, 8192);
   const int64_t q_numel = p.seq_q * p.heads_q * p.head_dim;
   const int64_t kv_numel = p.seq_k * p.heads_kv * p.head_dim;
@@ -180,8 +105,6 @@ json attention_bf16(double fma_peak_gflops) {
                 {"forward_backward_fraction_of_peak", flops / total / 1e9 / peak}};
   };
   const double speedup = (f32_fwd + f32_bwd) / (bf16_fwd + bf16_bwd);
-  const double dpbf16_peak = dpbf16_peak_gflops();
-  const double amx_peak = amx_peak_gflops();
   const bool amx = cpu::attention_bf16_amx();
   return {{"shape",
            {{"seq", p.seq_q},
