@@ -65,19 +65,6 @@ FIXTURES = {
         seq_len=20,
         rows=[[20], [6, 9]],
     ),
-    # tiny_llama's weights rounded to bfloat16 and stored as BF16, as real Hugging Face Llama
-    # checkpoints ship (torch_dtype bfloat16): the references are exact for the bf16 values.
-    "tiny_llama_bf16": dict(
-        seed=1234,
-        config=dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5,
-                    rope_theta=10000.0, rope_scaling=None, tie_word_embeddings=False,
-                    max_position_embeddings=128),
-        seq_len=24,
-        rows=[[10, 14], [7, 11]],
-        golden_prompt_lengths=[12],
-        bf16=True,
-    ),
     "tiny_mistral_window": dict(
         seed=77,
         config=dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
@@ -89,6 +76,9 @@ FIXTURES = {
     ),
 }
 
+# tiny_llama's weights rounded to bfloat16 and stored as BF16, as real Hugging Face Llama
+# checkpoints ship (torch_dtype bfloat16): the references are exact for the bf16 values.
+FIXTURES["tiny_llama_bf16"] = dict(FIXTURES["tiny_llama"], bf16=True)
 
 # ---------------------------------------------------------------------------------------------
 # Weights: Hugging Face names, nn.Linear layout (out, in).
