@@ -129,6 +129,13 @@ TEST(Config, UnknownKeysNameTheClosestKey) {
   EXPECT_NE(in_file.find("did you mean 'ici_context_parallelism'"), std::string::npos) << in_file;
   EXPECT_NE(in_file.find("typo.yml"), std::string::npos) << in_file;
   EXPECT_EQ(closest_key("learningrate"), "learning_rate");
+  // A far name is never suggested: nothing near gives a line saying so, a shared word suggests
+  // a key with that word.
+  EXPECT_EQ(closest_key("zzzzzzzzzzzz"), "");
+  EXPECT_NE(load_error(kBase, {"zzzzzzzzzzzz=1"}).find("no key has a similar name"),
+            std::string::npos);
+  EXPECT_NE(closest_key("scan_layers").find("layers"), std::string::npos)
+      << closest_key("scan_layers");
 }
 
 TEST(Config, OverridesAreCastToTheKeysType) {

@@ -39,8 +39,13 @@ const KeyInfo* find_key(std::string_view name) {
 
 void require_known_key(std::string_view name, std::string_view where) {
   if (find_key(name) != nullptr) return;
+  const std::string near = closest_key(name);
+  if (near.empty()) {
+    fail("unknown config key '{}' {}; no key has a similar name (every key: docs/config.md)", name,
+         where);
+  }
   fail("unknown config key '{}' {}; did you mean '{}'? (every key: docs/config.md)", name, where,
-       closest_key(name));
+       near);
 }
 
 // Sets one key from a YAML node; the key must exist.
@@ -307,6 +312,28 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
+// The words of a key name ("ici_context_parallelism" -> ici, context, parallelism).
+std::vector<std::string_view> words_of(std::string_view name) {
+  std::vector<std::string_view> words;
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t end = std::min(name.find('_', start), name.size());
+    if (end > start) words.push_back(name.substr(start, end - start));
+    start = end + 1;
+  }
+  return words;
+}
+
+// How many words of four or more letters two names share.
+size_t shared_words(const std::vector<std::string_view>& a,
+                    const std::vector<std::string_view>& b) {
+  size_t shared = 0;
+  for (std::string_view word : a) {
+    if (word.size() >= 4 && std::find(b.begin(), b.end(), word) != b.end()) ++shared;
+  }
+  return shared;
+}
+
 }  // namespace
 
 std::string_view key_type_name(KeyType type) {
@@ -345,16 +372,26 @@ const std::vector<KeyInfo>& all_keys() {
 }
 
 std::string closest_key(std::string_view name) {
+  // A suggestion must be near: within a third of the name in edit distance (typos, a dropped
+  // underscore), or sharing a whole word of four or more letters ("layers", "parallelism").
+  // Among those, more shared words first, then the smaller distance; no suggestion beats a far
+  // one ("scan_layers" once suggested "adam_eps").
+  const std::vector<std::string_view> words = words_of(name);
   const KeyInfo* best = nullptr;
-  size_t best_distance = SIZE_MAX;
+  size_t best_shared = 0, best_distance = SIZE_MAX;
   for (const KeyInfo& info : all_keys()) {
     const size_t distance = edit_distance(name, info.name);
-    if (distance < best_distance) {
-      best_distance = distance;
+    const size_t shared = shared_words(words, words_of(info.name));
+    const bool near = distance <= std::max<size_t>(2, name.size() / 3) || shared > 0;
+    if (!near) continue;
+    if (best == nullptr || shared > best_shared ||
+        (shared == best_shared && distance < best_distance)) {
       best = &info;
+      best_shared = shared;
+      best_distance = distance;
     }
   }
-  return best->name;
+  return best == nullptr ? std::string() : std::string(best->name);
 }
 
 Config load_config(const std::string& config_path, const std::vector<std::string>& overrides,

@@ -60,7 +60,8 @@ std::string_view key_type_name(KeyType type);
 Config load_config(const std::string& config_path, const std::vector<std::string>& overrides,
                    int64_t num_devices);
 
-// The closest declared key to `name` by edit distance (for "did you mean" messages).
+// The declared key nearest to `name` for a "did you mean" message: close in edit distance or
+// sharing a whole word; empty when no key is near.
 std::string closest_key(std::string_view name);
 
 // One "key: value" line per key, in declaration order, then the derived values.
