@@ -1,7 +1,8 @@
 // The C++ model against the independent torch oracle (tools/reference/llama_reference.py,
 // float64): logits and loss within 1e-5 and every weight gradient within 1e-4, norm-relative
 // (llm.c's test_gpt2 pattern). Fixtures cover GQA + packed documents, tied embeddings with
-// Llama 3.1 RoPE scaling and MHA, and MQA with a sliding window.
+// Llama 3.1 RoPE scaling and MHA, MQA with a sliding window, and a Mixtral (routing, experts and
+// MaxText's load-balance loss, in the loss and the gradients).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -21,10 +22,15 @@ class TorchFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
   const std::string dir = std::string(MAXCTX_TEST_FIXTURES) + "/" + GetParam();
-  testing::LocalModel m(llama_config_from_hf(dir + "/config.json"));
+  LlamaConfig config = llama_config_from_hf(dir + "/config.json");
+  const io::SafetensorsFile reference(dir + "/reference.safetensors");
+  // A Mixtral's reference loss includes MaxText's load-balance loss at the fixture's weight.
+  if (config.moe)
+    config.load_balance_loss_weight =
+        std::stod(reference.metadata().at("load_balance_loss_weight"));
+  testing::LocalModel m(config);
   load_hf_weights(m.specs, m.params.data(), dir);
 
-  const io::SafetensorsFile reference(dir + "/reference.safetensors");
   const auto& ids_info = reference.info("input_ids");
   const int64_t B = ids_info.shape[0];
   const int64_t S = ids_info.shape[1];
@@ -43,11 +49,19 @@ TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
   const std::vector<float> torch_logits = reference.read_f32("logits", {B, S, V});
   EXPECT_LT(norm_relative_error(acts.logits.data<float>(), torch_logits.data(), B * S * V), 1e-5);
   const float torch_loss = reference.read_f32("loss", {1})[0];
-  const double loss = sums.loss_sum / sums.weight_sum;
+  const double lb_scale = m.config.moe ? moe_lb_scale(m.config, B) : 0.0;
+  const double moe_lb_loss = sums.moe_lb_sum * lb_scale;
+  const double loss = sums.loss_sum / sums.weight_sum + moe_lb_loss;
   EXPECT_LT(std::fabs(loss - torch_loss) / torch_loss, 1e-5) << loss << " vs " << torch_loss;
+  if (m.config.moe) {
+    const float torch_lb = reference.read_f32("moe_lb_loss", {1})[0];
+    EXPECT_GT(torch_lb, 0.0f);
+    EXPECT_LT(std::fabs(moe_lb_loss - torch_lb) / torch_lb, 1e-5)
+        << moe_lb_loss << " vs " << torch_lb;
+  }
 
   llama_backward(m.config, m.weights, m.gradients, batch, m.plan, acts,
-                 static_cast<float>(1.0 / sums.weight_sum));
+                 static_cast<float>(1.0 / sums.weight_sum), static_cast<float>(lb_scale));
   int checked = 0;
   for (const WeightSpec& s : m.specs) {
     const std::vector<int64_t> shape =
@@ -62,7 +76,8 @@ TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TorchFixture,
                          ::testing::Values("tiny_llama", "tiny_llama_tied_scaled",
-                                           "tiny_mistral_window", "tiny_llama_bf16"));
+                                           "tiny_mistral_window", "tiny_llama_bf16",
+                                           "tiny_mixtral"));
 
 // A config.json with a field of the wrong type, or zero heads and no head_dim, is one error line
 // naming the file (it used to end in std::terminate or SIGFPE); a container value in an error is
