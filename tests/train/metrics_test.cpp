@@ -39,6 +39,26 @@ TEST(Tflops, SmallModelByHand) {
   EXPECT_DOUBLE_EQ(training_tokens_per_device(0.5, 32, 2), 32.0);
 }
 
+// A mixture of experts (MaxText's calculate_routed_and_shared_ffn_tflops_per_device): the ffn
+// of num_experts_per_tok experts plus the router's 2·B·S·E·X. The model above with 4 experts, 2
+// per token: per layer ffn 786432 -> 2·786432 + 2·16·64·4 = 1581056, so learnable grows by
+// 794624·2 layers·3·2 accumulation / 1e12 = 9.535488e-6.
+TEST(Tflops, MixtureOfExpertsCountsActiveExpertsAndRouter) {
+  FlopsModel model;
+  model.emb_dim = 64;
+  model.num_query_heads = 4;
+  model.num_kv_heads = 2;
+  model.head_dim = 16;
+  model.mlp_dim = 128;
+  model.num_layers = 2;
+  model.vocab_size = 256;
+  model.num_experts = 4;
+  model.num_experts_per_tok = 2;
+  const TrainingTflops tflops = training_tflops_per_device(model, 0.5, 32, 2);
+  EXPECT_NEAR(tflops.learnable_weight, 1.7301504e-5 + 9.535488e-6, 1e-18);
+  EXPECT_NEAR(tflops.attention, 7.86432e-7, 1e-19);
+}
+
 TEST(Tflops, ModelDimsComeFromTheDerivedConfig) {
   Config config;
   config.derived.emb_dim = 4096;
