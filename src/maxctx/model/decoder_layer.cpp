@@ -34,7 +34,8 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     // Every rank runs its tokens through all experts (a row split's ranks hold the same tokens
     // and compute the same result).
     MAXCTX_CHECK(b.moe != nullptr, "a mixture of experts needs its buffers");
-    moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe);
+    moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe,
+                plan.sequence);
   } else if (plan.row_split != nullptr) {
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
     MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr && b.split_hidden,

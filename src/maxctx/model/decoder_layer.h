@@ -81,6 +81,9 @@ struct DecoderLayerPlan {
   parallel::TensorReducer* tensor = nullptr;
   parallel::RowSplit* row_split = nullptr;  // null: every rank computes its whole MLP
   const MlpRowsPart* mlp_part = nullptr;    // this layer's rows under row_split
+
+  // Training under context parallelism: ModelPlan::sequence (a mixture of experts' statistics).
+  parallel::TensorReducer* sequence = nullptr;
 };
 
 // Rotary position embedding tables and the attention dims for a batch (computed once, shared by

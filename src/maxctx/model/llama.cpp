@@ -169,6 +169,7 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   layer_plan.kernels = &k;
   layer_plan.attention = &attention;
   layer_plan.tensor = plan.tensor;
+  layer_plan.sequence = plan.sequence;
   const int64_t head_unit = c.num_layers + 1;
   before_use(plan, 0);
   k.embedding_forward(acts.residual[0].view(), b.tokens, w.embed);

@@ -174,21 +174,42 @@ void dense_dispatch(const MoeRouting& routing, int64_t batch, int64_t seq, int64
   }
 }
 
-double load_balance_sum(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
-                        int64_t X, int64_t K, double weight) {
-  double sum = 0.0;
-  std::vector<double> density(static_cast<size_t>(X)), mean_prob(static_cast<size_t>(X));
+void sequence_statistics(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
+                         int64_t X, int64_t K, float* stats) {
+  std::vector<double> prob_sum(static_cast<size_t>(X));
   for (int64_t b = 0; b < batch; ++b) {
-    std::fill(density.begin(), density.end(), 0.0);
-    std::fill(mean_prob.begin(), mean_prob.end(), 0.0);
+    float* choices = stats + b * 2 * X;
+    std::fill(choices, choices + X, 0.0f);
+    std::fill(prob_sum.begin(), prob_sum.end(), 0.0);
     for (int64_t s = 0; s < seq; ++s) {
       const int64_t t = b * seq + s;
-      for (int64_t j = 0; j < K; ++j) density[routing.top_index[t * K + j]] += 1.0;
-      for (int64_t x = 0; x < X; ++x) mean_prob[x] += probs[t * X + x];
+      for (int64_t j = 0; j < K; ++j) choices[routing.top_index[t * K + j]] += 1.0f;
+      for (int64_t x = 0; x < X; ++x) prob_sum[x] += probs[t * X + x];
     }
+    for (int64_t x = 0; x < X; ++x) choices[X + x] = static_cast<float>(prob_sum[x]);
+  }
+}
+
+namespace {
+
+// S of sequence b from its whole-sequence statistics (every token makes K choices).
+double sequence_length(const float* stats, int64_t b, int64_t X, int64_t K) {
+  double choices = 0.0;
+  for (int64_t x = 0; x < X; ++x) choices += stats[b * 2 * X + x];
+  return choices / static_cast<double>(K);
+}
+
+}  // namespace
+
+double load_balance_sum(const float* stats, int64_t batch, int64_t local_seq, int64_t X, int64_t K,
+                        double weight) {
+  double sum = 0.0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* choices = stats + b * 2 * X;
+    const double S = sequence_length(stats, b, X, K);
     double term = 0.0;
-    for (int64_t x = 0; x < X; ++x) term += (density[x] / seq) * (mean_prob[x] / seq);
-    sum += static_cast<double>(X) * weight * term;
+    for (int64_t x = 0; x < X; ++x) term += (choices[x] / S) * (choices[X + x] / S);
+    sum += static_cast<double>(local_seq) / S * static_cast<double>(X) * weight * term;
   }
   return sum;
 }
@@ -208,7 +229,8 @@ MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& k, const LlamaC
 }
 
 void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,
-                 int64_t batch, int64_t seq, TensorView x, TensorView out, MoeBuffers& b) {
+                 int64_t batch, int64_t seq, TensorView x, TensorView out, MoeBuffers& b,
+                 parallel::TensorReducer* sequence) {
   check_weights(c, w);
   const auto [N, E, F, X, K] = moe_dims(c, batch, seq);
   MAXCTX_CHECK(x.numel() == N * E && out.numel() == N * E, "MoE input/output of {} tokens", N);
@@ -223,10 +245,15 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
     dense_dispatch(b.routing, batch, seq, X, K, expert_capacity(seq, X, K, c.capacity_factor),
                    b.dispatch);
   }
-  b.load_balance = c.load_balance_loss_weight > 0
-                       ? load_balance_sum(b.routing, probs.data<float>(), batch, seq, X, K,
-                                          c.load_balance_loss_weight)
-                       : 0.0;
+  b.load_balance = 0.0;
+  if (c.load_balance_loss_weight > 0) {
+    k.reserve(b.statistics, batch * 2 * X);
+    const TensorView stats = leading_rows(b.statistics, batch, 2 * X);
+    sequence_statistics(b.routing, probs.data<float>(), batch, seq, X, K, stats.data<float>());
+    if (sequence != nullptr) sequence->all_reduce_sum(stats);
+    b.load_balance =
+        load_balance_sum(stats.data<float>(), batch, seq, X, K, c.load_balance_loss_weight);
+  }
 
   const int64_t R = b.dispatch.rows();
   const TensorView x_rows = x.reshaped({N, E});
@@ -323,16 +350,16 @@ void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLaye
     }
   }
   if (c.load_balance_loss_weight > 0 && d_load_balance != 0.0f) {
-    // d(term)/dp[b,s,x] = X · weight · density[b,x] / S, density = the row's share of choices.
+    // d(term)/dp[b,s,x] = X · weight · density[b,x] / S over the whole sequence's statistics
+    // (the term counts once in the loss, whichever ranks hold the sequence).
     const float* p = leading_rows(b.router_probs, N, X).data<float>();
-    std::vector<double> density(static_cast<size_t>(X)), dp(static_cast<size_t>(X));
+    const float* stats = leading_rows(b.statistics, batch, 2 * X).data<float>();
+    std::vector<double> dp(static_cast<size_t>(X));
     for (int64_t bi = 0; bi < batch; ++bi) {
-      std::fill(density.begin(), density.end(), 0.0);
-      for (int64_t s = 0; s < seq; ++s) {
-        for (int64_t j = 0; j < K; ++j) density[b.routing.top_index[(bi * seq + s) * K + j]] += 1;
-      }
+      const double S = sequence_length(stats, bi, X, K);
       for (int64_t e = 0; e < X; ++e) {
-        dp[e] = double(d_load_balance) * X * c.load_balance_loss_weight * (density[e] / seq) / seq;
+        dp[e] = double(d_load_balance) * X * c.load_balance_loss_weight *
+                (stats[bi * 2 * X + e] / S) / S;
       }
       for (int64_t s = 0; s < seq; ++s) {
         const int64_t t = bi * seq + s;

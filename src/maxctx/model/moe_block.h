@@ -27,6 +27,7 @@
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/parallel/model_plan.h"
 
 namespace maxctx::model {
 
@@ -70,11 +71,17 @@ void sparse_dispatch(const MoeRouting& routing, int64_t N, int64_t X, int64_t K,
 // expert x's slot c of sequence b at row (x·batch + b)·capacity + c.
 void dense_dispatch(const MoeRouting& routing, int64_t batch, int64_t seq, int64_t X, int64_t K,
                     int64_t capacity, MoeDispatch& dispatch);
-// Σ over the sequences of MaxText's per-sequence load-balance term for one layer:
-// X · weight · Σ_x density[b,x] · mean_s p[b,s,x], density = the sequence's share of its S·K
-// choices that went to x. Every position counts (MaxText does not mask padding).
-double load_balance_sum(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
-                        int64_t X, int64_t K, double weight);
+// MaxText's load-balance statistics of this rank's tokens, per sequence b (row-major (batch,
+// seq)): stats (batch, 2, X) f32 = [choices of the sequence's tokens per expert, Σ_s p[b,s,x]].
+// Summed over the ranks that share the sequences (context), they are the whole sequences'.
+void sequence_statistics(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
+                         int64_t X, int64_t K, float* stats);
+// Σ_b share_b · X · weight · Σ_x density[b,x] · mean_s p[b,s,x] from whole-sequence statistics:
+// density = the sequence's choices of x over its S·K choices, S = Σ_x choices / K; every
+// position counts (MaxText does not mask padding). share_b = local_seq / S: the rank's part of
+// a sequence it shares, so that the ranks' sum counts each sequence once.
+double load_balance_sum(const float* stats, int64_t batch, int64_t local_seq, int64_t X, int64_t K,
+                        double weight);
 
 // One layer's forward state (training keeps one per layer for the backward; inference reuses
 // one). The expert buffers grow to their largest use through the backend (kernels.reserve).
@@ -88,6 +95,7 @@ struct MoeBuffers {
   Tensor up;                  // (R, F)
   Tensor hidden;              // (R, F) silu(gate)·up
   Tensor expert_out;          // (R, E) f32
+  Tensor statistics;          // (B, 2, X) f32 whole-sequence load-balance statistics
   double load_balance = 0.0;  // load_balance_sum of the last forward (0 when the weight is 0)
 };
 
@@ -108,10 +116,11 @@ MoeBuffers allocate_moe_buffers(const kernels::Kernels& kernels, const LlamaConf
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
                                          int64_t batch, int64_t seq);
 
-// out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq.
+// out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq. `sequence` (may be null)
+// sums the load-balance statistics over the ranks holding the other parts of these sequences.
 void moe_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                  const MoeLayerWeights& weights, int64_t batch, int64_t seq, TensorView x,
-                 TensorView out, MoeBuffers& buffers);
+                 TensorView out, MoeBuffers& buffers, parallel::TensorReducer* sequence = nullptr);
 
 // d_x (N, E) f32 (overwritten) and the weights' gradients (accumulated into grads) from d_out
 // (N, E) f32, after moe_forward on the same x. d_load_balance is the loss's derivative with

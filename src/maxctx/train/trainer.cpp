@@ -100,12 +100,13 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   State& s = *state_;
   const Config& c = s.config;
   s.model_config = model::llama_config_from(c);
-  if (s.model_config.moe && s.axes.context > 1) {
-    // The load-balance statistics are per sequence and would need a sum over the context group.
+  if (s.model_config.moe && s.axes.context > 1 && !s.model_config.sparse_matmul &&
+      s.model_config.capacity_factor > 0) {
+    // Dropping counts an expert's tokens in sequence order, across the context shards.
     fail(
-        "context parallelism ({}) with a mixture of experts is not implemented yet; set "
-        "ici_context_parallelism=1 (#17)",
-        s.axes.context);
+        "dense MoE dispatch with capacity_factor = {} (token dropping) under context parallelism "
+        "({}) is not implemented yet; use sparse_matmul=true or capacity_factor=-1 (#17)",
+        s.model_config.capacity_factor, s.axes.context);
   }
   const int tp = static_cast<int>(s.axes.tensor);
   s.global_specs = model::llama_weight_specs(s.model_config);
