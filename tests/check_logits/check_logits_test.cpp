@@ -53,8 +53,7 @@ TEST(CheckLogits, TorchFixtureOnEveryContextSize) {
 }
 
 // The Mixtral fixture (tiny_mixtral: 4 experts, 2 per token) through the Hugging Face
-// MixtralConfig import, both dispatch paths; the mixture is per token, so context parallelism
-// leaves it alone.
+// MixtralConfig import, both dispatch paths, with context and with tensor parallelism.
 TEST(CheckLogits, MixtralFixtureOnEveryContextSize) {
   const std::string fixture = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_mixtral";
   const std::string cp = "ici_context_parallelism=" + std::to_string(world_size());
@@ -64,6 +63,11 @@ TEST(CheckLogits, MixtralFixtureOnEveryContextSize) {
                       "golden_logits_path=" + fixture + "/golden_logits.jsonl", cp, sparse};
     args.insert(args.end(), kTight.begin(), kTight.end());
     EXPECT_EQ(cli::run_check_logits(args), 0) << sparse;
+    if (world_size() == 1) continue;
+    // The experts' hidden units split over tensor.
+    args[3] = "ici_tensor_parallelism=2";
+    args.push_back("ici_context_parallelism=" + std::to_string(world_size() / 2));
+    EXPECT_EQ(cli::run_check_logits(args), 0) << sparse << " tensor 2";
   }
 }
 

@@ -36,6 +36,7 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     MAXCTX_CHECK(b.moe != nullptr, "a mixture of experts needs its buffers");
     moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe,
                 plan.sequence);
+    plan.tensor->all_reduce_sum(b.proj);  // the experts' w2 is row-parallel like down_proj
   } else if (plan.row_split != nullptr) {
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
     MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr && b.split_hidden,

@@ -100,13 +100,14 @@ void mlp_block_backward(const kernels::Kernels& k, const LayerWeights& w, const 
   k.add_inplace(d_residual, acts.d_x.view());
 }
 
-// mlp_block_backward for a mixture of experts (tensor = 1: nothing to reduce).
+// mlp_block_backward for a mixture of experts (which sums its partial sums over tensor).
 void moe_block_backward(const kernels::Kernels& k, const LlamaConfig& c, const LayerWeights& w,
-                        const LayerWeights& g, const TokenBatch& b, TensorView residual_in,
-                        LlamaActivations& acts, LayerActivations& a, float d_moe_lb) {
+                        const LayerWeights& g, const TokenBatch& b, parallel::ModelPlan& plan,
+                        TensorView residual_in, LlamaActivations& acts, LayerActivations& a,
+                        float d_moe_lb) {
   const TensorView d_residual = acts.d_residual.view();
   moe_backward(k, c, w.moe, g.moe, b.batch, b.seq, a.mlp_norm_out.view(), d_residual,
-               acts.d_normed.view(), a.moe, acts.moe_grad, d_moe_lb);
+               acts.d_normed.view(), a.moe, acts.moe_grad, d_moe_lb, plan.tensor);
   k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, acts.d_normed.view(), residual_in, w.mlp_norm,
                      a.mlp_norm_rstd.view());
   k.add_inplace(d_residual, acts.d_x.view());
@@ -219,8 +220,8 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     LayerActivations& a = acts.layers[l];
     if (c.moe) {
-      moe_block_backward(k, c, w.layers[l], g.layers[l], b, acts.residual_mid[l].view(), acts, a,
-                         d_moe_lb);
+      moe_block_backward(k, c, w.layers[l], g.layers[l], b, plan, acts.residual_mid[l].view(), acts,
+                         a, d_moe_lb);
     } else {
       mlp_block_backward(k, w.layers[l], g.layers[l], plan, acts.residual_mid[l].view(), acts, a);
     }

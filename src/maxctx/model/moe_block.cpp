@@ -40,6 +40,7 @@ void reserve_grad_rows(const kernels::Kernels& k, const LlamaConfig& c, int64_t 
   k.reserve(g.d_up, R * c.mlp_dim);
   k.reserve(g.d_in, R * c.emb_dim);
   k.reserve(g.d_logits, N * c.num_experts);
+  k.reserve(g.d_choice_weight, N * c.num_experts_per_tok);
 }
 
 // The expert buffers' first R rows: what every expert's matmuls read and write.
@@ -82,8 +83,10 @@ struct MoeDims {
   int64_t N, E, F, X, K;
 };
 
-MoeDims moe_dims(const LlamaConfig& c, int64_t batch, int64_t seq) {
-  return {batch * seq, c.emb_dim, c.mlp_dim, c.num_experts, c.num_experts_per_tok};
+// F is this rank's hidden units (the experts' w1 rows: mlp_dim / tensor).
+MoeDims moe_dims(const LlamaConfig& c, const MoeLayerWeights& w, int64_t batch, int64_t seq) {
+  return {batch * seq, c.emb_dim, w.experts[0].w_gate.shape()[0], c.num_experts,
+          c.num_experts_per_tok};
 }
 
 void check_weights(const LlamaConfig& c, const MoeLayerWeights& w) {
@@ -232,7 +235,7 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
                  int64_t batch, int64_t seq, TensorView x, TensorView out, MoeBuffers& b,
                  parallel::TensorReducer* sequence) {
   check_weights(c, w);
-  const auto [N, E, F, X, K] = moe_dims(c, batch, seq);
+  const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq);
   MAXCTX_CHECK(x.numel() == N * E && out.numel() == N * E, "MoE input/output of {} tokens", N);
   reserve_rows(k, c, N, rows_for(c, batch, seq), b);
   const TensorView logits = leading_rows(b.router_logits, N, X);
@@ -283,10 +286,10 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
 void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,
                   const MoeLayerWeights& g, int64_t batch, int64_t seq, TensorView x,
                   TensorView d_out, TensorView d_x, MoeBuffers& b, MoeGradBuffers& gb,
-                  float d_load_balance) {
+                  float d_load_balance, parallel::TensorReducer* tensor) {
   check_weights(c, w);
   check_weights(c, g);
-  const auto [N, E, F, X, K] = moe_dims(c, batch, seq);
+  const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq);
   const int64_t R = b.dispatch.rows();
   MAXCTX_CHECK(static_cast<int64_t>(b.routing.top_index.size()) == N * K,
                "MoE backward without the forward of the same {} tokens", N);
@@ -298,7 +301,10 @@ void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLaye
   const TensorView d_rows = leading_rows(gb.d_rows, R, E);
   float* dr = d_rows.data<float>();
   std::fill(dr, dr + R * E, 0.0f);
-  std::vector<double> d_weight(static_cast<size_t>(N * K), 0.0);
+  // Under tensor parallelism y holds this rank's part of each expert's output (its hidden
+  // units' share): the weights' gradients are summed over tensor below.
+  float* d_weight = leading_rows(gb.d_choice_weight, N, K).data<float>();
+  std::fill(d_weight, d_weight + N * K, 0.0f);
   for (int64_t t = 0; t < N; ++t) {
     for (int64_t j = 0; j < K; ++j) {
       const int64_t row = b.dispatch.choice_row[t * K + j];
@@ -309,9 +315,10 @@ void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLaye
         dot += double(dy[t * E + i]) * y[row * E + i];
         dr[row * E + i] = weight * dy[t * E + i];
       }
-      d_weight[t * K + j] = dot;
+      d_weight[t * K + j] = static_cast<float>(dot);
     }
   }
+  if (tensor != nullptr) tensor->all_reduce_sum(leading_rows(gb.d_choice_weight, N, K));
 
   const ExpertRows rows = expert_rows(b, R, E, F);
   const TensorView d_hidden = leading_rows(gb.d_hidden, R, F);
@@ -333,6 +340,9 @@ void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLaye
 
   // Scatter the rows' input gradients back to their tokens, each token's choices in order.
   gather_choices(b.dispatch, N, K, E, nullptr, d_in.data<float>(), d_x.data<float>());
+  // w1 and w3 are column-parallel: their input gradients are partial sums over tensor ranks
+  // (the router's, added below, is whole on every rank).
+  if (tensor != nullptr) tensor->all_reduce_sum(d_x);
 
   // Router logits: through the softmax over the chosen logits (a dropped choice still shares
   // the normalisation), and through p for the load-balance loss.
@@ -340,7 +350,7 @@ void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLaye
   float* dg = d_logits.data<float>();
   std::fill(dg, dg + N * X, 0.0f);
   for (int64_t t = 0; t < N; ++t) {
-    double weighted = 0.0;
+    double weighted = 0.0;  // Σ_i w_i · dL/dw_i
     for (int64_t j = 0; j < K; ++j)
       weighted += b.routing.top_weight[t * K + j] * d_weight[t * K + j];
     for (int64_t j = 0; j < K; ++j) {

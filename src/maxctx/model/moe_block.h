@@ -101,12 +101,13 @@ struct MoeBuffers {
 
 // The backward's workspace, shared by the layers.
 struct MoeGradBuffers {
-  Tensor d_rows;    // (R, E) f32 gradient of expert_out
-  Tensor d_hidden;  // (R, F) f32
-  Tensor d_gate;    // (R, F) f32
-  Tensor d_up;      // (R, F) f32
-  Tensor d_in;      // (R, E) f32 gradient of expert_in
-  Tensor d_logits;  // (N, X) f32
+  Tensor d_rows;           // (R, E) f32 gradient of expert_out
+  Tensor d_hidden;         // (R, F) f32
+  Tensor d_gate;           // (R, F) f32
+  Tensor d_up;             // (R, F) f32
+  Tensor d_in;             // (R, E) f32 gradient of expert_in
+  Tensor d_logits;         // (N, X) f32
+  Tensor d_choice_weight;  // (N, K) f32 gradient of each choice's weight
 };
 
 // Buffers for `batch` sequences of `seq` tokens (allocated up front so training allocates
@@ -116,18 +117,23 @@ MoeBuffers allocate_moe_buffers(const kernels::Kernels& kernels, const LlamaConf
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
                                          int64_t batch, int64_t seq);
 
-// out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq. `sequence` (may be null)
-// sums the load-balance statistics over the ranks holding the other parts of these sequences.
+// out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq; under tensor parallelism
+// this rank's partial sum (the caller sums it over tensor, as after a row-parallel projection).
+// `sequence` (may be null) sums the load-balance statistics over the ranks holding the other
+// parts of these sequences.
 void moe_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                  const MoeLayerWeights& weights, int64_t batch, int64_t seq, TensorView x,
                  TensorView out, MoeBuffers& buffers, parallel::TensorReducer* sequence = nullptr);
 
 // d_x (N, E) f32 (overwritten) and the weights' gradients (accumulated into grads) from d_out
 // (N, E) f32, after moe_forward on the same x. d_load_balance is the loss's derivative with
-// respect to this layer's load_balance_sum (0 when the weight is 0).
+// respect to this layer's load_balance_sum (0 when the weight is 0). Under tensor parallelism
+// (each rank holding mlp_dim / tensor hidden units of every expert, the router whole) `tensor`
+// sums the partial sums over the axis; d_x comes out whole.
 void moe_backward(const kernels::Kernels& kernels, const LlamaConfig& config,
                   const MoeLayerWeights& weights, const MoeLayerWeights& grads, int64_t batch,
                   int64_t seq, TensorView x, TensorView d_out, TensorView d_x, MoeBuffers& buffers,
-                  MoeGradBuffers& grad_buffers, float d_load_balance);
+                  MoeGradBuffers& grad_buffers, float d_load_balance,
+                  parallel::TensorReducer* tensor = nullptr);
 
 }  // namespace maxctx::model

@@ -79,12 +79,6 @@ std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, int tp_size, in
     fail("tensor parallelism {} must divide num_query_heads {}, num_kv_heads {} and mlp_dim {}",
          tp_size, c.num_query_heads, c.num_kv_heads, c.mlp_dim);
   }
-  if (c.moe && tp_size > 1) {
-    fail(
-        "tensor parallelism ({}) with a mixture of experts is not implemented yet; set "
-        "ici_tensor_parallelism=1 (the expert axis and tensor-parallel experts come with #17)",
-        tp_size);
-  }
   return parallel::shard_weights(llama_weight_decls(c), tp_size, tp_rank);
 }
 
