@@ -100,6 +100,22 @@ TEST(MoeBlock, BothDispatchPathsMatchThePerTokenReference) {
   EXPECT_GT(ref.load_balance, 0.0);
 }
 
+// Equal logits rank the lower expert index first (jax.lax.top_k's rule); the weights are the
+// softmax of the chosen logits and p the softmax over all experts.
+TEST(MoeBlock, RoutingTiesGoToTheLowerIndex) {
+  const std::vector<float> logits = {1, 2, 2,  0,   // a tie for first place
+                                     5, 5, 5,  5,   // all equal
+                                     0, 3, -1, 3};  // a tie, then the rest
+  std::vector<float> probs(12);
+  MoeRouting routing;
+  route_tokens(logits.data(), 3, 4, 2, probs.data(), routing);
+  EXPECT_EQ(routing.top_index, (std::vector<int32_t>{1, 2, 0, 1, 1, 3}));
+  for (float w : routing.top_weight) EXPECT_FLOAT_EQ(w, 0.5f);
+  const double total = std::exp(1.0) + 2 * std::exp(2.0) + 1.0;
+  EXPECT_FLOAT_EQ(probs[1], static_cast<float>(std::exp(2.0) / total));
+  EXPECT_FLOAT_EQ(probs[4], 0.25f);
+}
+
 TEST(MoeBlock, CapacityIsMaxTextsFormula) {
   // int(max(ceil(S·K/X) · cf, cf)): S 24, K 2, X 4 gives ceil(12) = 12 per expert.
   EXPECT_EQ(expert_capacity(24, 4, 2, 1.0), 12);
