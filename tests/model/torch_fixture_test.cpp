@@ -11,6 +11,7 @@
 
 #include "maxctx/io/safetensors.h"
 #include "maxctx/model/hf_import.h"
+#include "maxctx/model/inference.h"
 #include "model_test_util.h"
 
 namespace maxctx::model {
@@ -119,6 +120,47 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
             std::string::npos);
   const std::string heads = error_with("num_attention_heads", "0");
   EXPECT_NE(heads.find("num_attention_heads = 0 must be positive"), std::string::npos) << heads;
+}
+
+// MixtralConfig fields: experts only with model_type mixtral, router noise must be off, k within
+// the experts; and int8 inference weights of a mixture of experts are a clear error (not yet).
+TEST(HfConfig, MixtralFieldsAreChecked) {
+  const std::string dir = ::testing::TempDir();
+  const std::string fixture = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_mixtral";
+  std::ifstream in(fixture + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto error_with = [&](const std::string& from, const std::string& to) {
+    std::string edited = text;
+    const size_t at = edited.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    edited.replace(at, from.size(), to);
+    const std::string path = dir + "/mixtral_config.json";
+    std::ofstream(path) << edited;
+    try {
+      llama_config_from_hf(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_with("\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1")
+                .find("'router_jitter_noise' = 0.1 is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_with("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5")
+                .find("num_experts_per_tok = 5 must be between 1 and num_local_experts = 4"),
+            std::string::npos);
+  EXPECT_NE(error_with("\"model_type\": \"mixtral\"", "\"model_type\": \"llama\"")
+                .find("need model_type mixtral"),
+            std::string::npos);
+  const LlamaConfig c = llama_config_from_hf(fixture + "/config.json");
+  testing::LocalModel m(c);
+  try {
+    InferenceWeights weights(*m.plan.kernels, c, m.weights, /*quantize_int8=*/true);
+    ADD_FAILURE() << "int8 experts were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantization=int8 of a mixture of experts"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstdio>
 
 #include "maxctx/mesh/mesh.h"
+#include "maxctx/model/llama_config.h"
 #include "maxctx/train/trainer.h"
 #include "train_support.h"
 
@@ -161,6 +162,23 @@ TEST(MoeTraining, MeshesMatchTheSingleDeviceRun) {
     SCOPED_TRACE(::testing::PrintToString(m.mesh) + ::testing::PrintToString(m.dispatch));
     expect_same_run({trainer.history(), trainer.gather_parameters()}, reference, 1e-5);
   }
+}
+
+// The presets resolve to MaxText's Mixtral models: 8x7B has Hugging Face's 46.7B parameters
+// (46,702,792,704: per layer 2·E norms, attention, 8 experts of 3·E·F and the router).
+TEST(MoeTraining, MixtralPresets) {
+  const model::LlamaConfig m8x7 =
+      model::llama_config_from(load_config(testing::kBaseConfig, {"model_name=mixtral-8x7b"}, 1));
+  EXPECT_TRUE(m8x7.moe);
+  EXPECT_EQ(m8x7.num_experts, 8);
+  EXPECT_EQ(m8x7.num_experts_per_tok, 2);
+  EXPECT_EQ(m8x7.num_parameters(), 46702792704);
+  const model::LlamaConfig m8x22 =
+      model::llama_config_from(load_config(testing::kBaseConfig, {"model_name=mixtral-8x22b"}, 1));
+  EXPECT_EQ(m8x22.emb_dim, 6144);
+  EXPECT_EQ(m8x22.num_layers, 56);
+  EXPECT_GT(m8x22.num_parameters(), 140e9);  // Mixtral 8x22B: 141B
+  EXPECT_LT(m8x22.num_parameters(), 142e9);
 }
 
 std::string trainer_error(std::vector<std::string> mesh_keys) {
