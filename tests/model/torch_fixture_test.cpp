@@ -80,11 +80,22 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TorchFixture,
                                            "tiny_mistral_window", "tiny_llama_bf16",
                                            "tiny_mixtral"));
 
+// The Hugging Face import's error for a config.json holding `text` ("no error" if it loads).
+std::string import_error(const std::string& text, const std::string& file_name) {
+  const std::string path = ::testing::TempDir() + "/" + file_name;
+  std::ofstream(path) << text;
+  try {
+    llama_config_from_hf(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // A config.json with a field of the wrong type, or zero heads and no head_dim, is one error line
 // naming the file (it used to end in std::terminate or SIGFPE); a container value in an error is
 // shown by its type, never dumped.
 TEST(HfConfig, HostileFieldsAreClearErrors) {
-  const std::string dir = ::testing::TempDir();
   const std::string base = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_llama/config.json";
   std::ifstream in(base);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -93,14 +104,7 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
     const size_t brace = edited.rfind('}');
     edited.insert(brace, ", \"" + field + "\": " + value + "\n");
     // The field may already be in the file: JSON keeps the last one.
-    const std::string path = dir + "/hostile_config.json";
-    std::ofstream(path) << edited;
-    try {
-      llama_config_from_hf(path);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return import_error(edited, "hostile_config.json");
   };
   EXPECT_NE(error_with("model_type", "5").find("has a field of the wrong type"), std::string::npos);
   EXPECT_NE(error_with("rope_scaling", "5").find("has a field of the wrong type"),
@@ -125,7 +129,6 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
 // MixtralConfig fields: experts only with model_type mixtral, router noise must be off, k within
 // the experts; and int8 inference weights of a mixture of experts are a clear error (not yet).
 TEST(HfConfig, MixtralFieldsAreChecked) {
-  const std::string dir = ::testing::TempDir();
   const std::string fixture = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_mixtral";
   std::ifstream in(fixture + "/config.json");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -134,14 +137,7 @@ TEST(HfConfig, MixtralFieldsAreChecked) {
     const size_t at = edited.find(from);
     EXPECT_NE(at, std::string::npos) << from;
     edited.replace(at, from.size(), to);
-    const std::string path = dir + "/mixtral_config.json";
-    std::ofstream(path) << edited;
-    try {
-      llama_config_from_hf(path);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return import_error(edited, "mixtral_config.json");
   };
   EXPECT_NE(error_with("\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1")
                 .find("'router_jitter_noise' = 0.1 is not supported"),
