@@ -19,3 +19,7 @@ rm -rf "$run_dir"
 "${pin[@]}" "$build_dir/bench/precision_bench" --config "$here/../../configs/base.yml" \
   --run-dir "$run_dir" --out "$build_dir/bench/train_precision.json"
 rm -rf "$run_dir"
+# Mixture of experts: sparse and dense dispatch vs the dense model of equal active parameters.
+"${pin[@]}" "$build_dir/bench/moe_bench" --config "$here/../../configs/base.yml" \
+  --run-dir "$run_dir" --out "$build_dir/bench/train_moe.json"
+rm -rf "$run_dir"

@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -49,6 +52,20 @@ inline double load_average_1min() {
     std::fclose(f);
   }
   return one_minute;
+}
+
+// Parses "--flag value" pairs: each flag's setter gets its value; an unknown flag prints
+// "<program>: unknown option" and exits 2.
+inline void parse_flags(int argc, char** argv, const char* program,
+                        const std::map<std::string, std::function<void(const std::string&)>>& set) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const auto it = set.find(argv[i]);
+    if (it == set.end()) {
+      std::fprintf(stderr, "%s: unknown option %s\n", program, argv[i]);
+      std::exit(2);
+    }
+    it->second(argv[i + 1]);
+  }
 }
 
 // {"min", "median", "all"} of a non-empty list.

@@ -5,7 +5,8 @@
 // complete checkpoint). The model is the config's model keys (the same command line that trained
 // it); every tensor must be in the checkpoint with its shape, and the checkpoint must hold no
 // other, so a config that does not describe the checkpoint is an error, not a silent partial
-// export. Writes <out>/config.json (LlamaConfig form, MistralConfig with a sliding window) and
+// export. Writes <out>/config.json (LlamaConfig form, MistralConfig with a sliding window,
+// MixtralConfig for decoder_block mixtral) and
 // <out>/model.safetensors (F32, Hugging Face names), plus the tokenizer files when
 // tokenizer_path is set. What it writes loads back through llama_config_from_hf and
 // load_hf_weights bit-exactly. One process: it reads and writes whole files, nothing to shard.
@@ -64,8 +65,17 @@ json hf_config(const Config& c, const model::LlamaConfig& m,
                const tokenizer::Tokenizer* tokenizer) {
   const bool mistral = m.sliding_window > 0;
   json j;
-  j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
-  j["model_type"] = mistral ? "mistral" : "llama";
+  if (m.moe) {
+    // MixtralConfig: its experts, no attention_bias/mlp_bias fields, the router noise off.
+    j["architectures"] = {"MixtralForCausalLM"};
+    j["model_type"] = "mixtral";
+    j["num_local_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.num_experts_per_tok;
+    j["router_jitter_noise"] = 0.0;
+  } else {
+    j["architectures"] = {mistral ? "MistralForCausalLM" : "LlamaForCausalLM"};
+    j["model_type"] = mistral ? "mistral" : "llama";
+  }
   j["hidden_size"] = m.emb_dim;
   j["intermediate_size"] = m.mlp_dim;
   j["num_attention_heads"] = m.num_query_heads;
@@ -87,11 +97,14 @@ json hf_config(const Config& c, const model::LlamaConfig& m,
     j["rope_scaling"] = nullptr;
   }
   if (mistral) j["sliding_window"] = m.sliding_window;
+  if (m.moe && !mistral) j["sliding_window"] = nullptr;
   j["tie_word_embeddings"] = m.tie_embeddings;
   j["max_position_embeddings"] = c.max_target_length;
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (!m.moe) {
+    j["attention_bias"] = false;
+    j["mlp_bias"] = false;
+  }
   j["torch_dtype"] = "float32";
   if (tokenizer != nullptr) {
     if (tokenizer->bos_id() >= 0) j["bos_token_id"] = tokenizer->bos_id();

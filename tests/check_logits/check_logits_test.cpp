@@ -2,8 +2,8 @@
 // fixture (tests/fixtures/tiny_llama) gives the torch logits with max KL < 1e-6 and every logit
 // within 1e-5 on one rank and with context = 2 and 4 (all_gather and ring, balanced or not, the
 // 10- and 12-token prompts padded where they do not split), also with tensor parallelism and
-// data replicas; and copies of the golden file with perturbed logits fail, each on the bound
-// it breaks.
+// data replicas; the Mixtral fixture (tests/fixtures/tiny_mixtral) likewise with context; and
+// copies of the golden file with perturbed logits fail, each on the bound it breaks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -50,6 +50,25 @@ TEST(CheckLogits, TorchFixtureOnEveryContextSize) {
   if (world_size() == 1) return;
   EXPECT_EQ(check(kGolden, with(kTight, {cp, "context_parallel_strategy=ring"})), 0);
   EXPECT_EQ(check(kGolden, with(kTight, {cp, "context_parallel_load_balance=false"})), 0);
+}
+
+// The Mixtral fixture (tiny_mixtral: 4 experts, 2 per token) through the Hugging Face
+// MixtralConfig import, both dispatch paths, with context and with tensor parallelism.
+TEST(CheckLogits, MixtralFixtureOnEveryContextSize) {
+  const std::string fixture = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_mixtral";
+  const std::string cp = "ici_context_parallelism=" + std::to_string(world_size());
+  for (const char* sparse : {"sparse_matmul=true", "sparse_matmul=false"}) {
+    cli::Args args = {std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml",
+                      "load_parameters_path=" + fixture,
+                      "golden_logits_path=" + fixture + "/golden_logits.jsonl", cp, sparse};
+    args.insert(args.end(), kTight.begin(), kTight.end());
+    EXPECT_EQ(cli::run_check_logits(args), 0) << sparse;
+    if (world_size() == 1) continue;
+    // The experts' hidden units split over tensor.
+    args[3] = "ici_tensor_parallelism=2";
+    args.push_back("ici_context_parallelism=" + std::to_string(world_size() / 2));
+    EXPECT_EQ(cli::run_check_logits(args), 0) << sparse << " tensor 2";
+  }
 }
 
 TEST(CheckLogits, TensorParallelAndDataReplicas) {

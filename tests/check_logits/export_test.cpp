@@ -2,7 +2,8 @@
 // by train/checkpoint.h write_checkpoint) goes out as a Hugging Face directory and comes back
 // through llama_config_from_hf + load_hf_weights bit-exactly, for a GQA model with Llama 3.1
 // RoPE scaling and the fixture SentencePiece tokenizer, and a tied Mistral-style model with a
-// sliding window given as a run directory; a config that does not describe the checkpoint fails.
+// sliding window given as a run directory, and a Mixtral; a config that does not describe the
+// checkpoint fails.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "io/temp_dir.h"
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
+#include "maxctx/io/safetensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
@@ -149,6 +151,32 @@ TEST(Export, TiedMistralFromRunDirectory) {
   EXPECT_EQ(config.at("sliding_window"), 7);
   EXPECT_EQ(config.at("tie_word_embeddings"), true);
   EXPECT_FALSE(config.contains("bos_token_id"));
+}
+
+// A Mixtral (the mixtral-tiny preset, 4 experts of which 2 per token) goes out as a
+// MixtralConfig directory with the router and experts under Hugging Face Mixtral's names.
+TEST(Export, MixtralRoundTrip) {
+  TempDir dir;
+  const std::vector<std::string> keys = {"model_name=mixtral-tiny"};
+  const Checkpoint c = write_random_checkpoint(dir.path() / "run", keys, 3);
+  const fs::path out = dir.path() / "hf";
+  ASSERT_EQ(cli::run_export(args_for(keys, c.run_dir, out)), 0);
+  expect_round_trip(c, out);
+  const model::LlamaConfig back = model::llama_config_from_hf(out / "config.json");
+  EXPECT_TRUE(back.moe);
+  EXPECT_EQ(back.num_experts, 4);
+  EXPECT_EQ(back.num_experts_per_tok, 2);
+  std::ifstream in(out / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(in);
+  EXPECT_EQ(config.at("architectures")[0], "MixtralForCausalLM");
+  EXPECT_EQ(config.at("model_type"), "mixtral");
+  EXPECT_EQ(config.at("num_local_experts"), 4);
+  EXPECT_FALSE(config.contains("mlp_bias"));
+  const io::SafetensorsFile weights((out / "model.safetensors").string());
+  EXPECT_EQ(weights.info("model.layers.1.block_sparse_moe.gate.weight").shape,
+            (std::vector<int64_t>{4, 64}));
+  EXPECT_EQ(weights.info("model.layers.0.block_sparse_moe.experts.3.w2.weight").shape,
+            (std::vector<int64_t>{64, 96}));
 }
 
 std::string export_error(const std::vector<std::string>& args) {

@@ -43,11 +43,13 @@ inline std::vector<float> init_weights(const model::LlamaConfig& c, uint64_t see
 }
 
 inline const char* fixture_dir() { return MAXCTX_TEST_FIXTURES "/tiny_llama"; }
+inline const char* mixtral_fixture_dir() { return MAXCTX_TEST_FIXTURES "/tiny_mixtral"; }
 
-inline std::vector<float> fixture_weights(const model::LlamaConfig& c) {
+inline std::vector<float> fixture_weights(const model::LlamaConfig& c,
+                                          const char* dir = fixture_dir()) {
   const auto specs = model::llama_weight_specs(c);
   std::vector<float> flat(static_cast<size_t>(model::total_numel(specs)));
-  model::load_hf_weights(specs, flat.data(), fixture_dir());
+  model::load_hf_weights(specs, flat.data(), dir);
   return flat;
 }
 

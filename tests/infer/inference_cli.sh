@@ -35,6 +35,18 @@ done
 echo "ids (1, 2, 4 ranks, sequence and batch): $(cat "$work/ids_sequence_np1.out")"
 [[ $(wc -w < "$work/ids_sequence_np1.out") -gt 10 ]]
 
+# The Mixtral fixture (a mixture of experts, Hugging Face MixtralConfig): the same ids on 1 and
+# 2 ranks.
+mixtral=(load_parameters_path="$src/tests/fixtures/tiny_mixtral" prompt="1 5 9 3 17 2 44"
+  max_prefill_predict_length=16 max_target_length=40)
+for np in 1 2; do
+  "${mpirun[@]}" -np "$np" "$maxctx" decode "$config" "${mixtral[@]}" \
+    per_device_batch_size=$((4 / np)) > "$work/mixtral_np$np.log" 2>&1 ||
+    { echo "FAIL: Mixtral decode on $np ranks:"; tail -5 "$work/mixtral_np$np.log"; exit 1; }
+done
+cmp <(generated "$work/mixtral_np1.log") <(generated "$work/mixtral_np2.log")
+echo "Mixtral ids (1 and 2 ranks): $(generated "$work/mixtral_np1.log")"
+
 # Text in, text out, with the SentencePiece fixture (a random model with its vocabulary); then
 # the same with int8 weights and KV cache (its tokens may differ from fp32's, so only run).
 text=(model_name=maxctx-tiny vocab_size=1000 override_model_config=true

@@ -1,6 +1,7 @@
 // Inference over context_autoregressive = the number of ranks (ctest: 1, 2, 3, 4) against the
 // single-device run of the same engine (a one-rank mesh over Communicator::self() on every
-// rank), one table of cases: model (random-init maxctx-tiny, the tiny_llama fixture) × decode
+// rank), one table of cases: model (random-init maxctx-tiny, the tiny_llama fixture, the
+// tiny_mixtral fixture with sparse or dense expert dispatch) × decode
 // sharding (sequence, batch) × int8 (KV cache, weights) × sampling. Every case decodes 12
 // prompts of unequal lengths (1 .. 24 tokens) to max_target_length = 48 and checks that every
 // slot draws the same tokens and that every step's logits agree within 1e-4 norm-relative
@@ -28,7 +29,11 @@ constexpr int64_t kSlots = 12;  // divisible by every ca in 1..4 (batch sharding
 constexpr int64_t kPrefill = 24;
 constexpr int64_t kTarget = 48;
 
-enum class ModelKind { kTinyRandom, kFixture };
+// kMixtral: the tiny_mixtral fixture (4 experts, 2 per token), sparse dispatch; kMixtralDense:
+// the same with dense dispatch and no dropping (with dropping, a prefill split over
+// context_autoregressive counts capacity per shard, MaxText's subgroup rule, so it is not
+// expected to equal one rank).
+enum class ModelKind { kTinyRandom, kFixture, kMixtral, kMixtralDense };
 
 struct Case {
   const char* name;
@@ -69,15 +74,29 @@ const Case kCases[] = {
      true, true},
     {"tiny_sequence_bf16_int8", ModelKind::kTinyRandom, DecodeSharding::kSequence, true, true,
      "greedy", true, true},
+    {"mixtral_sequence", ModelKind::kMixtral, DecodeSharding::kSequence},
+    {"mixtral_batch", ModelKind::kMixtral, DecodeSharding::kBatch},
+    {"mixtral_dense_sequence_int8_kv", ModelKind::kMixtralDense, DecodeSharding::kSequence, true},
+    {"mixtral_batch_bf16", ModelKind::kMixtral, DecodeSharding::kBatch, false, false, "greedy",
+     true, true},
 };
 
 model::LlamaConfig model_config(ModelKind kind) {
+  if (kind == ModelKind::kMixtral || kind == ModelKind::kMixtralDense) {
+    model::LlamaConfig c =
+        model::llama_config_from_hf(std::string(testing::mixtral_fixture_dir()) + "/config.json");
+    c.sparse_matmul = kind == ModelKind::kMixtral;
+    return c;
+  }
   return kind == ModelKind::kFixture
              ? model::llama_config_from_hf(std::string(testing::fixture_dir()) + "/config.json")
              : testing::tiny_config();
 }
 
 std::vector<float> model_weights(ModelKind kind, const model::LlamaConfig& c) {
+  if (kind == ModelKind::kMixtral || kind == ModelKind::kMixtralDense) {
+    return testing::fixture_weights(c, testing::mixtral_fixture_dir());
+  }
   return kind == ModelKind::kFixture ? testing::fixture_weights(c)
                                      : testing::init_weights(c, 7, 4.0f);
 }

@@ -1,7 +1,8 @@
 // The C++ model against the independent torch oracle (tools/reference/llama_reference.py,
 // float64): logits and loss within 1e-5 and every weight gradient within 1e-4, norm-relative
 // (llm.c's test_gpt2 pattern). Fixtures cover GQA + packed documents, tied embeddings with
-// Llama 3.1 RoPE scaling and MHA, and MQA with a sliding window.
+// Llama 3.1 RoPE scaling and MHA, MQA with a sliding window, and a Mixtral (routing, experts and
+// MaxText's load-balance loss, in the loss and the gradients).
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -10,6 +11,7 @@
 
 #include "maxctx/io/safetensors.h"
 #include "maxctx/model/hf_import.h"
+#include "maxctx/model/inference.h"
 #include "model_test_util.h"
 
 namespace maxctx::model {
@@ -21,10 +23,15 @@ class TorchFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
   const std::string dir = std::string(MAXCTX_TEST_FIXTURES) + "/" + GetParam();
-  testing::LocalModel m(llama_config_from_hf(dir + "/config.json"));
+  LlamaConfig config = llama_config_from_hf(dir + "/config.json");
+  const io::SafetensorsFile reference(dir + "/reference.safetensors");
+  // A Mixtral's reference loss includes MaxText's load-balance loss at the fixture's weight.
+  if (config.moe)
+    config.load_balance_loss_weight =
+        std::stod(reference.metadata().at("load_balance_loss_weight"));
+  testing::LocalModel m(config);
   load_hf_weights(m.specs, m.params.data(), dir);
 
-  const io::SafetensorsFile reference(dir + "/reference.safetensors");
   const auto& ids_info = reference.info("input_ids");
   const int64_t B = ids_info.shape[0];
   const int64_t S = ids_info.shape[1];
@@ -43,11 +50,19 @@ TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
   const std::vector<float> torch_logits = reference.read_f32("logits", {B, S, V});
   EXPECT_LT(norm_relative_error(acts.logits.data<float>(), torch_logits.data(), B * S * V), 1e-5);
   const float torch_loss = reference.read_f32("loss", {1})[0];
-  const double loss = sums.loss_sum / sums.weight_sum;
+  const double lb_scale = m.config.moe ? moe_lb_scale(m.config, B) : 0.0;
+  const double moe_lb_loss = sums.moe_lb_sum * lb_scale;
+  const double loss = sums.loss_sum / sums.weight_sum + moe_lb_loss;
   EXPECT_LT(std::fabs(loss - torch_loss) / torch_loss, 1e-5) << loss << " vs " << torch_loss;
+  if (m.config.moe) {
+    const float torch_lb = reference.read_f32("moe_lb_loss", {1})[0];
+    EXPECT_GT(torch_lb, 0.0f);
+    EXPECT_LT(std::fabs(moe_lb_loss - torch_lb) / torch_lb, 1e-5)
+        << moe_lb_loss << " vs " << torch_lb;
+  }
 
   llama_backward(m.config, m.weights, m.gradients, batch, m.plan, acts,
-                 static_cast<float>(1.0 / sums.weight_sum));
+                 static_cast<float>(1.0 / sums.weight_sum), static_cast<float>(lb_scale));
   int checked = 0;
   for (const WeightSpec& s : m.specs) {
     const std::vector<int64_t> shape =
@@ -62,13 +77,25 @@ TEST_P(TorchFixture, LogitsLossAndGradientsMatchTorch) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TorchFixture,
                          ::testing::Values("tiny_llama", "tiny_llama_tied_scaled",
-                                           "tiny_mistral_window", "tiny_llama_bf16"));
+                                           "tiny_mistral_window", "tiny_llama_bf16",
+                                           "tiny_mixtral"));
+
+// The Hugging Face import's error for a config.json holding `text` ("no error" if it loads).
+std::string import_error(const std::string& text, const std::string& file_name) {
+  const std::string path = ::testing::TempDir() + "/" + file_name;
+  std::ofstream(path) << text;
+  try {
+    llama_config_from_hf(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
 
 // A config.json with a field of the wrong type, or zero heads and no head_dim, is one error line
 // naming the file (it used to end in std::terminate or SIGFPE); a container value in an error is
 // shown by its type, never dumped.
 TEST(HfConfig, HostileFieldsAreClearErrors) {
-  const std::string dir = ::testing::TempDir();
   const std::string base = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_llama/config.json";
   std::ifstream in(base);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -77,14 +104,7 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
     const size_t brace = edited.rfind('}');
     edited.insert(brace, ", \"" + field + "\": " + value + "\n");
     // The field may already be in the file: JSON keeps the last one.
-    const std::string path = dir + "/hostile_config.json";
-    std::ofstream(path) << edited;
-    try {
-      llama_config_from_hf(path);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return import_error(edited, "hostile_config.json");
   };
   EXPECT_NE(error_with("model_type", "5").find("has a field of the wrong type"), std::string::npos);
   EXPECT_NE(error_with("rope_scaling", "5").find("has a field of the wrong type"),
@@ -104,6 +124,39 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
             std::string::npos);
   const std::string heads = error_with("num_attention_heads", "0");
   EXPECT_NE(heads.find("num_attention_heads = 0 must be positive"), std::string::npos) << heads;
+}
+
+// MixtralConfig fields: experts only with model_type mixtral, router noise must be off, k within
+// the experts; and int8 inference weights of a mixture of experts are a clear error (not yet).
+TEST(HfConfig, MixtralFieldsAreChecked) {
+  const std::string fixture = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_mixtral";
+  std::ifstream in(fixture + "/config.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto error_with = [&](const std::string& from, const std::string& to) {
+    std::string edited = text;
+    const size_t at = edited.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    edited.replace(at, from.size(), to);
+    return import_error(edited, "mixtral_config.json");
+  };
+  EXPECT_NE(error_with("\"router_jitter_noise\": 0.0", "\"router_jitter_noise\": 0.1")
+                .find("'router_jitter_noise' = 0.1 is not supported"),
+            std::string::npos);
+  EXPECT_NE(error_with("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5")
+                .find("num_experts_per_tok = 5 must be between 1 and num_local_experts = 4"),
+            std::string::npos);
+  EXPECT_NE(error_with("\"model_type\": \"mixtral\"", "\"model_type\": \"llama\"")
+                .find("need model_type mixtral"),
+            std::string::npos);
+  const LlamaConfig c = llama_config_from_hf(fixture + "/config.json");
+  testing::LocalModel m(c);
+  try {
+    InferenceWeights weights(*m.plan.kernels, c, m.weights, /*quantize_int8=*/true);
+    ADD_FAILURE() << "int8 experts were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("quantization=int8 of a mixture of experts"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

@@ -16,13 +16,8 @@
 namespace maxctx {
 namespace {
 
-TEST(Tflops, SmallModelByHand) {
-  // E 64, Hq 4, Hkv 2, D 16, mlp 128, L 2, V 256, B = 0.5 (fractional under CP), S 32, GA 2.
-  //   ffn  = 2·0.5·32·128·64·2 + 2·0.5·32·128·64 = 524288 + 262144 = 786432
-  //   qkv  = 2·0.5·32·64·(4 + 2·2)·16 = 262144;  proj = 2·0.5·32·64·4·16 = 131072
-  //   attn = 4·0.5·32²·4·16 / 2 = 65536;          embed = 2·0.5·32·64·256 = 524288
-  //   learnable = ((786432 + 262144 + 131072)·2 + 524288)·3·2 / 1e12 = 1.7301504e-5
-  //   attention = 65536·2·3·2 / 1e12 = 7.86432e-7
+// E 64, Hq 4, Hkv 2, D 16, mlp 128, L 2, V 256 (dense).
+FlopsModel small_model() {
   FlopsModel model;
   model.emb_dim = 64;
   model.num_query_heads = 4;
@@ -32,11 +27,35 @@ TEST(Tflops, SmallModelByHand) {
   model.num_layers = 2;
   model.vocab_size = 256;
   model.num_mlp_activations = 2;
+  return model;
+}
+
+TEST(Tflops, SmallModelByHand) {
+  // E 64, Hq 4, Hkv 2, D 16, mlp 128, L 2, V 256, B = 0.5 (fractional under CP), S 32, GA 2.
+  //   ffn  = 2·0.5·32·128·64·2 + 2·0.5·32·128·64 = 524288 + 262144 = 786432
+  //   qkv  = 2·0.5·32·64·(4 + 2·2)·16 = 262144;  proj = 2·0.5·32·64·4·16 = 131072
+  //   attn = 4·0.5·32²·4·16 / 2 = 65536;          embed = 2·0.5·32·64·256 = 524288
+  //   learnable = ((786432 + 262144 + 131072)·2 + 524288)·3·2 / 1e12 = 1.7301504e-5
+  //   attention = 65536·2·3·2 / 1e12 = 7.86432e-7
+  const FlopsModel model = small_model();
   const TrainingTflops tflops = training_tflops_per_device(model, 0.5, 32, 2);
   EXPECT_NEAR(tflops.learnable_weight, 1.7301504e-5, 1e-18);
   EXPECT_NEAR(tflops.attention, 7.86432e-7, 1e-19);
   EXPECT_DOUBLE_EQ(tflops.total, tflops.learnable_weight + tflops.attention);
   EXPECT_DOUBLE_EQ(training_tokens_per_device(0.5, 32, 2), 32.0);
+}
+
+// A mixture of experts (MaxText's calculate_routed_and_shared_ffn_tflops_per_device): the ffn
+// of num_experts_per_tok experts plus the router's 2·B·S·E·X. The model above with 4 experts, 2
+// per token: per layer ffn 786432 -> 2·786432 + 2·16·64·4 = 1581056, so learnable grows by
+// 794624·2 layers·3·2 accumulation / 1e12 = 9.535488e-6.
+TEST(Tflops, MixtureOfExpertsCountsActiveExpertsAndRouter) {
+  FlopsModel model = small_model();
+  model.num_experts = 4;
+  model.num_experts_per_tok = 2;
+  const TrainingTflops tflops = training_tflops_per_device(model, 0.5, 32, 2);
+  EXPECT_NEAR(tflops.learnable_weight, 1.7301504e-5 + 9.535488e-6, 1e-18);
+  EXPECT_NEAR(tflops.attention, 7.86432e-7, 1e-19);
 }
 
 TEST(Tflops, ModelDimsComeFromTheDerivedConfig) {

@@ -15,6 +15,7 @@
 #include "maxctx/config/config.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/mesh.h"
 #include "maxctx/train/token_file.h"
 
 namespace maxctx::train::testing {
@@ -90,6 +91,14 @@ inline std::vector<std::string> with_overrides(std::vector<std::string> base,
     base.push_back(e);
   }
   return base;
+}
+
+// The mesh a loaded config asks for, over Communicator::world().
+inline Mesh mesh_of(const Config& config) {
+  MeshSpec spec;
+  spec.ici = config.derived.ici_parallelism;
+  spec.dcn = config.derived.dcn_parallelism;
+  return Mesh(spec);
 }
 
 inline double norm_relative_error(const std::vector<float>& a, const std::vector<float>& ref) {

@@ -76,12 +76,32 @@ FIXTURES = {
     ),
 }
 
+# A Mixtral (Hugging Face MixtralConfig): every decoder layer's MLP is a mixture of 4 SwiGLU
+# experts with 2 chosen per token. load_balance_loss_weight is MaxText's (the config.json has no
+# such field: Hugging Face's router_aux_loss_coef weighs a differently normalised loss); the
+# reference loss and gradients include MaxText's load-balance loss at this weight.
+FIXTURES["tiny_mixtral"] = dict(
+    seed=4321,
+    config=dict(vocab_size=96, hidden_size=32, intermediate_size=24, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=8, rms_norm_eps=1e-5,
+                rope_theta=1000000.0, rope_scaling=None, tie_word_embeddings=False,
+                max_position_embeddings=128, num_local_experts=4, num_experts_per_tok=2),
+    seq_len=24,
+    rows=[[10, 14], [7, 11]],
+    golden_prompt_lengths=[12],
+    load_balance_loss_weight=0.01,
+)
+
 # tiny_llama's weights rounded to bfloat16 and stored as BF16, as real Hugging Face Llama
 # checkpoints ship (torch_dtype bfloat16): the references are exact for the bf16 values.
 FIXTURES["tiny_llama_bf16"] = dict(FIXTURES["tiny_llama"], bf16=True)
 
 # ---------------------------------------------------------------------------------------------
 # Weights: Hugging Face names, nn.Linear layout (out, in).
+
+
+def is_moe(cfg):
+    return "num_local_experts" in cfg
 
 
 def weight_shapes(cfg):
@@ -98,10 +118,20 @@ def weight_shapes(cfg):
             (p + "self_attn.v_proj.weight", (hkv * dh, d)),
             (p + "self_attn.o_proj.weight", (d, hq * dh)),
             (p + "post_attention_layernorm.weight", (d,)),
-            (p + "mlp.gate_proj.weight", (f, d)),
-            (p + "mlp.up_proj.weight", (f, d)),
-            (p + "mlp.down_proj.weight", (d, f)),
         ]
+        if is_moe(cfg):
+            # Hugging Face Mixtral: the router, then per expert w1 (gate), w3 (up), w2 (down).
+            shapes.append((p + "block_sparse_moe.gate.weight", (cfg["num_local_experts"], d)))
+            for j in range(cfg["num_local_experts"]):
+                e = p + f"block_sparse_moe.experts.{j}."
+                shapes += [(e + "w1.weight", (f, d)), (e + "w3.weight", (f, d)),
+                           (e + "w2.weight", (d, f))]
+        else:
+            shapes += [
+                (p + "mlp.gate_proj.weight", (f, d)),
+                (p + "mlp.up_proj.weight", (f, d)),
+                (p + "mlp.down_proj.weight", (d, f)),
+            ]
     shapes.append(("model.norm.weight", (d,)))
     if not cfg["tie_word_embeddings"]:
         shapes.append(("lm_head.weight", (v, d)))
@@ -172,8 +202,55 @@ def attention_allowed(positions, segments, window):
     return allowed
 
 
-def forward(cfg, w, tokens, positions, segments):
-    """Logits (B,S,V). w maps Hugging Face names to float64 tensors."""
+def swiglu(x, w_gate, w_up, w_down):
+    return (torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
+
+
+def route(cfg, router_logits):
+    """Hugging Face Mixtral routing of router_logits (B,S,X).
+
+    Softmax over all experts, the top num_experts_per_tok, their weights renormalised to sum 1
+    (the same as MaxText's softmax over the top-k logits). Returns (probs (B,S,X), top_index
+    (B,S,k), combine (B,S,X): each expert's weight for the token, 0 where not chosen). Equal
+    logits: the lower expert index ranks first (jax.lax.top_k's rule, and torch.topk's in
+    practice); check_router_margins makes sure the fixtures never depend on that.
+    """
+    probs = torch.softmax(router_logits, dim=-1)
+    top_prob, top_index = torch.topk(probs, cfg["num_experts_per_tok"], dim=-1)
+    top_weight = top_prob / top_prob.sum(-1, keepdim=True)
+    combine = torch.zeros_like(probs).scatter(-1, top_index, top_weight)
+    return probs, top_index, combine
+
+
+def load_balance_loss(cfg, probs, top_index, weight):
+    """MaxText's moe.py load_balance_loss for one layer: per sequence, the fraction of top-k
+    assignments each expert gets (density) and its mean router probability, multiplied, averaged
+    over batch and experts, times num_experts² and the weight. Every position of a row counts,
+    padding included (MaxText does not mask it)."""
+    x = cfg["num_local_experts"]
+    assignments = torch.nn.functional.one_hot(top_index, x).sum(2).to(torch.float64)  # (B,S,X)
+    density = assignments.mean(1)  # (B,X)
+    density_prob = probs.mean(1)  # (B,X)
+    return (density * density_prob).mean() * x * x * weight
+
+
+def moe_mlp(cfg, w, p, x, aux):
+    """Σ_k w_k · expert_k(x) over the chosen experts; appends (probs, top_index) to aux."""
+    router_logits = x @ w[p + "block_sparse_moe.gate.weight"].T
+    probs, top_index, combine = route(cfg, router_logits)
+    aux.append((probs, top_index, router_logits.detach()))
+    out = torch.zeros_like(x)
+    for j in range(cfg["num_local_experts"]):
+        e = p + f"block_sparse_moe.experts.{j}."
+        expert = swiglu(x, w[e + "w1.weight"], w[e + "w3.weight"], w[e + "w2.weight"])
+        out = out + combine[..., j:j + 1] * expert
+    return out
+
+
+def forward(cfg, w, tokens, positions, segments, aux=None):
+    """Logits (B,S,V). w maps Hugging Face names to float64 tensors. A Mixtral appends each
+    layer's (router probs, top-k indices, router logits) to aux."""
+    aux = [] if aux is None else aux
     b, s = tokens.shape
     dh, hq, hkv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     eps = cfg["rms_norm_eps"]
@@ -195,9 +272,11 @@ def forward(cfg, w, tokens, positions, segments):
         attn = torch.einsum("bhij,bjhd->bihd", probs, v).reshape(b, s, hq * dh)
         h = h + attn @ w[p + "self_attn.o_proj.weight"].T
         x = rms_norm(h, w[p + "post_attention_layernorm.weight"], eps)
-        gate = torch.nn.functional.silu(x @ w[p + "mlp.gate_proj.weight"].T)
-        up = x @ w[p + "mlp.up_proj.weight"].T
-        h = h + (gate * up) @ w[p + "mlp.down_proj.weight"].T
+        if is_moe(cfg):
+            h = h + moe_mlp(cfg, w, p, x, aux)
+        else:
+            h = h + swiglu(x, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                           w[p + "mlp.down_proj.weight"])
     x = rms_norm(h, w["model.norm.weight"], eps)
     head = w["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else w["lm_head.weight"]
     return x @ head.T
@@ -210,6 +289,29 @@ def loss_of(logits, targets, segments):
         logits.reshape(-1, vocab), targets.reshape(-1).long(), reduction="none")
     weight = (segments.reshape(-1) != 0).to(torch.float64)
     return (xent * weight).sum() / weight.sum()
+
+
+def objective(cfg, spec, w, batch):
+    """(total loss, lm loss, moe_lb_loss, aux): the loss trained on. For a Mixtral, MaxText's
+    train.py adds the mean over layers of the layers' load-balance losses to the lm loss."""
+    aux = []
+    logits = forward(cfg, w, *batch[:3], aux=aux)
+    lm = loss_of(logits, batch[3], batch[2])
+    if not is_moe(cfg):
+        return lm, lm, None, logits, aux
+    weight = spec["load_balance_loss_weight"]
+    lb = torch.stack([load_balance_loss(cfg, probs, top, weight) for probs, top, _ in aux]).mean()
+    return lm + lb, lm, lb, logits, aux
+
+
+def check_router_margins(cfg, aux, margin=1e-3):
+    """The k-th and (k+1)-th router logits of every token differ by more than `margin`, so an
+    fp32 or bf16 engine picks the same experts and tie-breaking never matters here."""
+    k = cfg["num_experts_per_tok"]
+    for _, _, logits in aux:
+        ranked = logits.sort(-1, descending=True).values
+        gap = (ranked[..., k - 1] - ranked[..., k]).min().item()
+        assert gap > margin, f"router logits nearly tie (gap {gap}): pick another seed"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +360,7 @@ def check_packing(cfg, w, arrays, documents, packed_logits):
         assert diff < 1e-10, f"packed and unpacked logits differ by {diff}"
 
 
-def check_gradients(cfg, w, batch, grads, rng, samples=6):
+def check_gradients(cfg, spec, w, batch, grads, rng, samples=6):
     """Central finite differences at a few random weight entries agree with autograd."""
     names = sorted(w)
     for _ in range(samples):
@@ -269,7 +371,7 @@ def check_gradients(cfg, w, batch, grads, rng, samples=6):
         for sign in (1, -1):
             shifted = {k: t.detach().clone() for k, t in w.items()}
             shifted[name][index] += sign * step
-            values.append(loss_of(forward(cfg, shifted, *batch[:3]), batch[3], batch[2]).item())
+            values.append(objective(cfg, spec, shifted, batch)[0].item())
         numeric = (values[0] - values[1]) / (2 * step)
         analytic = grads[name][index].item()
         # Measured error of the central difference here: ~1e-10 (truncation and rounding).
@@ -294,6 +396,24 @@ def bf16_values(bits):
 
 
 def hf_config(cfg, bf16=False):
+    if is_moe(cfg):
+        # MixtralConfig: no attention_bias/mlp_bias fields; router noise off; Mixtral's own
+        # router_aux_loss_coef default (Hugging Face's loss, not used by maxctx).
+        out = {
+            "architectures": ["MixtralForCausalLM"],
+            "model_type": "mixtral",
+            "hidden_act": "silu",
+            "torch_dtype": "bfloat16" if bf16 else "float32",
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "output_router_logits": False,
+            "router_aux_loss_coef": 0.001,
+            "router_jitter_noise": 0.0,
+        }
+        out.update(cfg)
+        if out.get("sliding_window") is None:
+            out["sliding_window"] = None
+        return out
     out = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -321,7 +441,11 @@ def write_golden(path, cfg, w, prompts):
     for tokens in prompts:
         n = len(tokens)
         t = torch.tensor([tokens], dtype=torch.int64)
-        logits = forward(cfg, w, t, torch.arange(n)[None], torch.ones(1, n, dtype=torch.int64))[0]
+        aux = []
+        logits = forward(cfg, w, t, torch.arange(n)[None], torch.ones(1, n, dtype=torch.int64),
+                         aux)[0]
+        if is_moe(cfg):
+            check_router_margins(cfg, aux)
         rows = ",".join("[" + ",".join(format_f32(v) for v in row) + "]"
                         for row in logits.to(torch.float32).tolist())
         prompt = "token ids: " + " ".join(str(x) for x in tokens)
@@ -346,14 +470,15 @@ def build_fixture(name, spec, out_dir):
     w = {k: torch.from_numpy(v.astype(np.float64)).requires_grad_() for k, v in weights32.items()}
     batch = tuple(torch.from_numpy(arrays[k].astype(np.int64))
                   for k in ("input_ids", "positions", "segment_ids", "targets"))
-    logits = forward(cfg, w, *batch[:3])
-    loss = loss_of(logits, batch[3], batch[2])
+    loss, lm_loss, lb_loss, logits, aux = objective(cfg, spec, w, batch)
     loss.backward()
+    if is_moe(cfg):
+        check_router_margins(cfg, aux)
     grads = {k: t.grad.detach() for k, t in w.items()}
     detached = {k: t.detach() for k, t in w.items()}
 
     check_packing(cfg, detached, arrays, documents, logits.detach())
-    check_gradients(cfg, detached, batch, grads, np.random.default_rng(spec["seed"] + 1))
+    check_gradients(cfg, spec, detached, batch, grads, np.random.default_rng(spec["seed"] + 1))
 
     fixture_dir = os.path.join(out_dir, name)
     os.makedirs(fixture_dir, exist_ok=True)
@@ -365,13 +490,21 @@ def build_fixture(name, spec, out_dir):
     reference = dict(arrays)
     reference["logits"] = logits.detach().numpy().astype(np.float32)
     reference["loss"] = np.array([loss.item()], np.float32)
-    for k, g in grads.items():
-        reference["grad." + k] = g.numpy().astype(np.float32)
-    write_safetensors(os.path.join(fixture_dir, "reference.safetensors"), reference, metadata={
+    metadata = {
         "generator": "tools/reference/llama_reference.py",
         "fixture": name,
         "loss_f64": repr(loss.item()),
-    })
+    }
+    if lb_loss is not None:
+        reference["lm_loss"] = np.array([lm_loss.item()], np.float32)
+        reference["moe_lb_loss"] = np.array([lb_loss.item()], np.float32)
+        metadata["lm_loss_f64"] = repr(lm_loss.item())
+        metadata["moe_lb_loss_f64"] = repr(lb_loss.item())
+        metadata["load_balance_loss_weight"] = repr(spec["load_balance_loss_weight"])
+    for k, g in grads.items():
+        reference["grad." + k] = g.numpy().astype(np.float32)
+    write_safetensors(os.path.join(fixture_dir, "reference.safetensors"), reference,
+                      metadata=metadata)
 
     # Read back what was written: bit-exact.
     read_weights, _ = read_safetensors(os.path.join(fixture_dir, "model.safetensors"))

@@ -254,6 +254,11 @@ void validate_and_derive(Config& c, int64_t num_devices) {
       c.num_experts >= 1 && c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts,
       fmt::format("num_experts_per_tok = {} must be between 1 and num_experts = {}",
                   c.num_experts_per_tok, c.num_experts));
+  require(c.decoder_block == "mixtral" || c.num_experts == 1,
+          fmt::format("num_experts = {} needs decoder_block: mixtral (decoder_block {} is dense)",
+                      c.num_experts, c.decoder_block));
+  require(c.load_balance_loss_weight >= 0,
+          fmt::format("load_balance_loss_weight = {} must be >= 0", c.load_balance_loss_weight));
 
   // steps = -1 takes the schedule length and the schedule -1 takes steps (MaxText).
   require(c.steps >= -1, fmt::format("steps = {} is negative; use a step count >= 0, or -1 to "

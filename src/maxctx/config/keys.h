@@ -36,7 +36,7 @@ using StringList = std::vector<std::string>;
   X(int64_t, head_dim, 128, "", "Width of one attention head")                                  \
   X(int64_t, vocab_size, 32000, "", "Vocabulary size")                                          \
   X(std::string, decoder_block, "llama2", "llama2|mistral|mixtral",                             \
-    "Decoder block family (mixtral: mixture of experts, not implemented on CPU yet)")           \
+    "Decoder block family (mixtral: the MLP is a mixture of num_experts SwiGLU experts)")       \
   X(StringList, mlp_activations, (StringList{"silu", "linear"}), "",                            \
     "MLP activations; only [silu, linear] (SwiGLU) is supported")                               \
   X(double, normalization_layer_epsilon, 1e-5, "", "RMSNorm epsilon")                           \
@@ -53,6 +53,17 @@ using StringList = std::vector<std::string>;
     "Tie the output head to the token embedding")                                               \
   X(int64_t, num_experts, 1, "", "Experts per MoE layer (1: dense MLP)")                        \
   X(int64_t, num_experts_per_tok, 1, "", "Experts each token is routed to")                     \
+  X(double, load_balance_loss_weight, 0.0, "",                                                  \
+    "Weight of the MoE load-balance loss added to the training loss (0: not computed)")         \
+  X(bool, sparse_matmul, true, "",                                                              \
+    "MoE dispatch: true sorts tokens by expert (one matmul per expert, no dropping); false is " \
+    "dense dispatch with capacity_factor")                                                      \
+  X(double, capacity_factor, -1.0, "",                                                          \
+    "Dense MoE dispatch: expert capacity per sequence = int(max(ceil(S*k/num_experts)*cf, cf)) "\
+    "tokens, later tokens dropped; <= 0: no dropping")                                          \
+  X(bool, megablox, true, "",                                                                   \
+    "MaxText's TPU grouped-matmul kernel for sparse_matmul; accepted, the CPU runs its own "     \
+    "grouped matmul either way")                                                                \
   X(int64_t, sliding_window_size, 0, "",                                                        \
     "Sliding-window attention span in tokens (0: full causal)")                                 \
   X(std::string, attention, "autoselected", "autoselected|dot_product|flash",                   \

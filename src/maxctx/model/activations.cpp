@@ -34,6 +34,7 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
     layer.gate = k.empty({N, F}, dt);
     layer.up = k.empty({N, F}, dt);
     layer.swiglu_out = k.empty({N, F}, dt);
+    if (c.moe) layer.moe = allocate_moe_buffers(k, c, batch, seq);
   }
   a.final_norm_rstd = k.empty({N});
   a.final_norm_out = k.empty({N, E}, dt);
@@ -51,6 +52,7 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   a.d_gate = k.empty({N, F});
   a.d_up = k.empty({N, F});
   a.d_swiglu = k.empty({N, F});
+  if (c.moe) a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
   return a;
 }
 

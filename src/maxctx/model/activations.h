@@ -12,6 +12,7 @@
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/moe_block.h"
 
 namespace maxctx::model {
 
@@ -28,6 +29,7 @@ struct LayerActivations {
   Tensor gate;            // (N, F) x·W_gateᵀ
   Tensor up;              // (N, F) x·W_upᵀ
   Tensor swiglu_out;      // (N, F) silu(gate)·up
+  MoeBuffers moe;         // a mixture of experts' routing and expert rows (mixtral only)
 };
 
 struct LlamaActivations {
@@ -58,6 +60,8 @@ struct LlamaActivations {
   Tensor d_gate;      // (N, F)
   Tensor d_up;        // (N, F)
   Tensor d_swiglu;    // (N, F)
+
+  MoeGradBuffers moe_grad;  // a mixture of experts' backward workspace (mixtral only)
 };
 
 LlamaActivations allocate_activations(const kernels::Kernels& kernels, const LlamaConfig& config,

@@ -26,11 +26,18 @@ void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderL
 }
 
 void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
-                       const DecoderLayerPlan& plan, TensorView x_mid, TensorView x_out,
-                       DecoderLayerBuffers& b) {
+                       const parallel::TokenLayout& tokens, const DecoderLayerPlan& plan,
+                       TensorView x_mid, TensorView x_out, DecoderLayerBuffers& b) {
   const kernels::Kernels& k = *plan.kernels;
   k.rmsnorm_forward(b.mlp_norm_out, b.mlp_norm_rstd, x_mid, w.mlp_norm, c.norm_eps);
-  if (plan.row_split != nullptr) {
+  if (c.moe) {
+    // Every rank runs its tokens through all experts (a row split's ranks hold the same tokens
+    // and compute the same result).
+    MAXCTX_CHECK(b.moe != nullptr, "a mixture of experts needs its buffers");
+    moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe,
+                plan.sequence);
+    plan.tensor->all_reduce_sum(b.proj);  // the experts' w2 is row-parallel like down_proj
+  } else if (plan.row_split != nullptr) {
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
     MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr && b.split_hidden,
                  "a row split needs this rank's MLP rows and scratch buffers");
@@ -59,6 +66,7 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
 }  // namespace
 
 Linear linear_of(TensorView weight) {
+  if (weight.empty()) return {};
   MAXCTX_CHECK_EQ(weight.shape().rank(), 2, "a projection is (out_dim, in_dim)");
   Linear l;
   l.weight = weight;
@@ -96,7 +104,7 @@ void decoder_layer_forward(const LlamaConfig& c, int64_t layer, const DecoderLay
   MAXCTX_CHECK(plan.kernels != nullptr && plan.attention != nullptr && plan.tensor != nullptr,
                "a decoder layer needs kernels, an attention and a tensor reducer");
   attention_block_forward(c, layer, w, in, plan, x_in, x_mid, b);
-  mlp_block_forward(c, w, plan, x_mid, x_out, b);
+  mlp_block_forward(c, w, in.tokens, plan, x_mid, x_out, b);
 }
 
 }  // namespace maxctx::model

@@ -22,6 +22,7 @@
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/moe_block.h"
 #include "maxctx/parallel/model_plan.h"
 
 namespace maxctx::model {
@@ -34,14 +35,15 @@ struct Linear {
   int64_t out_dim = 0;
   int64_t in_dim = 0;
 };
-Linear linear_of(TensorView weight);  // (out_dim, in_dim) from the view's shape
+Linear linear_of(TensorView weight);  // (out_dim, in_dim) from the view's shape; empty: empty
 
 // The weights one layer's forward reads.
 struct DecoderLayerWeights {
   TensorView attn_norm;  // (E)
   Linear wq, wk, wv, wo;
-  TensorView mlp_norm;  // (E)
-  Linear w_gate, w_up, w_down;
+  TensorView mlp_norm;          // (E)
+  Linear w_gate, w_up, w_down;  // empty in a mixture of experts
+  MoeLayerWeights moe;          // decoder_block mixtral: the router and experts
 };
 
 // One rank's rows of a layer's MLP projections under a row split (parallel::RowSplit).
@@ -68,6 +70,7 @@ struct DecoderLayerBuffers {
   kernels::Int8Rows* int8_rows = nullptr;  // a projection input quantized (int8 weights only)
   Tensor* split_scratch = nullptr;         // (N, rows) a row split's f32 part (row split only)
   Tensor* split_hidden = nullptr;          // (N, Fr) this rank's hidden units (row split only)
+  MoeBuffers* moe = nullptr;               // a mixture of experts' state (mixtral only)
 };
 
 // Everything about the layer's surroundings: the backend, the attention, the tensor-axis sum,
@@ -78,6 +81,9 @@ struct DecoderLayerPlan {
   parallel::TensorReducer* tensor = nullptr;
   parallel::RowSplit* row_split = nullptr;  // null: every rank computes its whole MLP
   const MlpRowsPart* mlp_part = nullptr;    // this layer's rows under row_split
+
+  // Training under context parallelism: ModelPlan::sequence (a mixture of experts' statistics).
+  parallel::TensorReducer* sequence = nullptr;
 };
 
 // Rotary position embedding tables and the attention dims for a batch (computed once, shared by

@@ -32,6 +32,12 @@ const std::set<std::string> kMappedFields = {
     "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
     "head_dim",    "num_hidden_layers", "vocab_size",          "rms_norm_eps",
     "rope_theta",  "rope_scaling",      "tie_word_embeddings", "sliding_window"};
+// MixtralConfig's own fields: its experts (mapped), and the router's training-time settings
+// (router_aux_loss_coef, output_router_logits: maxctx uses load_balance_loss_weight instead;
+// router_jitter_noise must be 0).
+const std::set<std::string> kMixtralFields = {"num_local_experts", "num_experts_per_tok",
+                                              "router_aux_loss_coef", "output_router_logits",
+                                              "router_jitter_noise"};
 
 // A value of an untrusted file for an error line: scalars as written (cut to 40 characters),
 // containers by their type only, so that a deeply nested value is never walked.
@@ -110,17 +116,21 @@ namespace {
 LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
   std::vector<std::string> unknown;
   for (const auto& [name, value] : config.items()) {
-    if (!kIgnoredFields.count(name) && !kMappedFields.count(name)) unknown.push_back(name);
+    if (!kIgnoredFields.count(name) && !kMappedFields.count(name) && !kMixtralFields.count(name)) {
+      unknown.push_back(name);
+    }
   }
   if (!unknown.empty()) {
     fail("{}: config.json fields not supported by the Llama import: {}", path.string(),
          fmt::join(unknown, ", "));
   }
   const std::string model_type = config.value("model_type", "llama");
-  if (model_type != "llama" && model_type != "mistral") {
-    fail("{}: model_type '{}' is not supported; use a llama or mistral checkpoint", path.string(),
-         model_type);
+  if (model_type != "llama" && model_type != "mistral" && model_type != "mixtral") {
+    fail("{}: model_type '{}' is not supported; use a llama, mistral or mixtral checkpoint",
+         path.string(), model_type);
   }
+  // Router noise is a training-time perturbation the engine does not apply.
+  require_value(config, "router_jitter_noise", 0.0, path);
   require_value(config, "hidden_act", "silu", path);
   require_value(config, "attention_bias", false, path);
   require_value(config, "mlp_bias", false, path);
@@ -161,6 +171,18 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
     m.rope.high_freq_factor = field<double>(s, "high_freq_factor", path);
     m.rope.original_max_position_embeddings =
         field<double>(s, "original_max_position_embeddings", path);
+  }
+  if (model_type == "mixtral") {
+    m.moe = true;
+    m.num_experts = field<int64_t>(config, "num_local_experts", path);
+    m.num_experts_per_tok = field<int64_t>(config, "num_experts_per_tok", path);
+    if (m.num_experts < 1 || m.num_experts_per_tok < 1 || m.num_experts_per_tok > m.num_experts) {
+      fail("{}: num_experts_per_tok = {} must be between 1 and num_local_experts = {}",
+           path.string(), m.num_experts_per_tok, m.num_experts);
+    }
+  } else if (config.contains("num_local_experts") || config.contains("num_experts_per_tok")) {
+    fail("{}: num_local_experts / num_experts_per_tok need model_type mixtral (got '{}')",
+         path.string(), model_type);
   }
   if (m.emb_dim <= 0 || m.num_query_heads <= 0 || m.num_kv_heads <= 0 || m.head_dim <= 0 ||
       m.num_layers <= 0 || m.vocab_size <= 0 || m.mlp_dim <= 0 ||

@@ -22,10 +22,15 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   embed = w.embed;
   final_norm = w.final_norm;
   lm_head = linear_of(w.lm_head);
+  if (c.moe && quantize_int8) {
+    fail(
+        "quantization=int8 of a mixture of experts' weights is not implemented yet (#17); run "
+        "the Mixtral model with quantization=''");
+  }
   for (const LayerWeights& lw : w.layers) {
     layers.push_back({lw.attn_norm, linear_of(lw.wq), linear_of(lw.wk), linear_of(lw.wv),
                       linear_of(lw.wo), lw.mlp_norm, linear_of(lw.w_gate), linear_of(lw.w_up),
-                      linear_of(lw.w_down)});
+                      linear_of(lw.w_down), lw.moe});
   }
   if (part.ranks > 1) {
     auto rows = [&](TensorView m) {  // this rank's rows of m
@@ -34,8 +39,10 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
       return linear_of(m.rows(first, first + split_count(out_dim, part.ranks, part.rank)));
     };
     lm_head_part = rows(w.lm_head);
+    // A mixture of experts is not split: every rank runs its (identical) tokens through it.
     for (const LayerWeights& lw : w.layers) {
-      mlp_parts.push_back({rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
+      mlp_parts.push_back(c.moe ? MlpRowsPart{}
+                                : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
     }
   }
   if (!quantize_int8) return;
@@ -69,7 +76,13 @@ int64_t InferenceWeights::bytes_per_step(bool row_split) const {
   for (size_t i = 0; i < layers.size(); ++i) {
     const DecoderLayerWeights& l = layers[i];
     for (const Linear* p : {&l.wq, &l.wk, &l.wv, &l.wo}) bytes += linear_bytes(*p);
-    if (row_split) {
+    if (!l.moe.experts.empty()) {
+      // Every expert, as a step with enough tokens reads them all.
+      bytes += static_cast<int64_t>(l.moe.router.bytes());
+      for (const ExpertWeights& e : l.moe.experts) {
+        bytes += static_cast<int64_t>(e.w_gate.bytes() + e.w_up.bytes() + e.w_down.bytes());
+      }
+    } else if (row_split) {
       const MlpRowsPart& m = mlp_parts[i];
       for (const Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) bytes += linear_bytes(*p);
     } else {
@@ -102,6 +115,7 @@ InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& k, const
   ws.rope_cos = k.empty({N, c.head_dim / 2});
   ws.rope_sin = k.empty({N, c.head_dim / 2});
   ws.head_in = k.empty({N, c.emb_dim}, dt);
+  if (c.moe) ws.moe = allocate_moe_buffers(k, c, 1, N);
   return ws;
 }
 
@@ -146,6 +160,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   buffers.int8_rows = &ws.int8_rows;
   buffers.split_scratch = &ws.part;
   buffers.split_hidden = &ws.hidden_part;
+  buffers.moe = &ws.moe;
   DecoderLayerPlan plan;
   plan.kernels = &k;
   plan.attention = &attention;

@@ -75,6 +75,7 @@ struct InferenceWorkspace {
   kernels::Int8Rows int8_rows;  // a projection input, quantized
   Tensor part;                  // (N, rows) a row split's f32 part, before its gather
   Tensor hidden_part;           // (N, Fr) a row split's hidden units, before their gather
+  MoeBuffers moe;               // a mixture of experts' state, reused by every layer
 };
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,

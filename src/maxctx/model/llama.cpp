@@ -58,8 +58,8 @@ class PlanAttention final : public parallel::LayerAttention {
 };
 
 DecoderLayerWeights layer_weights(const LayerWeights& w) {
-  return {w.attn_norm, linear_of(w.wq),     linear_of(w.wk),   linear_of(w.wv),    linear_of(w.wo),
-          w.mlp_norm,  linear_of(w.w_gate), linear_of(w.w_up), linear_of(w.w_down)};
+  return {w.attn_norm, linear_of(w.wq),     linear_of(w.wk),   linear_of(w.wv),     linear_of(w.wo),
+          w.mlp_norm,  linear_of(w.w_gate), linear_of(w.w_up), linear_of(w.w_down), w.moe};
 }
 
 DecoderLayerBuffers layer_buffers(LayerActivations& a, LlamaActivations& acts) {
@@ -77,6 +77,7 @@ DecoderLayerBuffers layer_buffers(LayerActivations& a, LlamaActivations& acts) {
   b.gate = a.gate.view();
   b.up = a.up.view();
   b.swiglu_out = a.swiglu_out.view();
+  b.moe = &a.moe;
   return b;
 }
 
@@ -95,6 +96,19 @@ void mlp_block_backward(const kernels::Kernels& k, const LayerWeights& w, const 
   // gate/up are column-parallel: their input gradients are partial sums over tensor ranks.
   plan.tensor->all_reduce_sum(d_normed);
   k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, d_normed, residual_in, w.mlp_norm,
+                     a.mlp_norm_rstd.view());
+  k.add_inplace(d_residual, acts.d_x.view());
+}
+
+// mlp_block_backward for a mixture of experts (which sums its partial sums over tensor).
+void moe_block_backward(const kernels::Kernels& k, const LlamaConfig& c, const LayerWeights& w,
+                        const LayerWeights& g, const TokenBatch& b, parallel::ModelPlan& plan,
+                        TensorView residual_in, LlamaActivations& acts, LayerActivations& a,
+                        float d_moe_lb) {
+  const TensorView d_residual = acts.d_residual.view();
+  moe_backward(k, c, w.moe, g.moe, b.batch, b.seq, a.mlp_norm_out.view(), d_residual,
+               acts.d_normed.view(), a.moe, acts.moe_grad, d_moe_lb, plan.tensor);
+  k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, acts.d_normed.view(), residual_in, w.mlp_norm,
                      a.mlp_norm_rstd.view());
   k.add_inplace(d_residual, acts.d_x.view());
 }
@@ -137,6 +151,12 @@ const kernels::Kernels& kernels_of(const parallel::ModelPlan& plan) {
 
 }  // namespace
 
+double moe_lb_scale(const LlamaConfig& c, int64_t global_sequences) {
+  MAXCTX_CHECK(global_sequences > 0 && c.num_layers > 0, "a batch of {} sequences",
+               global_sequences);
+  return 1.0 / (static_cast<double>(c.num_layers) * static_cast<double>(global_sequences));
+}
+
 LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
                        parallel::ModelPlan& plan, LlamaActivations& acts) {
   const kernels::Kernels& k = kernels_of(plan);
@@ -150,6 +170,7 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   layer_plan.kernels = &k;
   layer_plan.attention = &attention;
   layer_plan.tensor = plan.tensor;
+  layer_plan.sequence = plan.sequence;
   const int64_t head_unit = c.num_layers + 1;
   before_use(plan, 0);
   k.embedding_forward(acts.residual[0].view(), b.tokens, w.embed);
@@ -165,6 +186,9 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
                     acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
   k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
   LossSums sums;
+  if (c.moe) {
+    for (const LayerActivations& a : acts.layers) sums.moe_lb_sum += a.moe.load_balance;
+  }
   if (b.targets == nullptr) return sums;
   MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
   k.cross_entropy_forward(acts.token_loss.view(), acts.xent_lse.view(), acts.logits.view(),
@@ -179,7 +203,7 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
 
 void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
                     const TokenBatch& b, parallel::ModelPlan& plan, LlamaActivations& acts,
-                    float d_loss) {
+                    float d_loss, float d_moe_lb) {
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
   MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
@@ -195,7 +219,12 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   gradients_ready(plan, c.num_layers + 1);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     LayerActivations& a = acts.layers[l];
-    mlp_block_backward(k, w.layers[l], g.layers[l], plan, acts.residual_mid[l].view(), acts, a);
+    if (c.moe) {
+      moe_block_backward(k, c, w.layers[l], g.layers[l], b, plan, acts.residual_mid[l].view(), acts,
+                         a, d_moe_lb);
+    } else {
+      mlp_block_backward(k, w.layers[l], g.layers[l], plan, acts.residual_mid[l].view(), acts, a);
+    }
     attention_block_backward(k, dims, w.layers[l], g.layers[l], b, plan, acts.residual[l].view(),
                              acts, a);
     gradients_ready(plan, l + 1);

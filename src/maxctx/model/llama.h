@@ -31,17 +31,25 @@ struct TokenBatch {
 struct LossSums {
   double loss_sum = 0.0;    // Σ weight · cross-entropy over this rank's tokens
   double weight_sum = 0.0;  // Σ weight
+  // Mixture of experts with load_balance_loss_weight > 0: Σ over layers and this rank's
+  // sequences of the per-sequence load-balance terms (moe_block.h); MaxText's moe_lb_loss is
+  // the sum over all ranks times moe_lb_scale.
+  double moe_lb_sum = 0.0;
 };
+
+// moe_lb_loss = moe_lb_scale · Σ moe_lb_sum: MaxText's mean over layers of each layer's mean
+// over the global batch's `global_sequences` sequences. Also the backward's d_moe_lb.
+double moe_lb_scale(const LlamaConfig& config, int64_t global_sequences);
 
 // Fills `acts` (logits included) and returns the loss sums (zero when batch.targets is null).
 LossSums llama_forward(const LlamaConfig& config, const LlamaWeights& weights,
                        const TokenBatch& batch, parallel::ModelPlan& plan, LlamaActivations& acts);
 
-// Accumulates (+=) the gradient of d_loss · Σ weight·xent into `grads` (a LlamaWeights bound to
-// the gradient buffer). Needs the activations of the llama_forward call on the same batch;
-// overwrites acts.logits with d_logits.
+// Accumulates (+=) the gradient of d_loss · Σ weight·xent + d_moe_lb · moe_lb_sum into `grads`
+// (a LlamaWeights bound to the gradient buffer). Needs the activations of the llama_forward
+// call on the same batch; overwrites acts.logits with d_logits.
 void llama_backward(const LlamaConfig& config, const LlamaWeights& weights,
                     const LlamaWeights& grads, const TokenBatch& batch, parallel::ModelPlan& plan,
-                    LlamaActivations& acts, float d_loss);
+                    LlamaActivations& acts, float d_loss, float d_moe_lb = 0.0f);
 
 }  // namespace maxctx::model

@@ -5,21 +5,16 @@
 namespace maxctx::model {
 
 int64_t LlamaConfig::num_parameters() const {
-  const int64_t per_layer = 2 * emb_dim                           // two RMSNorm weights
-                            + emb_dim * (q_dim() + 2 * kv_dim())  // q, k, v
-                            + q_dim() * emb_dim                   // o
-                            + 3 * emb_dim * mlp_dim;              // gate, up, down
+  const int64_t per_layer = 2 * emb_dim                            // two RMSNorm weights
+                            + emb_dim * (q_dim() + 2 * kv_dim())   // q, k, v
+                            + q_dim() * emb_dim                    // o
+                            + 3 * emb_dim * mlp_dim * num_experts  // gate, up, down
+                            + (moe ? num_experts * emb_dim : 0);   // the router
   const int64_t head = tie_embeddings ? 0 : vocab_size * emb_dim;
   return vocab_size * emb_dim + num_layers * per_layer + emb_dim + head;
 }
 
 LlamaConfig llama_config_from(const Config& c) {
-  if (c.num_experts > 1 || c.decoder_block == "mixtral") {
-    fail(
-        "model '{}' is a mixture of experts (num_experts = {}, decoder_block = {}); the CPU "
-        "model implements dense Llama/Mistral blocks only (decoder_block llama2 or mistral)",
-        c.model_name, c.num_experts, c.decoder_block);
-  }
   if (c.rope_min_timescale != 1.0) {
     fail("rope_min_timescale = {} is not supported; Llama-family RoPE uses 1",
          c.rope_min_timescale);
@@ -42,6 +37,9 @@ LlamaConfig llama_config_from(const Config& c) {
     m.rope.original_max_position_embeddings =
         static_cast<double>(c.rope_original_max_position_embeddings);
   }
+  m.moe = c.decoder_block == "mixtral";
+  m.num_experts = c.num_experts;
+  m.num_experts_per_tok = c.num_experts_per_tok;
   apply_precision(c, m);
   m.tie_embeddings = c.logits_via_embedding;
   m.sliding_window =
@@ -53,6 +51,9 @@ void apply_precision(const Config& c, LlamaConfig& m) {
   // The config's allowed values (float32|bfloat16) were checked when it was read.
   m.dtype = parse_dtype(c.dtype);
   m.weight_dtype = parse_dtype(c.weight_dtype);
+  m.sparse_matmul = c.sparse_matmul;
+  m.capacity_factor = c.capacity_factor;
+  m.load_balance_loss_weight = c.load_balance_loss_weight;
 }
 
 }  // namespace maxctx::model

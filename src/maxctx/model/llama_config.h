@@ -28,18 +28,27 @@ struct LlamaConfig {
   // weights as stored (master weights and optimizer state in training).
   DType dtype = DType::kF32;
   DType weight_dtype = DType::kF32;
+  // Mixture of experts (decoder_block mixtral): each layer's MLP is num_experts SwiGLU experts of
+  // width mlp_dim, num_experts_per_tok of them per token (model/moe_block.h).
+  bool moe = false;
+  int64_t num_experts = 1;          // X
+  int64_t num_experts_per_tok = 1;  // K
+  bool sparse_matmul = true;        // false: dense dispatch with capacity_factor
+  double capacity_factor = -1.0;    // <= 0: no dropping
+  double load_balance_loss_weight = 0.0;
 
   int64_t q_dim() const { return num_query_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   int64_t num_parameters() const;
 };
 
-// Throws maxctx::Error for what the CPU model does not implement (mixture of experts,
-// rope_min_timescale != 1), naming the key.
+// Throws maxctx::Error for what the CPU model does not implement (rope_min_timescale != 1),
+// naming the key.
 LlamaConfig llama_config_from(const Config& config);
 
 // `dtype` and `weight_dtype` of the config into model (for a model whose dimensions come from
-// elsewhere: a Hugging Face config.json).
+// elsewhere: a Hugging Face config.json), and for a mixture of experts the dispatch keys
+// (sparse_matmul, capacity_factor, load_balance_loss_weight), which a checkpoint does not carry.
 void apply_precision(const Config& config, LlamaConfig& model);
 
 }  // namespace maxctx::model

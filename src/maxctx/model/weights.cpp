@@ -16,6 +16,12 @@ std::string layer_name(int layer, const char* suffix) {
   return fmt::format("model.layers.{}.{}", layer, suffix);
 }
 
+// Hugging Face Mixtral's name of expert j's projection w1 (gate), w3 (up) or w2 (down).
+std::string expert_name(int layer, int64_t expert, const char* projection) {
+  return fmt::format("model.layers.{}.block_sparse_moe.experts.{}.{}.weight", layer, expert,
+                     projection);
+}
+
 }  // namespace
 
 std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& c) {
@@ -39,6 +45,19 @@ std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& c) {
         WeightInit::kFanInNormal);
     add(layer_name(l, "post_attention_layernorm.weight"), l, E, 1, WeightRole::kNorm,
         WeightInit::kOnes);
+    if (c.moe) {
+      add(layer_name(l, "block_sparse_moe.gate.weight"), l, c.num_experts, E, WeightRole::kRouter,
+          WeightInit::kFanInNormal);
+      for (int64_t j = 0; j < c.num_experts; ++j) {
+        add(expert_name(l, j, "w1"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
+            WeightInit::kFanInNormal);
+        add(expert_name(l, j, "w3"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
+            WeightInit::kFanInNormal);
+        add(expert_name(l, j, "w2"), l, E, c.mlp_dim, WeightRole::kIntoResidual,
+            WeightInit::kFanInNormal);
+      }
+      continue;
+    }
     add(layer_name(l, "mlp.gate_proj.weight"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
         WeightInit::kFanInNormal);
     add(layer_name(l, "mlp.up_proj.weight"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
@@ -84,13 +103,24 @@ LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat)
   LlamaWeights w;
   w.embed = at("model.embed_tokens.weight");
   for (int l = 0; l < num_layers; ++l) {
-    w.layers.push_back(
-        {at(layer_name(l, "input_layernorm.weight")), at(layer_name(l, "self_attn.q_proj.weight")),
-         at(layer_name(l, "self_attn.k_proj.weight")), at(layer_name(l, "self_attn.v_proj.weight")),
-         at(layer_name(l, "self_attn.o_proj.weight")),
-         at(layer_name(l, "post_attention_layernorm.weight")),
-         at(layer_name(l, "mlp.gate_proj.weight")), at(layer_name(l, "mlp.up_proj.weight")),
-         at(layer_name(l, "mlp.down_proj.weight"))});
+    LayerWeights& layer = w.layers.emplace_back();
+    layer.attn_norm = at(layer_name(l, "input_layernorm.weight"));
+    layer.wq = at(layer_name(l, "self_attn.q_proj.weight"));
+    layer.wk = at(layer_name(l, "self_attn.k_proj.weight"));
+    layer.wv = at(layer_name(l, "self_attn.v_proj.weight"));
+    layer.wo = at(layer_name(l, "self_attn.o_proj.weight"));
+    layer.mlp_norm = at(layer_name(l, "post_attention_layernorm.weight"));
+    if (by_name.count(layer_name(l, "block_sparse_moe.gate.weight"))) {
+      layer.moe.router = at(layer_name(l, "block_sparse_moe.gate.weight"));
+      for (int64_t j = 0; j < layer.moe.router.shape()[0]; ++j) {
+        layer.moe.experts.push_back({at(expert_name(l, j, "w1")), at(expert_name(l, j, "w3")),
+                                     at(expert_name(l, j, "w2"))});
+      }
+      continue;
+    }
+    layer.w_gate = at(layer_name(l, "mlp.gate_proj.weight"));
+    layer.w_up = at(layer_name(l, "mlp.up_proj.weight"));
+    layer.w_down = at(layer_name(l, "mlp.down_proj.weight"));
   }
   w.final_norm = at("model.norm.weight");
   w.lm_head = by_name.count("lm_head.weight") ? at("lm_head.weight") : w.embed;

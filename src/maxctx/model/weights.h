@@ -10,6 +10,9 @@
 //
 // Layout of the flat buffer: embed_tokens, then for each layer input_layernorm, q, k, v, o,
 // post_attention_layernorm, gate, up, down, then the final norm and lm_head (absent when tied).
+// A mixture of experts (Mixtral) has, instead of gate, up and down, the router
+// (block_sparse_moe.gate) and per expert j block_sparse_moe.experts.j.{w1, w3, w2} (gate, up,
+// down).
 // Matrices are (out_dim, in_dim) as nn.Linear and Hugging Face store them.
 #pragma once
 
@@ -20,6 +23,7 @@
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/moe_block.h"
 #include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::model {
@@ -51,9 +55,10 @@ struct LayerWeights {
   TensorView wv;         // (Hkv·D, E)
   TensorView wo;         // (E, Hq·D)
   TensorView mlp_norm;   // (E)
-  TensorView w_gate;     // (F, E)
+  TensorView w_gate;     // (F, E); empty in a mixture of experts
   TensorView w_up;       // (F, E)
   TensorView w_down;     // (E, F)
+  MoeLayerWeights moe;   // the router and experts (mixture of experts only)
 };
 
 struct LlamaWeights {

@@ -114,6 +114,9 @@ struct ModelPlan {
   WeightPlan* weights = nullptr;
   int tensor_size = 1;
   int tensor_rank = 0;
+  // Sums per-sequence statistics (a mixture of experts' load-balance counts) over the ranks that
+  // hold parts of the same sequences (the context axis); null: each rank holds whole sequences.
+  TensorReducer* sequence = nullptr;
 };
 
 }  // namespace maxctx::parallel

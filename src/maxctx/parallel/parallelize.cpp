@@ -39,8 +39,9 @@ ParallelDims ParallelDims::training(const Mesh& mesh) {
   }
   if (d.expert != 1) {
     fail(
-        "expert parallelism = {} needs a mixture-of-experts model; the CPU model is dense, set "
-        "ici_expert_parallelism=1",
+        "expert parallelism = {} is not implemented yet (a mixture of experts runs every "
+        "expert on every rank; the expert axis comes with #17); set ici_expert_parallelism=1 "
+        "and dcn_expert_parallelism=1",
         d.expert);
   }
   return d;
@@ -96,6 +97,10 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
   plans.model.weights = plans.parameters.get();
   plans.model.tensor_size = static_cast<int>(dims.tensor);
   plans.model.tensor_rank = dims.tensor_rank;
+  if (dims.context > 1) {
+    plans.sequence = std::make_unique<TensorAllReduce>(context);  // any axis' sum will do
+    plans.model.sequence = plans.sequence.get();
+  }
   return plans;
 }
 

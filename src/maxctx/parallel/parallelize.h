@@ -52,6 +52,7 @@ struct TrainingPlans {
   std::unique_ptr<AttentionPlan> attention;
   std::unique_ptr<TensorReducer> tensor;
   std::unique_ptr<ShardedParameters> parameters;  // null for a forward-only run
+  std::unique_ptr<TensorReducer> sequence;        // sum over context (null when context = 1)
   ModelPlan model;
 };
 

@@ -15,6 +15,7 @@ TensorSplit tensor_split_of(WeightRole role) {
     case WeightRole::kNorm:
     case WeightRole::kEmbedding:
     case WeightRole::kOutputHead:
+    case WeightRole::kRouter:  // every rank routes its tokens over all experts
       break;
   }
   return TensorSplit::kReplicated;

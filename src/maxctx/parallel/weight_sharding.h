@@ -28,6 +28,7 @@ enum class WeightRole {
   kOutputHead,     // lm_head (V, E)
   kHeadsOrHidden,  // q, k, v, gate, up: output features are heads or hidden units
   kIntoResidual,   // o, down: input features are heads or hidden units, output the stream
+  kRouter,         // a mixture of experts' router (num_experts, E): one logit per expert
 };
 
 enum class WeightInit {

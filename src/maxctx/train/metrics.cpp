@@ -23,6 +23,8 @@ FlopsModel flops_model(const Config& config) {
   model.num_layers = config.derived.num_decoder_layers;
   model.vocab_size = config.vocab_size;
   model.num_mlp_activations = static_cast<int64_t>(config.mlp_activations.size());
+  model.num_experts = config.num_experts;
+  model.num_experts_per_tok = config.num_experts_per_tok;
   return model;
 }
 
@@ -37,8 +39,12 @@ TrainingTflops training_tflops_per_device(const FlopsModel& m, double per_device
   const auto hkv = static_cast<double>(m.num_kv_heads);
   const auto d = static_cast<double>(m.head_dim);
   const auto layers = static_cast<double>(m.num_layers);
-  const double ffn =
+  double ffn =
       2 * b * s * mlp * e * static_cast<double>(m.num_mlp_activations) + 2 * b * s * mlp * e;
+  if (m.num_experts > 1) {
+    ffn = ffn * static_cast<double>(m.num_experts_per_tok) +
+          2 * b * s * e * static_cast<double>(m.num_experts);
+  }
   const double qkv = 2 * b * s * e * (hq + 2 * hkv) * d;
   const double proj = 2 * b * s * e * hq * d;
   const double causal_attention = 4 * b * s * s * hq * d / 2;

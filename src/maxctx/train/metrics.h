@@ -1,7 +1,8 @@
 // Training throughput accounting and the per-step metric log, in MaxText's terms.
 //
 // TFLOPs per device per step follow maxtext_utils.calculate_tflops_training_per_device for a
-// dense Llama block, with B = per_device_batch_size (fractional under context parallelism):
+// dense Llama block (a mixture of experts: see FlopsModel), with B = per_device_batch_size
+// (fractional under context parallelism):
 //   ffn  = 2·B·S·mlp·E·len(mlp_activations) + 2·B·S·mlp·E
 //   qkv  = 2·B·S·E·(Hq + 2·Hkv)·D        proj = 2·B·S·E·Hq·D
 //   attn = 4·B·S²·Hq·D / 2 (causal)       embed = 2·B·S·E·V
@@ -33,6 +34,10 @@ struct FlopsModel {
   int64_t num_layers = 0;
   int64_t vocab_size = 0;
   int64_t num_mlp_activations = 2;  // len(mlp_activations): 2 for SwiGLU
+  // A mixture of experts (num_experts > 1): MaxText counts the router (gate = 2·B·S·E·X) and
+  // num_experts_per_tok experts' ffn per token.
+  int64_t num_experts = 1;
+  int64_t num_experts_per_tok = 1;
 };
 
 // From the derived model dims of a resolved config.

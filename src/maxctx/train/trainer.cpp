@@ -100,6 +100,14 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   State& s = *state_;
   const Config& c = s.config;
   s.model_config = model::llama_config_from(c);
+  if (s.model_config.moe && s.axes.context > 1 && !s.model_config.sparse_matmul &&
+      s.model_config.capacity_factor > 0) {
+    // Dropping counts an expert's tokens in sequence order, across the context shards.
+    fail(
+        "dense MoE dispatch with capacity_factor = {} (token dropping) under context parallelism "
+        "({}) is not implemented yet; use sparse_matmul=true or capacity_factor=-1 (#17)",
+        s.model_config.capacity_factor, s.axes.context);
+  }
   const int tp = static_cast<int>(s.axes.tensor);
   s.global_specs = model::llama_weight_specs(s.model_config);
   s.specs =
@@ -211,12 +219,17 @@ void Trainer::run(int64_t max_new_steps) {
     const ScoredAccuracy accuracy =
         scored_accuracy_from_logits(s.acts.logits.span<float>(), s.model_config.vocab_size, batch);
     const float d_loss = global_weight > 0 ? static_cast<float>(1.0 / global_weight) : 0.0f;
+    // MaxText's moe_lb_loss: the mean over layers and the global batch's sequences.
+    const double lb_scale =
+        s.model_config.moe
+            ? model::moe_lb_scale(s.model_config, c.derived.global_batch_size_to_train_on)
+            : 0.0;
     model::llama_backward(s.model_config, s.weights, s.gradients, tokens, s.plans.model, s.acts,
-                          d_loss);
+                          d_loss, static_cast<float>(lb_scale));
 
-    double totals[3] = {sums.loss_sum, static_cast<double>(accuracy.correct),
-                        static_cast<double>(accuracy.scored)};
-    s.batch_group().all_reduce(std::span<double>(totals, 3), ReduceOp::kSum);
+    double totals[4] = {sums.loss_sum, static_cast<double>(accuracy.correct),
+                        static_cast<double>(accuracy.scored), sums.moe_lb_sum};
+    s.batch_group().all_reduce(std::span<double>(totals, 4), ReduceOp::kSum);
     const double raw_norm = s.plans.parameters->global_grad_norm();
     clip_by_global_norm(s.plans.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
     const double learning_rate = learning_rate_at(s.schedule, s.step);
@@ -228,7 +241,8 @@ void Trainer::run(int64_t max_new_steps) {
 
     StepRecord record;
     record.step = s.step;
-    record.loss = global_weight > 0 ? totals[0] / global_weight : 0.0;
+    record.moe_lb_loss = totals[3] * lb_scale;
+    record.loss = (global_weight > 0 ? totals[0] / global_weight : 0.0) + record.moe_lb_loss;
     record.grad_norm = raw_norm;
     record.accuracy = totals[2] > 0 ? totals[1] / totals[2] : 0.0;
     record.total_weights = static_cast<int64_t>(global_weight);
@@ -246,6 +260,10 @@ void Trainer::run(int64_t max_new_steps) {
     metrics.grad_norm = threshold > 0 && raw_norm > threshold ? threshold : raw_norm;
     metrics.raw_grad_norm = raw_norm;
     metrics.extra.push_back({"learning/accuracy", record.accuracy});
+    if (s.model_config.moe) {
+      metrics.extra.push_back({"learning/lm_loss", record.loss - record.moe_lb_loss});
+      metrics.extra.push_back({"learning/moe_lb_loss", record.moe_lb_loss});
+    }
     run_on_root(s.mesh.world(), [&] { s.metrics->log_step(metrics); });
     previous = now;
     if (c.enable_checkpointing && (s.step % c.checkpoint_period == 0 || s.step == c.steps)) {

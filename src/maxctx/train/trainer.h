@@ -24,6 +24,9 @@ struct StepRecord {
   double grad_norm = 0.0;  // before clipping
   double accuracy = 0.0;   // exact match on the scored targets
   int64_t total_weights = 0;
+
+  // Mixture of experts: `loss` is the lm loss + moe_lb_loss (MaxText's learning/loss).
+  double moe_lb_loss = 0.0;
 };
 
 class Trainer {

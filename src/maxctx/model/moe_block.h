@@ -1,0 +1,139 @@
+// The Mixtral mixture-of-experts MLP (decoder_block mixtral), forward and backward.
+//
+//   g = x·Wgᵀ (N, X)   p = softmax(g) over all X experts   top_k(g): the K best, ties to the
+//   lower expert index (jax.lax.top_k's rule)   w = softmax of the K chosen logits (= Hugging
+//   Face's renormalised top-k probabilities)   out[t] = Σ_j w[t,j] · expert_j(x[t]),
+//   expert(x) = w2(silu(w1·x) · w3·x)
+//
+// Routing and the dispatch plan are host loops over (N, K) choices; the expert MLPs run as
+// matmuls through the kernel table over the rows the plan gives each expert, in the activation
+// dtype, with f32 expert outputs and an f32 combine (a fixed order: choice 0, then 1, ... per
+// token, so results do not depend on threads). Two plans, MaxText's two dispatch paths:
+//   - sparse (sparse_matmul=true): the (token, choice) pairs sorted by expert, stable in token
+//     order; expert x's rows are one contiguous block, run as one matmul (a grouped matmul).
+//   - dense (sparse_matmul=false): per expert and per sequence `capacity` slots; a sequence's
+//     tokens fill an expert's slots in token order and those beyond capacity are dropped
+//     (MaxText's generate_masks: cumsum over the sequence's (token, choice) pairs). Empty slots
+//     are zero rows that still run through the matmuls, as MaxText's dense einsums do. A dropped
+//     choice contributes nothing; the other choices keep their weights (no renormalisation).
+// The load-balance loss (MaxText's load_balance_loss, when load_balance_loss_weight > 0) is
+// summed per sequence here; model/llama.h turns the sums into the mean over layers and
+// sequences. model/moe_reference.h is the plain per-token loop the tests hold this against.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "maxctx/core/tensor.h"
+#include "maxctx/kernels/kernels.h"
+#include "maxctx/model/llama_config.h"
+#include "maxctx/parallel/model_plan.h"
+
+namespace maxctx::model {
+
+// One expert's SwiGLU projections as nn.Linear stores them.
+struct ExpertWeights {
+  TensorView w_gate;  // (F, E) Hugging Face w1
+  TensorView w_up;    // (F, E) w3
+  TensorView w_down;  // (E, F) w2
+};
+
+struct MoeLayerWeights {
+  TensorView router;  // (X, E) block_sparse_moe.gate
+  std::vector<ExpertWeights> experts;
+};
+
+// The experts each token chose, best first.
+struct MoeRouting {
+  std::vector<int32_t> top_index;  // (N, K)
+  std::vector<float> top_weight;   // (N, K) softmax over the K chosen logits
+};
+
+// Where each (token, choice) runs: rows of the expert buffers.
+struct MoeDispatch {
+  std::vector<int64_t> expert_begin;  // (X + 1): expert x owns rows [begin[x], begin[x + 1])
+  std::vector<int64_t> row_token;     // (R) the token of each row; -1: an empty capacity slot
+  std::vector<int64_t> choice_row;    // (N, K) the row of each choice; -1: dropped
+  int64_t rows() const { return expert_begin.empty() ? 0 : expert_begin.back(); }
+};
+
+// p (N, X) and the routing of router logits (N, X) f32, K choices per token.
+void route_tokens(const float* logits, int64_t N, int64_t X, int64_t K, float* probs,
+                  MoeRouting& routing);
+// MaxText's expert capacity per sequence for dense dispatch:
+// int(max(ceil(S·K / X) · capacity_factor, capacity_factor)); capacity_factor <= 0: S (every
+// token fits, nothing drops).
+int64_t expert_capacity(int64_t seq, int64_t X, int64_t K, double capacity_factor);
+// The sparse plan: R = N·K rows, nothing dropped.
+void sparse_dispatch(const MoeRouting& routing, int64_t N, int64_t X, int64_t K,
+                     MoeDispatch& dispatch);
+// The dense plan for `batch` sequences of `seq` tokens (row-major): R = X·batch·capacity rows,
+// expert x's slot c of sequence b at row (x·batch + b)·capacity + c.
+void dense_dispatch(const MoeRouting& routing, int64_t batch, int64_t seq, int64_t X, int64_t K,
+                    int64_t capacity, MoeDispatch& dispatch);
+// MaxText's load-balance statistics of this rank's tokens, per sequence b (row-major (batch,
+// seq)): stats (batch, 2, X) f32 = [choices of the sequence's tokens per expert, Σ_s p[b,s,x]].
+// Summed over the ranks that share the sequences (context), they are the whole sequences'.
+void sequence_statistics(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
+                         int64_t X, int64_t K, float* stats);
+// Σ_b share_b · X · weight · Σ_x density[b,x] · mean_s p[b,s,x] from whole-sequence statistics:
+// density = the sequence's choices of x over its S·K choices, S = Σ_x choices / K; every
+// position counts (MaxText does not mask padding). share_b = local_seq / S: the rank's part of
+// a sequence it shares, so that the ranks' sum counts each sequence once.
+double load_balance_sum(const float* stats, int64_t batch, int64_t local_seq, int64_t X, int64_t K,
+                        double weight);
+
+// One layer's forward state (training keeps one per layer for the backward; inference reuses
+// one). The expert buffers grow to their largest use through the backend (kernels.reserve).
+struct MoeBuffers {
+  Tensor router_logits;  // (N, X) f32
+  Tensor router_probs;   // (N, X) f32 softmax over all experts
+  MoeRouting routing;
+  MoeDispatch dispatch;
+  Tensor expert_in;           // (R, E) activation dtype: the rows each expert runs on
+  Tensor gate;                // (R, F) activation dtype
+  Tensor up;                  // (R, F)
+  Tensor hidden;              // (R, F) silu(gate)·up
+  Tensor expert_out;          // (R, E) f32
+  Tensor statistics;          // (B, 2, X) f32 whole-sequence load-balance statistics
+  double load_balance = 0.0;  // load_balance_sum of the last forward (0 when the weight is 0)
+};
+
+// The backward's workspace, shared by the layers.
+struct MoeGradBuffers {
+  Tensor d_rows;           // (R, E) f32 gradient of expert_out
+  Tensor d_hidden;         // (R, F) f32
+  Tensor d_gate;           // (R, F) f32
+  Tensor d_up;             // (R, F) f32
+  Tensor d_in;             // (R, E) f32 gradient of expert_in
+  Tensor d_logits;         // (N, X) f32
+  Tensor d_choice_weight;  // (N, K) f32 gradient of each choice's weight
+};
+
+// Buffers for `batch` sequences of `seq` tokens (allocated up front so training allocates
+// nothing per step).
+MoeBuffers allocate_moe_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
+                                int64_t batch, int64_t seq);
+MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
+                                         int64_t batch, int64_t seq);
+
+// out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq; under tensor parallelism
+// this rank's partial sum (the caller sums it over tensor, as after a row-parallel projection).
+// `sequence` (may be null) sums the load-balance statistics over the ranks holding the other
+// parts of these sequences.
+void moe_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
+                 const MoeLayerWeights& weights, int64_t batch, int64_t seq, TensorView x,
+                 TensorView out, MoeBuffers& buffers, parallel::TensorReducer* sequence = nullptr);
+
+// d_x (N, E) f32 (overwritten) and the weights' gradients (accumulated into grads) from d_out
+// (N, E) f32, after moe_forward on the same x. d_load_balance is the loss's derivative with
+// respect to this layer's load_balance_sum (0 when the weight is 0). Under tensor parallelism
+// (each rank holding mlp_dim / tensor hidden units of every expert, the router whole) `tensor`
+// sums the partial sums over the axis; d_x comes out whole.
+void moe_backward(const kernels::Kernels& kernels, const LlamaConfig& config,
+                  const MoeLayerWeights& weights, const MoeLayerWeights& grads, int64_t batch,
+                  int64_t seq, TensorView x, TensorView d_out, TensorView d_x, MoeBuffers& buffers,
+                  MoeGradBuffers& grad_buffers, float d_load_balance,
+                  parallel::TensorReducer* tensor = nullptr);
+
+}  // namespace maxctx::model
