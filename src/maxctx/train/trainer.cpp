@@ -271,7 +271,7 @@ void Trainer::run(int64_t max_new_steps) {
     step_span.finish();
     s.profiler->after_step(record.step);
   }
-  s.profiler->finish();
+  if (s.step == c.steps) s.profiler->finish();  // a run ending inside the window
   s.metrics->flush();
 }
 
