@@ -19,7 +19,7 @@ if command -v taskset > /dev/null; then
 fi
 runs="$build_dir/bench/trace_runs"
 parts=()
-for round in 1 2; do
+for round in 1 2 3; do
   rm -rf "$runs"
   "${pin[@]}" "$build_dir/bench/trace_bench" --run-dir "$runs" \
     --out "$build_dir/bench/trace_traced_$round.json" "$@" > /dev/null

@@ -1,8 +1,10 @@
 // What tracing costs. (1) One span, recording and not: batches of spans timed with
 // steady_clock, the best batch's time per span. (2) Training steps of one model on one rank
 // with profiler='' and profiler=xplane (every timed step traced: spans on every op, collective
-// and layer), interleaved off/on repetitions, median step wall time each. run.sh runs the same
-// binary from a -DMAXCTX_TRACE=OFF build too (there only profiler='' exists) and compares.
+// and layer), interleaved off/on repetitions, the median step time each: process CPU time (on a
+// shared machine the robust figure for one rank: it counts only the time this process ran) and
+// wall time beside it. run.sh runs the same binary from a -DMAXCTX_TRACE=OFF build too (there
+// only profiler='' exists) and compares.
 //   trace_bench --out FILE [--model M --seq S --steps N --reps R --run-dir DIR --config YML]
 // Writes one JSON object.
 #include <algorithm>
@@ -27,9 +29,9 @@ struct Options {
   std::string config = std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml";
   std::string out;
   std::string run_dir = "trace_bench_runs";
-  std::string model = "maxctx-20m";
-  int64_t seq = 1024;
-  int steps = 4;
+  std::string model = "maxctx-tiny";  // small ops: the most spans per second of compute
+  int64_t seq = 2048;
+  int steps = 8;
   int reps = 3;
 };
 
@@ -49,7 +51,7 @@ double span_cost_ns(bool recording, int batches, int per_batch) {
   return best;
 }
 
-std::vector<double> step_seconds(const Options& o, bool profile, int rep) {
+bench::StepTimes step_seconds(const Options& o, bool profile, int rep) {
   std::vector<std::string> keys = {
       "model_name=" + o.model,
       "max_target_length=" + std::to_string(o.seq),
@@ -68,7 +70,7 @@ std::vector<double> step_seconds(const Options& o, bool profile, int rep) {
   const maxctx::Config config = maxctx::load_config(o.config, keys, 1);
   const maxctx::Mesh mesh{maxctx::MeshSpec{}};
   maxctx::train::Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
-  return bench::time_training_steps(trainer, mesh, 1, o.steps).wall;
+  return bench::time_training_steps(trainer, mesh, 1, o.steps);
 }
 
 double median(std::vector<double> v) {
@@ -114,19 +116,23 @@ int main(int argc, char** argv) {
     result["span_ns"] = {{"recording", span_cost_ns(true, 30, 16384)},
                          {"off", span_cost_ns(false, 30, 16384)}};
   }
-  std::vector<double> off, on;
+  bench::StepTimes off, on;
   for (int rep = 0; rep < o.reps; ++rep) {
-    const std::vector<double> a = step_seconds(o, false, rep);
-    off.insert(off.end(), a.begin(), a.end());
+    const bench::StepTimes a = step_seconds(o, false, rep);
+    off.cpu.insert(off.cpu.end(), a.cpu.begin(), a.cpu.end());
+    off.wall.insert(off.wall.end(), a.wall.begin(), a.wall.end());
     if (MAXCTX_TRACE) {
-      const std::vector<double> b = step_seconds(o, true, rep);
-      on.insert(on.end(), b.begin(), b.end());
+      const bench::StepTimes b = step_seconds(o, true, rep);
+      on.cpu.insert(on.cpu.end(), b.cpu.begin(), b.cpu.end());
+      on.wall.insert(on.wall.end(), b.wall.begin(), b.wall.end());
     }
   }
-  result["step_seconds_profiler_off"] = bench::time_summary(off);
+  result["step_cpu_seconds_profiler_off"] = bench::time_summary(off.cpu);
+  result["step_wall_seconds_profiler_off"] = bench::time_summary(off.wall);
   if (MAXCTX_TRACE) {
-    result["step_seconds_profiler_on"] = bench::time_summary(on);
-    result["on_vs_off_median"] = median(on) / median(off);
+    result["step_cpu_seconds_profiler_on"] = bench::time_summary(on.cpu);
+    result["step_wall_seconds_profiler_on"] = bench::time_summary(on.wall);
+    result["on_vs_off_cpu_median"] = median(on.cpu) / median(off.cpu);
   }
   result["load_average"] = {{"start", load_start}, {"end", bench::load_average_1min()}};
   const std::string text = result.dump(2) + "\n";

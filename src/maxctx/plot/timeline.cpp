@@ -114,10 +114,8 @@ void render_timeline(const std::filesystem::path& trace, const std::filesystem::
   axis.x_lo = 0;
   axis.x_hi = to - from;
   axis.y_ticks = false;
-  axis.frame(
-      canvas,
-      fmt::format("{} ({:.1f} ms from {:.1f} ms)", trace.filename().string(), to - from, from),
-      "ms");
+  const std::string name = (trace.parent_path().filename() / trace.filename()).string();
+  axis.frame(canvas, fmt::format("{} ({:.1f} ms from {:.1f} ms)", name, to - from, from), "ms");
   double y = kTop + 4;
   for (auto& [pid, by_tid] : tracks) {
     for (auto& [tid, boxes] : by_tid) {
