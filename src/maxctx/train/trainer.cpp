@@ -171,6 +171,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
   s.loader = std::make_unique<DataLoader>(make_data_source(c), shard, data_position);
 
+  // Checks the profiler keys before anything is written in the run directory.
+  s.profiler = std::make_unique<StepProfiler>(c, mesh.world(), s.run_dir / "trace.json", s.step);
   MetricLoggerOptions options;
   options.jsonl_path = (s.run_dir / "metrics.jsonl").string();
   options.run_name = s.run_dir.filename().string();
@@ -189,7 +191,6 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     s.metrics = std::make_unique<MetricLogger>(options);
   });
   if (!s.metrics) s.metrics = std::make_unique<MetricLogger>(options);  // ranks > 0: no file
-  s.profiler = std::make_unique<StepProfiler>(c, mesh.world(), s.run_dir / "trace.json", s.step);
   log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={}",
             s.model_config.num_parameters(), s.loader->source().describe(), s.axes.data,
             s.axes.fsdp, s.axes.context, s.axes.tensor);
