@@ -47,6 +47,24 @@ PY
 [[ $(head -c 8 "$work/timeline.png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] ||
   { echo "FAIL: timeline.png is not a PNG"; exit 1; }
 
+# The console: on a terminal (script(1) gives the command one) a progress line rewritten in place
+# and a step line for the first step, every log_period-th and the last; under mpirun, whose
+# children write to its pseudo-terminal, and through a pipe, whole lines only, no escapes.
+train=(train "$src/configs/base.yml" model_name=maxctx-tiny max_target_length=64 steps=6
+  log_period=4 ici_fsdp_parallelism=1 per_device_batch_size=1 dataset_type=synthetic
+  enable_checkpointing=false base_output_directory="$work")
+script -qec "$maxctx ${train[*]} run_name=tty" "$work/tty.log" > /dev/null
+grep -aq $'\r\e\[Kstep 2/6 \[33.3%\].*ETA.*loss .*tokens/s/device' "$work/tty.log" ||
+  { echo "FAIL: no progress line on a terminal"; cat -v "$work/tty.log" | tail -5; exit 1; }
+step_lines() { grep -a -o "completed step: [0-9]*" "$1" | tr -dc '0-9\n' | tr '\n' ' '; }
+[[ $(step_lines "$work/tty.log") == "0 3 5 " ]] || { echo "FAIL: tty step lines"; exit 1; }
+"$maxctx" "${train[@]}" run_name=piped | cat > "$work/piped.log"
+"${mpirun[@]}" "$maxctx" "${train[@]}" run_name=mpi ici_context_parallelism=2 > "$work/mpi.log"
+for log in piped mpi; do
+  ! grep -aq $'\e' "$work/$log.log" || { echo "FAIL: escape codes in $log output"; exit 1; }
+  [[ $(step_lines "$work/$log.log") == "0 3 5 " ]] || { echo "FAIL: $log step lines"; exit 1; }
+done
+
 # Bad input: one error line each (stderr), non-zero exit.
 expect_error() {  # expect_error <text> <command...>
   local text=$1

@@ -154,6 +154,8 @@ TEST_P(ProfiledRun, TraceHoldsEveryRankAndCollective) {
         EXPECT_EQ(count["isend"], count["irecv"]);
         EXPECT_GT(count["wait"], 0);
         EXPECT_GT(count["send_recv"], 0);
+        // cp = 2 ring steps in every layer's forward and backward.
+        EXPECT_EQ(count["ring_step"], 2 * 2 * count["layer_forward"]);
         for (const Span& s : spans) {
           if (s.pid == rank && (s.name == "isend" || s.name == "irecv")) {
             EXPECT_EQ(s.tid, 1);

@@ -5,8 +5,8 @@
 
 #include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
@@ -100,6 +100,24 @@ std::string format_progress(int64_t steps_done, int64_t total_steps, double seco
                      seconds_per_step, eta_text);
 }
 
+namespace {
+
+// Whether a launcher (mpirun, srun) started this process: its variables in the environment the
+// process started with. /proc/self/environ is that environment; getenv is not, since a
+// singleton's MPI_Init adds Open MPI's variables to it.
+bool started_by_mpi_launcher() {
+  std::ifstream in("/proc/self/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE=", "PMI_SIZE=", "PMIX_RANK="}) {
+      if (entry.starts_with(name)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 MetricLogger::MetricLogger(const MetricLoggerOptions& options)
     : options_(options), jsonl_(nullptr, &std::fclose) {
   if (log::rank() != 0) return;
@@ -114,9 +132,7 @@ MetricLogger::MetricLogger(const MetricLoggerOptions& options)
   }
   // Under an MPI launcher stdout is a pseudo-terminal of the launcher's, whatever mpirun's own
   // output is (a file, a pipe): no progress line there, only whole lines.
-  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr ||
-                        std::getenv("PMI_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr;
-  show_progress_ = ::isatty(STDOUT_FILENO) == 1 && !launched;
+  show_progress_ = ::isatty(STDOUT_FILENO) == 1 && !started_by_mpi_launcher();
 }
 
 MetricLogger::~MetricLogger() {
@@ -161,7 +177,7 @@ void MetricLogger::log_step(const StepMetrics& metrics) {
         fmt::format("{}, loss {:.3f}, {:.0f} tokens/s/device",
                     format_progress(metrics.step + 1, options_.total_steps, per_step), metrics.loss,
                     options_.tokens_per_device / metrics.seconds);
-    std::fputs(progress.c_str(), stdout);
+    std::fputs(("\r\033[K" + progress).c_str(), stdout);  // rewrites the line in place
     std::fflush(stdout);
   }
 }
