@@ -5,6 +5,7 @@
 # core, one thread; combine.py writes BUILD_DIR/bench/trace.json with the ratios.
 set -euo pipefail
 build_dir=${1:-build}
+shift || true  # the rest goes to trace_bench (--model, --seq, --steps, --reps)
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 notrace="${build_dir%/}-notrace"

@@ -84,6 +84,10 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   maxctx::MpiRuntime mpi(&argc, &argv);
   Options o;
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "trace_bench: options come in pairs (--name value)\n");
+    return 2;
+  }
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i], value = argv[i + 1];
     if (key == "--config") {
