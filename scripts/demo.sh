@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make demo`: trains the demo config on 2 ranks with ici_context_parallelism=2, one core and one
-# thread per rank, and prints the loss falling and the recall accuracy rising.
+# thread per rank, prints the loss falling and the recall accuracy rising (a step line every
+# log_period = 100 steps: a screenful), and ends with a plot of the run (maxctx plot).
 set -euo pipefail
 build_dir=${1:-build}
 shift || true
@@ -24,3 +25,6 @@ awk -F'[:,]' '
     printf "first %d steps: loss %.3f, recall accuracy %.1f%%\n", k, fl / k, 100 * fa / k
     printf "last %d steps:  loss %.3f, recall accuracy %.1f%%\n", k, ll / k, 100 * la / k
   }' "$out/demo/metrics.jsonl"
+"$build_dir/maxctx" plot "$out/demo" --out "$out/demo/metrics.png" > /dev/null
+echo "plot of loss, accuracy, throughput and learning rate: $out/demo/metrics.png"
+echo "TensorBoard: tensorboard --logdir $out/demo/tensorboard"

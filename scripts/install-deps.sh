@@ -13,6 +13,7 @@ packages=(
   libhwy-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcairo2-dev protobuf-compiler libprotobuf-dev
 )
 
 missing=()

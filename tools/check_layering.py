@@ -31,11 +31,12 @@ ALLOWED = {
     "config": {"core"},
     "io": {"core"},
     "tokenizer": {"core"},
+    "plot": {"core", "io"},
     "parallel": {"core", "kernels", "mesh", "config"},
     "model": {"core", "kernels", "parallel", "config", "io"},
     "train": _BELOW_MODEL | {"model"},
     "infer": _BELOW_MODEL | {"model"},
-    "cli": _BELOW_MODEL | {"model", "train", "infer"},
+    "cli": _BELOW_MODEL | {"model", "train", "infer", "plot"},
 }
 
 KERNEL_BACKENDS = ("maxctx/kernels/ref/", "maxctx/kernels/cpu/", "maxctx/kernels/cuda/")

@@ -25,7 +25,9 @@ int run_bench_inference(const Args& args) {
   log::info("model: {}", model.source);
   infer::InferenceEngine engine(kernels_for(config), settings, model.config,
                                 std::move(model.weights), mesh);
-  const nlohmann::json results = infer::run_inference_microbenchmark(engine, options);
+  nlohmann::json results;
+  run_profiled(config, mesh, "bench-inference",
+               [&] { results = infer::run_inference_microbenchmark(engine, options); });
   const std::string& path = config.inference_microbenchmark_log_file_path;
   if (!path.empty()) {
     // Rank 0 writes; every rank ends with its error if it cannot.

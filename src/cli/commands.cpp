@@ -17,6 +17,8 @@ int run_check_logits(const Args& args);
 int run_export(const Args& args);
 int run_decode(const Args& args);
 int run_bench_inference(const Args& args);
+int run_trace_summary(const Args& args);
+int run_plot(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -31,6 +33,11 @@ const std::vector<Command>& commands() {
        run_decode},
       {"bench-inference", "prefill and decode microbenchmark (MaxText's inference_microbenchmark)",
        run_bench_inference},
+      {"trace-summary",
+       "per-rank compute, communication (exposed), idle time and top ops of a profiler trace",
+       run_trace_summary},
+      {"plot", "PNG of runs' loss, accuracy, throughput and learning rate; --trace: a timeline",
+       run_plot},
       {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
       {"config", "print the resolved config (every key, then the derived values)", run_config},
       {"config-doc", "print the documentation of every config key (docs/config.md)",

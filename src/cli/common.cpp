@@ -3,8 +3,17 @@
 // so no subcommand names MPI.
 #include "cli/common.h"
 
+#include <filesystem>
+#include <string>
+
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+#include "maxctx/core/trace.h"
+#include "maxctx/io/trace_summary.h"
+#include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/root_task.h"
+#include "maxctx/mesh/trace_file.h"
 
 namespace maxctx::cli {
 
@@ -24,6 +33,32 @@ MeshSpec mesh_spec_from(const Config& config) {
   return spec;
 }
 
-const kernels::Kernels& kernels_for(const Config&) { return kernels::backend(Device::kCpu); }
+const kernels::Kernels& kernels_for(const Config& config) {
+  const kernels::Kernels& cpu = kernels::backend(Device::kCpu);
+  return config.profiler.empty() ? cpu : kernels::traced(cpu);
+}
+
+void run_profiled(const Config& config, const Mesh& mesh, const char* command,
+                  const std::function<void()>& work) {
+  if (config.profiler.empty()) return work();
+  if (!MAXCTX_TRACE) {
+    fail("profiler={}: this build has no trace spans (configured with -DMAXCTX_TRACE=OFF)",
+         config.profiler);
+  }
+  const std::filesystem::path base = config.base_output_directory.empty()
+                                         ? std::filesystem::path("runs")
+                                         : std::filesystem::path(config.base_output_directory);
+  const std::filesystem::path path =
+      base / (config.run_name.empty() ? std::string("maxctx_") + command : config.run_name) /
+      "trace.json";
+  run_on_root(mesh.world(), [&] { std::filesystem::create_directories(path.parent_path()); });
+  start_trace(mesh.world());
+  work();
+  write_trace(mesh.world(), path);
+  run_on_root(mesh.world(), [&] {
+    log::info("profiler: trace of {} in {}\n{}", command, path.string(),
+              format_trace_summary(summarize_trace(path)));
+  });
+}
 
 }  // namespace maxctx::cli

@@ -2,6 +2,8 @@
 // this many ranks and build the mesh. Errors are maxctx::Error; main() prints them once.
 #pragma once
 
+#include <functional>
+
 #include "cli/commands.h"
 #include "maxctx/config/config.h"
 #include "maxctx/kernels/kernels.h"
@@ -12,7 +14,12 @@ namespace maxctx::cli {
 // The config file and overrides of `args`; the world size sets the device count.
 Config load_command_config(const Args& args, const char* command);
 MeshSpec mesh_spec_from(const Config& config);
-// The op table the run computes with: the cpu backend (the only one this build runs).
+// The op table the run computes with: the cpu backend (the only one this build runs), inside
+// trace spans when `profiler` is set.
 const kernels::Kernels& kernels_for(const Config& config);
+// Runs `work`; with `profiler` set (xplane, nsys) traces it on every rank into
+// <base_output_directory>/<run_name, or maxctx_<command>>/trace.json and prints the summary.
+void run_profiled(const Config& config, const Mesh& mesh, const char* command,
+                  const std::function<void()>& work);
 
 }  // namespace maxctx::cli

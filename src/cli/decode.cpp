@@ -66,7 +66,8 @@ int run_decode(const Args& args) {
                                 std::move(model.weights), mesh);
   const std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(settings.slots), prompt);
   const auto start = std::chrono::steady_clock::now();
-  const infer::GenerateResult result = engine.generate(prompts);
+  infer::GenerateResult result;
+  run_profiled(config, mesh, "decode", [&] { result = engine.generate(prompts); });
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::vector<int32_t>& out = result.tokens[0];

@@ -119,7 +119,23 @@ using StringList = std::vector<std::string>;
   X(int64_t, checkpoint_period, 10000, "", "Steps between checkpoints")                         \
   X(std::string, load_parameters_path, "", "",                                                  \
     "Parameters to start from: a checkpoint or a Hugging Face directory")                       \
-  X(int64_t, log_period, 100, "", "Steps between metric flushes")
+  X(int64_t, log_period, 100, "",                                                               \
+    "Steps between step lines on the console (a terminal also gets a progress line), "          \
+    "TensorBoard and metric flushes")                                                           \
+  X(bool, enable_tensorboard, true, "",                                                         \
+    "Write TensorBoard event files (MaxText's scalar names) in <run dir>/tensorboard")         \
+  X(std::string, profiler, "", "|xplane|nsys",                                                  \
+    "Trace a window of steps: xplane (and nsys, same here: no CUDA build yet) writes every "     \
+    "rank's timeline to <run dir>/trace.json (Chrome trace-event JSON: Perfetto, "              \
+    "chrome://tracing) and prints its summary; '' = off")                                       \
+  X(int64_t, skip_first_n_steps_for_profiler, 1, "",                                            \
+    "Steps of the run before the profiled window (warm-up)")                                    \
+  X(int64_t, profiler_steps, 5, "", "Steps in the profiled window")                             \
+  X(bool, upload_all_profiler_results, false, "",                                               \
+    "MaxText uploads every host's profile; the trace here always holds every rank (accepted)")  \
+  X(bool, enable_jax_profiler, false, "",                                                       \
+    "MaxText's on-demand profiler server; maxctx has none: true is accepted with a warning "    \
+    "that names profiler=xplane")
 
 #define MAXCTX_PARALLEL_KEYS(X)                                                                  \
   X(int64_t, ici_data_parallelism, 1, "", "data axis within a node (-1: fill)")                 \

@@ -6,6 +6,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
+#include "maxctx/core/trace.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
 
@@ -142,6 +143,7 @@ int64_t InferenceEngine::first_local_slot() const {
 
 const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector<int32_t>>& prompts,
                                                    std::vector<float>* local_logits) {
+  const trace::Span span("prefill", trace::Category::kStep);
   const int64_t B = settings_.slots, V = model_.vocab_size;
   const int64_t ca = ca_.size(), rank = ca_.rank();
   if (static_cast<int64_t>(prompts.size()) != B) {
@@ -217,6 +219,7 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
 
 const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> tokens,
                                                        std::span<const uint8_t> active) {
+  const trace::Span span("decode_step", trace::Category::kStep);
   const int64_t B = settings_.slots, V = model_.vocab_size;
   MAXCTX_CHECK(static_cast<int64_t>(tokens.size()) == B && static_cast<int64_t>(active.size()) == B,
                "a decode step takes one token and one flag per slot ({} slots), got {} and {}", B,
@@ -274,6 +277,7 @@ GenerateResult InferenceEngine::generate(const std::vector<std::vector<int32_t>>
   const std::vector<float>* logits = &prefill(prompts);
   while (true) {
     if (keep_logits) result.logits.push_back(*logits);
+    trace::Span sampling("sample", trace::Category::kCompute);
     bool any = false;
     for (int64_t b = 0; b < B; ++b) {
       if (!active[b]) continue;
@@ -284,6 +288,7 @@ GenerateResult InferenceEngine::generate(const std::vector<std::vector<int32_t>>
       active[b] = t != settings_.eos_id && length_[b] + 1 < settings_.max_target_length;
       any = any || active[b];
     }
+    sampling.finish();
     if (!any) break;
     logits = &decode_step(next, active);
   }

@@ -92,22 +92,41 @@ ReduceScatterAlgorithm default_reduce_scatter_algorithm() { return g_default_red
 
 Request::Request() = default;
 Request::Request(std::unique_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
-Request::Request(Request&& other) noexcept : impl_(std::move(other.impl_)) {}
+Request::Request(Request&& other) noexcept
+    : impl_(std::move(other.impl_)), transfer_(other.transfer_) {
+  other.transfer_.begin_ns = 0;
+}
 
 Request& Request::operator=(Request&& other) noexcept {
   if (this != &other) {
     wait();
     impl_ = std::move(other.impl_);
+    transfer_ = other.transfer_;
+    other.transfer_.begin_ns = 0;
   }
   return *this;
 }
 
 Request::~Request() { wait(); }
 
+void Request::trace_transfer(const char* name, const char* axis, int64_t bytes) {
+  if (!trace::enabled() || !impl_) return;
+  transfer_ = {name, axis, bytes, trace::now_ns(), 0, trace::Category::kComm, trace::kAsyncTrack};
+}
+
+void Request::finish_trace() {
+  if (transfer_.begin_ns == 0) return;
+  transfer_.end_ns = trace::now_ns();
+  if (trace::enabled()) trace::record(transfer_);
+  transfer_.begin_ns = 0;
+}
+
 void Request::wait() {
   if (!impl_) return;
+  const trace::Span span("wait", trace::Category::kComm);
   impl_->wait();
   impl_.reset();
+  finish_trace();
 }
 
 void wait_all(std::span<Request> requests) {
@@ -116,8 +135,14 @@ void wait_all(std::span<Request> requests) {
     if (request.impl_) batch.push_back(request.impl_.get());
   }
   if (batch.empty()) return;
-  batch.front()->wait_all(batch);
-  for (Request& request : requests) request.impl_.reset();
+  {
+    const trace::Span span("wait", trace::Category::kComm);
+    batch.front()->wait_all(batch);
+  }
+  for (Request& request : requests) {
+    request.impl_.reset();
+    request.finish_trace();
+  }
 }
 
 // --- Communicator: lifetime --------------------------------------------------------------------
@@ -127,7 +152,11 @@ Communicator::Communicator(std::shared_ptr<CommunicatorImpl> impl) : impl_(std::
 Communicator::~Communicator() = default;
 
 Communicator Communicator::world() { return mpi_world(); }
-Communicator Communicator::self() { return mpi_self(); }
+Communicator Communicator::self() {
+  Communicator alone = mpi_self();
+  alone.trace_name_ = "self";
+  return alone;
+}
 
 int Communicator::rank() const { return impl_ ? impl_->rank() : 0; }
 int Communicator::size() const { return impl_ ? impl_->size() : 1; }
@@ -140,16 +169,23 @@ const CommunicatorImpl& Communicator::backend() const {
 }
 
 Communicator Communicator::split(int color, int key) const {
-  return Communicator(backend().split(color, key));
+  Communicator part(backend().split(color, key));
+  part.trace_name_ = "split";
+  return part;
 }
 
-void Communicator::barrier() const { backend().barrier(); }
+void Communicator::barrier() const {
+  const trace::Span span("barrier", trace::Category::kComm, trace_name_);
+  backend().barrier();
+}
 
 // --- Communicator: point to point --------------------------------------------------------------
 
 template <typename T>
 void Communicator::send_recv(std::span<const T> send, int dest, std::span<T> recv, int source,
                              int tag) const {
+  const trace::Span span("send_recv", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(send.size_bytes() + recv.size_bytes()));
   const CommunicatorImpl& impl = backend();
   check_user_tag(tag);
   check_peer(dest, impl.size(), "send_recv: dest");
@@ -163,8 +199,10 @@ Request Communicator::isend(std::span<const T> data, int dest, int tag) const {
   const CommunicatorImpl& impl = backend();
   check_user_tag(tag);
   check_peer(dest, impl.size(), "isend: dest");
-  return Request(
+  Request request(
       impl.isend(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), dest, tag));
+  request.trace_transfer("isend", trace_name_, static_cast<int64_t>(data.size_bytes()));
+  return request;
 }
 
 template <typename T>
@@ -172,14 +210,18 @@ Request Communicator::irecv(std::span<T> data, int source, int tag) const {
   const CommunicatorImpl& impl = backend();
   check_user_tag(tag);
   check_peer(source, impl.size(), "irecv: source");
-  return Request(impl.irecv(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(),
-                            source, tag));
+  Request request(impl.irecv(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(),
+                             source, tag));
+  request.trace_transfer("irecv", trace_name_, static_cast<int64_t>(data.size_bytes()));
+  return request;
 }
 
 // --- Communicator: collectives -----------------------------------------------------------------
 
 template <typename T>
 void Communicator::all_gather(std::span<const T> mine, std::span<T> out) const {
+  const trace::Span span("all_gather", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(out.size_bytes()));
   const CommunicatorImpl& impl = backend();
   const int64_t n = static_cast<int64_t>(mine.size());
   MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), n * impl.size(),
@@ -189,6 +231,8 @@ void Communicator::all_gather(std::span<const T> mine, std::span<T> out) const {
 
 template <typename T>
 void Communicator::all_gather_uneven(std::span<const T> mine, std::span<T> out) const {
+  const trace::Span span("all_gather", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(out.size_bytes()));
   const CommunicatorImpl& impl = backend();
   const int64_t total = static_cast<int64_t>(out.size());
   MAXCTX_CHECK_EQ(static_cast<int64_t>(mine.size()), split_count(total, impl.size(), impl.rank()),
@@ -205,6 +249,8 @@ void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out) const
 template <typename T>
 void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out,
                                   ReduceScatterAlgorithm algorithm) const {
+  const trace::Span span("reduce_scatter", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(in.size_bytes()));
   const CommunicatorImpl& impl = backend();
   const int64_t total = static_cast<int64_t>(in.size());
   MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), split_count(total, impl.size(), impl.rank()),
@@ -217,12 +263,16 @@ void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out,
 
 template <typename T>
 void Communicator::all_reduce(std::span<T> in_out, ReduceOp op) const {
+  const trace::Span span("all_reduce", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(in_out.size_bytes()));
   backend().all_reduce(in_out.data(), static_cast<int64_t>(in_out.size()), element_type_of<T>(),
                        op);
 }
 
 template <typename T>
 void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
+  const trace::Span span("all_to_all", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(in.size_bytes()));
   const CommunicatorImpl& impl = backend();
   const int64_t total = static_cast<int64_t>(in.size());
   MAXCTX_CHECK(total % impl.size() == 0,
@@ -237,6 +287,8 @@ void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
 
 template <typename T>
 void Communicator::broadcast(std::span<T> data, int root) const {
+  const trace::Span span("broadcast", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(data.size_bytes()));
   const CommunicatorImpl& impl = backend();
   MAXCTX_CHECK(root >= 0 && root < impl.size(), "broadcast root {} of {} ranks", root, impl.size());
   impl.broadcast(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), root);

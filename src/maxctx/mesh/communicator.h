@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "maxctx/core/split.h"
+#include "maxctx/core/trace.h"
 
 namespace maxctx {
 
@@ -54,10 +55,15 @@ class Request {
   void wait();
   bool pending() const { return impl_ != nullptr; }
 
+  // While tracing: the transfer is recorded on the "in flight" track from now to its completion.
+  void trace_transfer(const char* name, const char* axis, int64_t bytes);
+
  private:
   friend void wait_all(std::span<Request> requests);
+  void finish_trace();
 
   std::unique_ptr<RequestImpl> impl_;  // null once completed
+  trace::Event transfer_;              // begin_ns != 0 while a traced transfer is pending
 };
 
 // Waits for all of them together (one MPI_Waitall in the MPI backend), so no transfer waits
@@ -81,6 +87,10 @@ class Communicator {
   int size() const;
   // The backend, for code that must reach under the interface (the MPI bootstrap in mesh/).
   CommunicatorImpl* impl() const { return impl_.get(); }
+  // The name its spans carry in a trace (the mesh axes it spans, e.g. "context"); split()
+  // copies inherit "split" until renamed.
+  const char* trace_name() const { return trace_name_; }
+  void set_trace_name(std::string_view name) { trace_name_ = trace::intern(name); }
 
   // Collective: ranks with the same color form a communicator, ordered by key.
   Communicator split(int color, int key) const;
@@ -145,6 +155,7 @@ class Communicator {
   const CommunicatorImpl& backend() const;  // checks that this communicator is not empty
 
   std::shared_ptr<CommunicatorImpl> impl_;
+  const char* trace_name_ = "world";
 };
 
 }  // namespace maxctx

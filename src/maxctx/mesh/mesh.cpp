@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "maxctx/core/check.h"
@@ -114,6 +115,12 @@ Mesh::Mesh(const MeshSpec& spec, Communicator base) : world_(std::move(base)) {
     const int64_t color = masked_linear_index(coords_, sizes, all_axes & ~mask);
     const int64_t key = masked_linear_index(coords_, sizes, mask);
     groups_[mask] = world_.split(static_cast<int>(color), static_cast<int>(key));
+    std::string axes;  // the group's name in traces: its axes, "data+context"
+    for (Axis axis : kAllAxes) {
+      if ((mask & axis_bit(axis)) != 0)
+        axes += fmt::format("{}{}", axes.empty() ? "" : "+", axis_name(axis));
+    }
+    groups_[mask].set_trace_name(axes);
     MAXCTX_CHECK_EQ(static_cast<int64_t>(groups_[mask].rank()), key,
                     "a group's rank is the row-major index over its axes");
   }

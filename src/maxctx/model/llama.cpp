@@ -1,6 +1,7 @@
 #include "maxctx/model/llama.h"
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/trace.h"
 #include "maxctx/model/decoder_layer.h"
 
 namespace maxctx::model {
@@ -175,6 +176,8 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   before_use(plan, 0);
   k.embedding_forward(acts.residual[0].view(), b.tokens, w.embed);
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    const trace::Span span("layer_forward", trace::Category::kLayer,
+                           trace::enabled() ? trace::numbered("layer", l) : nullptr);
     before_use(plan, l + 1);
     DecoderLayerBuffers buffers = layer_buffers(acts.layers[l], acts);
     decoder_layer_forward(c, l, layer_weights(w.layers[l]), inputs, layer_plan,
@@ -218,6 +221,8 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
                      acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
   gradients_ready(plan, c.num_layers + 1);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
+    const trace::Span span("layer_backward", trace::Category::kLayer,
+                           trace::enabled() ? trace::numbered("layer", l) : nullptr);
     LayerActivations& a = acts.layers[l];
     if (c.moe) {
       moe_block_backward(k, c, w.layers[l], g.layers[l], b, plan, acts.residual_mid[l].view(), acts,

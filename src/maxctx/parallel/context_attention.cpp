@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <span>
 
+#include "maxctx/core/trace.h"
+
 namespace maxctx::parallel {
 namespace {
 
@@ -154,6 +156,8 @@ void RingContextAttention::forward(TensorView out, TensorView lse, TensorView q,
   const kernels::AttentionParams p = chunk_params(tokens, dims, S);
 
   for (int step = 0; step < cp; ++step) {
+    const trace::Span span("ring_step", trace::Category::kLayer,
+                           trace::enabled() ? trace::numbered("ring step", step) : nullptr);
     const int cur = step % 2;
     // Post the hand-off of the current chunk before computing with it.
     std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
@@ -191,6 +195,8 @@ void RingContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
   // At step i this rank holds the chunk of rank (r − i) with the dK/dV its earlier holders
   // accumulated; after the last step one more hop takes every chunk's gradients home.
   for (int step = 0; step < cp; ++step) {
+    const trace::Span span("ring_step", trace::Category::kLayer,
+                           trace::enabled() ? trace::numbered("ring step", step) : nullptr);
     const int cur = step % 2;
     std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
     const TensorView chunk = chunk_kv(cur);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/trace.h"
 
 namespace maxctx::parallel {
 
@@ -132,6 +133,8 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
                                     kv.positions, kv.segments, p);
   }
   if (!merge) return;
+  // The merge of the shards' partials: one all-gather over context_autoregressive, then LSE.
+  const trace::Span span("decode_merge", trace::Category::kLayer);
   kernels_.reserve(gathered_, ca * part);
   const TensorView gathered = gathered_.view().elements(0, ca * part);
   ca_.all_gather(partial_.view().elements(0, part), gathered);

@@ -6,10 +6,12 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/io/tensorboard.h"
 
 namespace maxctx {
 
@@ -104,6 +106,24 @@ std::string format_progress(int64_t steps_done, int64_t total_steps, double seco
                      seconds_per_step, eta_text);
 }
 
+namespace {
+
+// Whether a launcher (mpirun, srun) started this process: its variables in the environment the
+// process started with. /proc/self/environ is that environment; getenv is not, since a
+// singleton's MPI_Init adds Open MPI's variables to it.
+bool started_by_mpi_launcher() {
+  std::ifstream in("/proc/self/environ", std::ios::binary);
+  std::string entry;
+  while (std::getline(in, entry, '\0')) {
+    for (const char* name : {"OMPI_COMM_WORLD_SIZE=", "PMI_SIZE=", "PMIX_RANK="}) {
+      if (entry.starts_with(name)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 MetricLogger::MetricLogger(const MetricLoggerOptions& options)
     : options_(options), jsonl_(nullptr, &std::fclose) {
   if (log::rank() != 0) return;
@@ -113,7 +133,12 @@ MetricLogger::MetricLogger(const MetricLoggerOptions& options)
       fail("cannot open the metrics file {}: {}", options_.jsonl_path, std::strerror(errno));
     }
   }
-  show_progress_ = ::isatty(STDOUT_FILENO) == 1;
+  if (!options_.tensorboard_dir.empty()) {
+    tensorboard_ = std::make_unique<TensorBoardWriter>(options_.tensorboard_dir);
+  }
+  // Under an MPI launcher stdout is a pseudo-terminal of the launcher's, whatever mpirun's own
+  // output is (a file, a pipe): no progress line there, only whole lines.
+  show_progress_ = ::isatty(STDOUT_FILENO) == 1 && !started_by_mpi_launcher();
 }
 
 MetricLogger::~MetricLogger() {
@@ -123,34 +148,49 @@ MetricLogger::~MetricLogger() {
 
 void MetricLogger::log_step(const StepMetrics& metrics) {
   if (log::rank() != 0) return;
-  // The progress line has no newline; wipe it before the log line lands on top of it.
-  if (show_progress_) std::fputs("\r\033[K", stdout);
-  log::info("{}",
-            format_step_line(metrics, options_.tflops_per_device, options_.tokens_per_device));
+  ++logged_;
+  const bool last = metrics.step + 1 == options_.total_steps;
+  const bool periodic =
+      options_.flush_period > 0 && (metrics.step + 1) % options_.flush_period == 0;
+  if (logged_ == 1 || periodic || last) {
+    // The progress line has no newline; wipe it before the log line lands on top of it.
+    if (show_progress_) std::fputs("\r\033[K", stdout);
+    log::info("{}",
+              format_step_line(metrics, options_.tflops_per_device, options_.tokens_per_device));
+  }
+  const nlohmann::json record = step_metrics_json(metrics, options_.tflops_per_device,
+                                                  options_.tokens_per_device, options_.run_name);
+  if (tensorboard_) {
+    std::vector<std::pair<std::string, double>> scalars;
+    for (const auto& [name, value] : record.items()) {
+      if (name != "step" && value.is_number()) scalars.emplace_back(name, value.get<double>());
+    }
+    tensorboard_->add_scalars(metrics.step, scalars);
+  }
   if (jsonl_) {
-    const std::string line = step_metrics_json(metrics, options_.tflops_per_device,
-                                               options_.tokens_per_device, options_.run_name)
-                                 .dump() +
-                             "\n";
+    const std::string line = record.dump() + "\n";
     if (std::fwrite(line.data(), 1, line.size(), jsonl_.get()) != line.size()) {
       fail("cannot write the metrics file {}: {}", options_.jsonl_path, std::strerror(errno));
     }
   }
-  ++logged_;
   if (logged_ > 1) timed_seconds_ += metrics.seconds;
   if (options_.flush_period > 0 && logged_ % options_.flush_period == 0) flush();
-  if (show_progress_) {
+  if (show_progress_ && !last) {
     // The first step carries the warm-up; the ETA uses the later ones once there are any.
     const double per_step =
         logged_ > 1 ? timed_seconds_ / static_cast<double>(logged_ - 1) : metrics.seconds;
-    const std::string progress = format_progress(metrics.step + 1, options_.total_steps, per_step);
-    std::fputs(progress.c_str(), stdout);
+    const std::string progress =
+        fmt::format("{}, loss {:.3f}, {:.0f} tokens/s/device",
+                    format_progress(metrics.step + 1, options_.total_steps, per_step), metrics.loss,
+                    options_.tokens_per_device / metrics.seconds);
+    std::fputs(("\r\033[K" + progress).c_str(), stdout);  // rewrites the line in place
     std::fflush(stdout);
   }
 }
 
 void MetricLogger::flush() {
   if (jsonl_) std::fflush(jsonl_.get());
+  if (tensorboard_) tensorboard_->flush();
 }
 
 }  // namespace maxctx

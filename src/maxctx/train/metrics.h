@@ -9,8 +9,10 @@
 //   learnable = ((ffn + qkv + proj)·L + embed)·3 / 1e12,  attention = attn·L·3 / 1e12
 // both × gradient_accumulation_steps (×3: forward + backward). These are model FLOPs, not what
 // a kernel executes (no recompute, masked blocks counted as MaxText counts them).
-// The logger prints MaxText's line from rank 0, appends one JSON object per step (MaxText's
-// metric names) to a JSONL file, and shows a progress line only when stdout is a terminal.
+// The logger, on rank 0: MaxText's step line on the console for the first step, every
+// log_period-th and the last (a terminal also gets one progress line rewritten in place every
+// step: loss, tokens/s, ETA; piped output has no escape codes); one JSON object per step
+// (MaxText's metric names) in a JSONL file; the same numbers as TensorBoard scalars.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,7 @@
 namespace maxctx {
 
 struct Config;
+class TensorBoardWriter;
 
 struct FlopsModel {
   int64_t emb_dim = 0;
@@ -63,7 +66,9 @@ struct StepMetrics {
   double learning_rate = 0.0;  // the rate this step's update used
   double grad_norm = 0.0;      // after clipping (MaxText's learning/grad_norm)
   double raw_grad_norm = 0.0;  // before clipping
-  // Anything else, written to the JSONL under these names (e.g. "learning/recall_accuracy").
+  // Anything else, written to the JSONL and TensorBoard under these names (e.g.
+  // "learning/accuracy"; an eval's "eval/avg_loss" and "eval/accuracy", which `maxctx plot`
+  // draws dashed beside the training curves).
   std::vector<std::pair<std::string, double>> extra;
 };
 
@@ -88,7 +93,8 @@ struct MetricLoggerOptions {
   int64_t total_steps = 0;
   double tflops_per_device = 0.0;  // per step, training_tflops_per_device(...).total
   double tokens_per_device = 0.0;  // per step
-  int64_t flush_period = 100;      // log_period: JSONL flushed every this many steps
+  int64_t flush_period = 100;      // log_period: step lines and flushes every this many steps
+  std::string tensorboard_dir;     // "" writes no event file
   bool append = true;              // false truncates the file (a fresh run)
 };
 
@@ -106,6 +112,7 @@ class MetricLogger {
  private:
   MetricLoggerOptions options_;
   std::unique_ptr<FILE, int (*)(FILE*)> jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
   bool show_progress_ = false;
   int64_t logged_ = 0;
   double timed_seconds_ = 0.0;  // step times after the first (which includes warm-up)

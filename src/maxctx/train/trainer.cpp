@@ -6,6 +6,8 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/trace.h"
+#include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/model/activations.h"
 #include "maxctx/model/llama.h"
@@ -18,6 +20,7 @@
 #include "maxctx/train/data.h"
 #include "maxctx/train/metrics.h"
 #include "maxctx/train/optimizer.h"
+#include "maxctx/train/profiler.h"
 #include "maxctx/train/recall.h"
 #include "maxctx/train/schedule.h"
 
@@ -68,18 +71,23 @@ struct Trainer::State {
   AdamWConfig adamw;
   LearningRateSchedule schedule;
   std::unique_ptr<MetricLogger> metrics;
+  std::unique_ptr<StepProfiler> profiler;
   fs::path run_dir;
   int64_t step = 0;
   std::vector<StepRecord> history;
 
   State(const Config& c, const Mesh& m, const kernels::Kernels& k)
-      : config(c), mesh(m), kernels(k), axes(check_training_mesh(c, m)) {}
+      : config(c),
+        mesh(m),
+        kernels(c.profiler.empty() ? k : kernels::traced(k)),  // traced: a span per op
+        axes(check_training_mesh(c, m)) {}
 
   const Communicator& batch_group() const {
     return mesh.group({Axis::kData, Axis::kFsdp, Axis::kContext});
   }
 
   void save_checkpoint() {
+    const trace::Span span("checkpoint", trace::Category::kIo);
     Tensor params, m, v;
     plans.parameters->gather_full(params, m, v);
     const auto& tensor = mesh.axis(Axis::kTensor);
@@ -171,6 +179,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
   s.loader = std::make_unique<DataLoader>(make_data_source(c), shard, data_position);
 
+  // Checks the profiler keys before anything is written in the run directory.
+  s.profiler = std::make_unique<StepProfiler>(c, mesh.world(), s.run_dir / "trace.json", s.step);
   MetricLoggerOptions options;
   options.jsonl_path = (s.run_dir / "metrics.jsonl").string();
   options.run_name = s.run_dir.filename().string();
@@ -182,6 +192,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
       training_tokens_per_device(c.per_device_batch_size, c.max_target_length);
   options.flush_period = c.log_period;
   options.append = latest.has_value();
+  if (c.enable_tensorboard) options.tensorboard_dir = (s.run_dir / "tensorboard").string();
   // Rank 0 creates the run directory and the metrics file; every rank learns whether it could.
   run_on_root(mesh.world(), [&] {
     fs::create_directories(s.run_dir);
@@ -201,8 +212,13 @@ void Trainer::run(int64_t max_new_steps) {
   const int64_t last = max_new_steps < 0 ? c.steps : std::min(c.steps, s.step + max_new_steps);
   auto previous = std::chrono::steady_clock::now();
   while (s.step < last) {
+    s.profiler->before_step(s.step);
+    trace::Span step_span("step", trace::Category::kStep, nullptr);
     s.plans.parameters->begin_step();
-    const Batch batch = s.loader->next();
+    const Batch batch = [&] {
+      const trace::Span span("next_batch", trace::Category::kData);
+      return s.loader->next();
+    }();
     std::vector<float> loss_weights(batch.size());
     for (int64_t i = 0; i < batch.size(); ++i) {
       loss_weights[i] = batch.target_segment_ids[i] != 0 ? 1.0f : 0.0f;
@@ -230,6 +246,7 @@ void Trainer::run(int64_t max_new_steps) {
     double totals[4] = {sums.loss_sum, static_cast<double>(accuracy.correct),
                         static_cast<double>(accuracy.scored), sums.moe_lb_sum};
     s.batch_group().all_reduce(std::span<double>(totals, 4), ReduceOp::kSum);
+    trace::Span optimizer_span("optimizer", trace::Category::kOptimizer);
     const double raw_norm = s.plans.parameters->global_grad_norm();
     clip_by_global_norm(s.plans.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
     const double learning_rate = learning_rate_at(s.schedule, s.step);
@@ -238,6 +255,7 @@ void Trainer::run(int64_t max_new_steps) {
                  s.plans.parameters->master(),
                  TensorView::of(grads.data(), static_cast<int64_t>(grads.size())),
                  s.plans.parameters->adam_m(), s.plans.parameters->adam_v());
+    optimizer_span.finish();
 
     StepRecord record;
     record.step = s.step;
@@ -269,7 +287,10 @@ void Trainer::run(int64_t max_new_steps) {
     if (c.enable_checkpointing && (s.step % c.checkpoint_period == 0 || s.step == c.steps)) {
       s.save_checkpoint();
     }
+    step_span.finish();
+    s.profiler->after_step(record.step);
   }
+  if (s.step == c.steps) s.profiler->finish();  // a run ending inside the window
   s.metrics->flush();
 }
 
