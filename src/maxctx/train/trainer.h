@@ -24,6 +24,13 @@ struct StepRecord {
   double grad_norm = 0.0;  // before clipping
   double accuracy = 0.0;   // exact match on the scored targets
   int64_t total_weights = 0;
+  // Evaluation after this step (every eval_interval steps): MaxText's eval/avg_loss,
+  // eval/avg_perplexity = exp(avg_loss), eval/total_weights.
+  bool evaluated = false;
+  double eval_loss = 0.0;
+  double eval_perplexity = 0.0;
+  double eval_accuracy = 0.0;
+  int64_t eval_weights = 0;
 };
 
 class Trainer {
