@@ -144,7 +144,10 @@ std::shared_ptr<const DataSource> make_data_source(const Config& config) {
   if (config.dataset_type == "recall") {
     return std::make_shared<RecallSource>(recall_params_from(config), seed);
   }
-  fail("dataset_type = '{}' is not one of synthetic|tokens|recall", config.dataset_type);
+  if (config.dataset_type == "hf") {
+    fail("dataset_type=hf is tokenized by the trainer (train/text_data.h: open_text_source)");
+  }
+  fail("dataset_type = '{}' is not one of synthetic|tokens|recall|hf", config.dataset_type);
 }
 
 }  // namespace maxctx

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/train/checkpoint.h"
 
@@ -87,7 +88,16 @@ model::LlamaConfig training_model_config(const Config& c) {
   if (json.empty()) return model::llama_config_from(c);
   model::LlamaConfig m = model::llama_config_from_hf(json);
   model::apply_precision(c, m);
+  const kernels::RopeParams from_json = m.rope;
   apply_explicit_rope_keys(c, m);
+  log::info("model from {}: RoPE theta {}{}{}", json.string(), m.rope.theta,
+            m.rope.scaling == kernels::RopeScaling::kLlama3
+                ? fmt::format(", Llama 3 scaling x{}", m.rope.factor)
+                : std::string(),
+            m.rope.theta != from_json.theta || m.rope.scaling != from_json.scaling ||
+                    m.rope.factor != from_json.factor
+                ? " (RoPE keys of the command line over config.json's)"
+                : "");
   return m;
 }
 
