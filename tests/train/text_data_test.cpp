@@ -1,7 +1,9 @@
 // dataset_type=hf's text pipeline (train/text_data.h): file lists and globs, streaming
 // tokenization into a token file (each document BOS + ids + EOS, exactly the tokenizer's ids),
-// JSON Lines and text giving the same file, the cache name following the inputs, and the
-// one-line errors naming file and line.
+// JSON Lines and text giving the same file, the cache name following the inputs, the one-line
+// errors naming file and line; and first-fit packing (train/data_first_fit.h): the rows of a
+// hand-traced case, every token in exactly one row, the five arrays of a row, and context shards
+// equal to slices of the full rows.
 #include "maxctx/train/text_data.h"
 
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/tokenizer/tokenizer.h"
+#include "maxctx/train/data_first_fit.h"
 #include "maxctx/train/token_file.h"
 
 namespace maxctx {
@@ -139,6 +142,91 @@ TEST_F(TextDataTest, ErrorsNameFileAndLine) {
   no_eos.add_eos = false;
   e = error_of(no_eos);
   EXPECT_NE(e.find("add_eos=true"), std::string::npos) << e;
+}
+
+// Documents of 7, 6, 4, 9, 3 and 15 tokens (EOS last), rows of 12, two rows open at a time.
+// First fit: 7 -> row a; 6 -> b; 4 -> a (11); 9 fits neither: a = [7, 4] and b = [6] close;
+// 9 -> a; 3 -> a (12); 15 is cut into 12 + 3: 12 -> b, 3 fits neither: [9, 3] and [12] close;
+// 3 -> a, closed at the end.
+class FirstFitTest : public TextDataTest {
+ protected:
+  std::string write_documents(const std::vector<int>& lengths) {
+    std::vector<int32_t> ids;
+    for (const int length : lengths) {
+      for (int i = 0; i + 1 < length; ++i)
+        ids.push_back(3 + static_cast<int32_t>(ids.size() % 200));
+      ids.push_back(2);
+    }
+    const std::string path = (dir_ / "docs.tokens").string();
+    write_token_file(path, ids, 2, TokenWidth::kUInt16);
+    return path;
+  }
+  TokenDataOptions options(const std::string& path, int64_t seq, bool shuffle = false) {
+    TokenDataOptions o;
+    o.path = path;
+    o.vocab_size = 256;
+    o.seq_len = seq;
+    o.eos_id = 2;
+    o.shuffle = shuffle;
+    return o;
+  }
+};
+
+TEST_F(FirstFitTest, RowsOfAHandTracedCase) {
+  const FirstFitSource source(options(write_documents({7, 6, 4, 9, 3, 15}), 12), 2);
+  // File offsets: 0, 7, 13, 17, 26, 29, 44.
+  const std::vector<std::vector<TokenRange>> expected = {
+      {{0, 7}, {13, 17}}, {{7, 13}}, {{17, 26}, {26, 29}}, {{29, 41}}, {{41, 44}}};
+  ASSERT_EQ(source.rows_per_epoch(), 5);
+  for (int64_t r = 0; r < 5; ++r) EXPECT_EQ(source.row_pieces(r), expected[r]) << r;
+
+  // Row 3: the first 12 tokens of the 15-token document, positions 0..11, all scored (the last
+  // one's target is the document's next token, past the cut).
+  const Batch cut = source.read(3, 1);
+  for (int64_t c = 0; c < 12; ++c) {
+    EXPECT_EQ(cut.positions[c], c);
+    EXPECT_EQ(cut.segment_ids[c], 1);
+    EXPECT_EQ(cut.target_segment_ids[c], 1);
+    EXPECT_EQ(cut.targets[c], c < 11 ? cut.tokens[c + 1] : 3 + 41);
+  }
+  // Row 0: two documents, positions restarting, each EOS unscored, then one padding column.
+  const Batch two = source.read(0, 1);
+  EXPECT_EQ(two.positions[7], 0);
+  EXPECT_EQ(two.segment_ids[6], 1);
+  EXPECT_EQ(two.segment_ids[7], 2);
+  EXPECT_EQ(two.tokens[6], 2);
+  EXPECT_EQ(two.target_segment_ids[6], 0);
+  EXPECT_EQ(two.target_segment_ids[10], 0);
+  EXPECT_EQ(two.segment_ids[11], 0);
+  EXPECT_EQ(two.tokens[11], 0);
+  EXPECT_EQ(total_weights(two), 6 + 3);
+}
+
+TEST_F(FirstFitTest, EveryTokenOnceAndContextShardsAreSlices) {
+  std::vector<int> lengths;
+  for (int d = 0; d < 60; ++d) lengths.push_back(2 + (d * 37) % 53);
+  const std::string path = write_documents(lengths);
+  const FirstFitSource source(options(path, 48, /*shuffle=*/true), 4);
+  std::vector<int> seen(static_cast<size_t>(TokenFile(path).count()), 0);
+  for (int64_t r = 0; r < source.rows_per_epoch(); ++r) {
+    int64_t fill = 0;
+    for (const TokenRange& piece : source.row_pieces(r)) {
+      fill += piece.size();
+      for (int64_t t = piece.begin; t < piece.end; ++t) ++seen[static_cast<size_t>(t)];
+    }
+    EXPECT_LE(fill, 48);
+  }
+  EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+  const Batch full = source.read(5, 7);  // crosses into the next epoch's shuffled order
+  for (const int64_t cp : {2, 3}) {
+    for (const bool balance : {true, false}) {
+      for (int64_t rank = 0; rank < cp; ++rank) {
+        EXPECT_EQ(source.read(5, 7, cp, rank, balance),
+                  shard_batch_for_context(full, cp, rank, balance))
+            << cp << " " << rank << " " << balance;
+      }
+    }
+  }
 }
 
 }  // namespace

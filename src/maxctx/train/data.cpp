@@ -94,6 +94,13 @@ int64_t shuffled_index(int64_t index, int64_t n, uint64_t seed, uint64_t epoch) 
   return static_cast<int64_t>(x);
 }
 
+int64_t row_in_epoch(int64_t row, int64_t rows_per_epoch, bool shuffle, uint64_t seed) {
+  const int64_t epoch = row / rows_per_epoch;
+  const int64_t in_epoch = row % rows_per_epoch;
+  return shuffle ? shuffled_index(in_epoch, rows_per_epoch, seed, static_cast<uint64_t>(epoch))
+                 : in_epoch;
+}
+
 DataLoader::DataLoader(std::shared_ptr<const DataSource> source, const DataShard& shard,
                        int64_t position)
     : source_(std::move(source)), shard_(shard), position_(0) {

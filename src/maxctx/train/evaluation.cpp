@@ -50,10 +50,11 @@ Evaluation::Evaluation(const Config& c, const Mesh& mesh, const parallel::Parall
       fail("eval_interval = {} needs hf_eval_files (the evaluation files) with dataset_type=hf",
            c.eval_interval);
     }
-    auto source = open_text_source(text_corpus_from(c, true), run_dir / "tokenized", "eval", c,
-                                   /*shuffle=*/false, mesh.world());
-    set_rows_ = source->rows_per_epoch();
-    source_ = std::move(source);
+    const TextSource text =
+        open_text_source(text_corpus_from(c, true), run_dir / "tokenized", "eval", c,
+                         /*shuffle=*/false, global_rows_, mesh.world());
+    set_rows_ = text.rows_per_epoch;
+    source_ = text.source;
   } else if (c.dataset_type == "recall" || c.dataset_type == "synthetic") {
     Config held_out = c;
     held_out.data_shuffle_seed = c.data_shuffle_seed + 1;

@@ -16,6 +16,7 @@
 #include "maxctx/core/log.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/tokenizer/tokenizer.h"
+#include "maxctx/train/data_first_fit.h"
 
 namespace maxctx {
 namespace {
@@ -192,10 +193,9 @@ TextCorpus text_corpus_from(const Config& c, bool eval) {
   return corpus;
 }
 
-std::shared_ptr<const TokenFileSource> open_text_source(const TextCorpus& corpus,
-                                                        const fs::path& cache_dir,
-                                                        const std::string& prefix, const Config& c,
-                                                        bool shuffle, const Communicator& world) {
+TextSource open_text_source(const TextCorpus& corpus, const fs::path& cache_dir,
+                            const std::string& prefix, const Config& c, bool shuffle,
+                            int64_t packing_bins, const Communicator& world) {
   const fs::path path = tokenized_cache_path(corpus, cache_dir, prefix);
   run_on_root(world, [&] {
     if (fs::exists(path)) {
@@ -221,7 +221,12 @@ std::shared_ptr<const TokenFileSource> open_text_source(const TextCorpus& corpus
   options.eos_id = eos_id;
   options.seed = static_cast<uint64_t>(c.data_shuffle_seed);
   options.shuffle = shuffle;
-  return std::make_shared<TokenFileSource>(options);
+  if (c.packing) {
+    auto packed = std::make_shared<FirstFitSource>(options, packing_bins);
+    return {packed, packed->rows_per_epoch()};
+  }
+  auto rows = std::make_shared<TokenFileSource>(options);
+  return {rows, rows->rows_per_epoch()};
 }
 
 }  // namespace maxctx

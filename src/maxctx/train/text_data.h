@@ -7,12 +7,11 @@
 // add_bos, EOS last when add_eos (EOS is what separates packed documents, so add_eos must be
 // true). Tokenizing streams: the files are read a line at a time and the ids are appended to a
 // maxctx token file (train/token_file.h), so memory never holds the corpus; the token file is then
-// memory-mapped and served by TokenFileSource (train/data_tokens.h): documents packed greedily
-// in file order into rows of max_target_length with segment ids and per-document positions (a
-// document longer than a row continues in the next rows instead of being cut, which MaxText's
-// pipeline does), rows shuffled per epoch by data_shuffle_seed, each rank reading only its rows
-// and columns, and the data position stored in checkpoints so a resumed run reads the same next
-// rows.
+// memory-mapped and its documents packed first-fit into rows of max_target_length as MaxText's
+// pipeline packs them (train/data_first_fit.h: segment ids, per-document positions; a document
+// longer than a row is cut into row-sized pieces instead of truncated), rows shuffled per epoch
+// by data_shuffle_seed, each rank reading only its rows and columns, and the data position stored
+// in checkpoints so a resumed run reads the same next rows.
 // The token file is a cache keyed by everything that decides its bytes (the files' paths, sizes
 // and modification times, the format, the column, the tokenizer file, add_bos, add_eos): a
 // restarted run reuses it. It is written under a temporary name and renamed, so it is never
@@ -67,12 +66,18 @@ std::filesystem::path tokenized_cache_path(const TextCorpus& corpus,
 // eval_data_columns).
 TextCorpus text_corpus_from(const Config& config, bool eval);
 
+// The rows of a text corpus: packed first-fit (packing=true; data_first_fit.h) or one document
+// per row (packing=false; TokenFileSource).
+struct TextSource {
+  std::shared_ptr<const DataSource> source;
+  int64_t rows_per_epoch = 0;
+};
+
 // Rank 0 tokenizes `corpus` into `cache_dir` unless the cache file is there; every rank then
-// opens it (collective over `world`; an error on rank 0 ends every rank with it).
-std::shared_ptr<const TokenFileSource> open_text_source(const TextCorpus& corpus,
-                                                        const std::filesystem::path& cache_dir,
-                                                        const std::string& prefix,
-                                                        const Config& config, bool shuffle,
-                                                        const Communicator& world);
+// opens it (collective over `world`; an error on rank 0 ends every rank with it). `packing_bins`:
+// the rows open at a time when packing (MaxText: the batch's rows).
+TextSource open_text_source(const TextCorpus& corpus, const std::filesystem::path& cache_dir,
+                            const std::string& prefix, const Config& config, bool shuffle,
+                            int64_t packing_bins, const Communicator& world);
 
 }  // namespace maxctx

@@ -150,7 +150,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   std::shared_ptr<const DataSource> source;
   if (c.dataset_type == "hf") {
     source = open_text_source(text_corpus_from(c, false), s.run_dir / "tokenized", "train", c,
-                              c.enable_data_shuffling, mesh.world());
+                              c.enable_data_shuffling, shard.global_batch_rows, mesh.world())
+                 .source;
   } else {
     source = make_data_source(c);
   }
