@@ -214,20 +214,26 @@ void Trainer::run(int64_t max_new_steps) {
     record.accuracy = sums.accuracy();
     record.total_weights = static_cast<int64_t>(sums.weight_sum);
     ++s.step;
-    const bool evaluate_now = s.evaluation && s.step % c.eval_interval == 0;
-    if (evaluate_now) {
+    // The step's time stops here: an evaluation is timed apart from it.
+    const auto now = std::chrono::steady_clock::now();
+    auto eval_elapsed = std::chrono::steady_clock::duration::zero();
+    if (s.evaluation && s.step % c.eval_interval == 0) {
       const StepSums eval = s.evaluation->run(s.step_model());
+      eval_elapsed = std::chrono::steady_clock::now() - now;
+      record.eval_seconds = std::chrono::duration<double>(eval_elapsed).count();
       record.evaluated = true;
       record.eval_loss = eval.loss();
       record.eval_perplexity = std::exp(record.eval_loss);
       record.eval_weights = static_cast<int64_t>(eval.weight_sum);
       record.eval_accuracy = eval.accuracy();
-      log::info("eval metrics after step: {}, loss={:.3f}, perplexity={:.3f}, total_weights={}",
-                record.step, record.eval_loss, record.eval_perplexity, record.eval_weights);
+      log::info(
+          "eval metrics after step: {}, loss={:.3f}, perplexity={:.3f}, total_weights={}, "
+          "seconds={:.3f}",
+          record.step, record.eval_loss, record.eval_perplexity, record.eval_weights,
+          record.eval_seconds);
     }
     s.history.push_back(record);
 
-    const auto now = std::chrono::steady_clock::now();
     StepMetrics metrics;
     metrics.step = record.step;
     metrics.seconds = std::chrono::duration<double>(now - previous).count();
@@ -244,9 +250,10 @@ void Trainer::run(int64_t max_new_steps) {
       metrics.extra.push_back({"eval/total_loss", record.eval_loss * record.eval_weights});
       metrics.extra.push_back({"eval/total_weights", static_cast<double>(record.eval_weights)});
       metrics.extra.push_back({"eval/accuracy", record.eval_accuracy});
+      metrics.extra.push_back({"perf/eval_seconds", record.eval_seconds});
     }
     run_on_root(s.mesh.world(), [&] { s.metrics->log_step(metrics); });
-    previous = now;
+    previous = now + eval_elapsed;
     if (c.enable_checkpointing && (s.step % c.checkpoint_period == 0 || s.step == c.steps)) {
       s.save_checkpoint();
     }

@@ -31,6 +31,7 @@ struct StepRecord {
   double eval_perplexity = 0.0;
   double eval_accuracy = 0.0;
   int64_t eval_weights = 0;
+  double eval_seconds = 0.0;  // wall time of the evaluation (not counted in the step's time)
 };
 
 class Trainer {
