@@ -468,7 +468,10 @@ Config load_config(const std::string& config_path, const std::vector<std::string
     config.sources.push_back(path.string());
   }
   for (const auto* layer : {&environment, &command_line}) {
-    for (const Setting& s : *layer) assign(config, s.key, s.value, s.where);
+    for (const Setting& s : *layer) {
+      assign(config, s.key, s.value, s.where);
+      config.explicit_keys.push_back(s.key);
+    }
   }
   validate_and_derive(config, num_devices);
   return config;

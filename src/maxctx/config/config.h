@@ -37,6 +37,9 @@ struct Config {
 #undef MAXCTX_DECLARE_FIELD
   DerivedConfig derived;
   std::vector<std::string> sources;  // the files read, in order, for the printout
+  // Keys set on the command line or by M_<KEY> (the user's explicit choices): these beat a
+  // loaded checkpoint's config.json (training's RoPE keys for context extension).
+  std::vector<std::string> explicit_keys;
 };
 
 enum class KeyType { kBool, kInt, kFloat, kString, kIntList, kStringList };

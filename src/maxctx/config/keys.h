@@ -101,9 +101,27 @@ using StringList = std::vector<std::string>;
   X(double, adam_weight_decay, 0.1, "", "AdamW decoupled weight decay")                         \
   X(double, gradient_clipping_threshold, 1.0, "", "Global-norm gradient clipping (0: off)")    \
   X(int64_t, gradient_accumulation_steps, 1, "", "Micro-batches per optimizer step")            \
-  X(std::string, dataset_type, "synthetic", "synthetic|tokens|recall",                          \
-    "synthetic: random tokens; tokens: a binary token file; recall: long-range key-value recall")\
+  X(std::string, dataset_type, "synthetic", "synthetic|tokens|recall|hf",                       \
+    "synthetic: random tokens; tokens: a binary token file; recall: long-range key-value "      \
+    "recall; hf: local JSON Lines or text files (hf_path, hf_train_files), tokenized and packed")\
   X(std::string, dataset_path, "", "", "Token file for dataset_type=tokens")                    \
+  X(std::string, hf_path, "", "|json|text",                                                     \
+    "dataset_type=hf: the format of the local files (json: JSON Lines, one document per line "  \
+    "in train_data_columns; text: one document per line)")                                      \
+  X(std::string, hf_train_files, "", "",                                                        \
+    "dataset_type=hf: training files: a path, a glob, or several separated by commas")          \
+  X(std::string, hf_eval_files, "", "",                                                         \
+    "dataset_type=hf: evaluation files (same forms as hf_train_files)")                         \
+  X(StringList, train_data_columns, (StringList{"text"}), "",                                   \
+    "dataset_type=hf with hf_path=json: the field holding each document's text")               \
+  X(StringList, eval_data_columns, (StringList{"text"}), "",                                    \
+    "dataset_type=hf with hf_path=json: the evaluation files' text field")                     \
+  X(int64_t, eval_interval, -1, "",                                                             \
+    "Evaluate every this many steps (<= 0: never); needs an eval dataset (hf_eval_files)")     \
+  X(int64_t, eval_steps, -1, "",                                                                \
+    "Batches per evaluation (<= 0: the whole eval set once)")                                   \
+  X(double, eval_per_device_batch_size, 0.0, "",                                                \
+    "Sequences per device in an eval batch (0: per_device_batch_size)")                         \
   X(bool, packing, true, "", "Pack documents into rows with segment ids and positions")        \
   X(int64_t, eos_id, 2, "", "End-of-sequence token id (document separator)")                    \
   X(int64_t, data_shuffle_seed, 0, "", "Seed of the data order and synthetic data")             \
@@ -118,7 +136,11 @@ using StringList = std::vector<std::string>;
   X(bool, enable_checkpointing, true, "", "Write checkpoints")                                  \
   X(int64_t, checkpoint_period, 10000, "", "Steps between checkpoints")                         \
   X(std::string, load_parameters_path, "", "",                                                  \
-    "Parameters to start from: a checkpoint or a Hugging Face directory")                       \
+    "Parameters to start from (fresh optimizer, step 0): a Hugging Face directory or a "        \
+    "checkpoint directory <run>/checkpoints/<step>")                                            \
+  X(std::string, load_full_state_path, "", "",                                                  \
+    "Full state to start from: a checkpoint directory <run>/checkpoints/<step> (parameters, "  \
+    "AdamW moments, step and data position), or a run directory (its latest checkpoint)")      \
   X(int64_t, log_period, 100, "",                                                               \
     "Steps between step lines on the console (a terminal also gets a progress line), "          \
     "TensorBoard and metric flushes")                                                           \

@@ -94,6 +94,13 @@ int64_t shuffled_index(int64_t index, int64_t n, uint64_t seed, uint64_t epoch) 
   return static_cast<int64_t>(x);
 }
 
+int64_t row_in_epoch(int64_t row, int64_t rows_per_epoch, bool shuffle, uint64_t seed) {
+  const int64_t epoch = row / rows_per_epoch;
+  const int64_t in_epoch = row % rows_per_epoch;
+  return shuffle ? shuffled_index(in_epoch, rows_per_epoch, seed, static_cast<uint64_t>(epoch))
+                 : in_epoch;
+}
+
 DataLoader::DataLoader(std::shared_ptr<const DataSource> source, const DataShard& shard,
                        int64_t position)
     : source_(std::move(source)), shard_(shard), position_(0) {
@@ -144,7 +151,10 @@ std::shared_ptr<const DataSource> make_data_source(const Config& config) {
   if (config.dataset_type == "recall") {
     return std::make_shared<RecallSource>(recall_params_from(config), seed);
   }
-  fail("dataset_type = '{}' is not one of synthetic|tokens|recall", config.dataset_type);
+  if (config.dataset_type == "hf") {
+    fail("dataset_type=hf is tokenized by the trainer (train/text_data.h: open_text_source)");
+  }
+  fail("dataset_type = '{}' is not one of synthetic|tokens|recall|hf", config.dataset_type);
 }
 
 }  // namespace maxctx

@@ -67,6 +67,9 @@ class SyntheticSource final : public DataSource {
 // A random-access bijection of [0, n) keyed by (seed, epoch): a Feistel network over the
 // smallest even-bit power of two >= n, cycle-walked back into range. The row order of an epoch.
 int64_t shuffled_index(int64_t index, int64_t n, uint64_t seed, uint64_t epoch);
+// The row of an epoch of `rows_per_epoch` rows that global row `row` reads: epochs repeat, each
+// in shuffled_index order (keyed by the epoch) when `shuffle`, else in order.
+int64_t row_in_epoch(int64_t row, int64_t rows_per_epoch, bool shuffle, uint64_t seed);
 
 // What one rank reads of every global batch. The batch's rows are split into data_shards equal
 // blocks (the data x fsdp axes; the context axis shares rows and splits columns instead).

@@ -8,38 +8,43 @@
 
 namespace maxctx {
 
-TokenFileSource::TokenFileSource(const TokenDataOptions& options)
-    : DataSource(options.seq_len), options_(options), file_(options.path) {
-  const std::string& path = options.path;
-  if (options.vocab_size < 1 || options.vocab_size > INT32_MAX) {
-    fail("vocab_size = {} must be in [1, 2^31)", options.vocab_size);
+std::vector<int64_t> scan_documents(const TokenFile& file, const TokenDataOptions& options) {
+  const std::string& path = file.path();
+  const int64_t vocab_size = options.vocab_size;
+  if (vocab_size < 1 || vocab_size > INT32_MAX) {
+    fail("vocab_size = {} must be in [1, 2^31)", vocab_size);
   }
-  if (file_.eos_id() != options.eos_id) {
+  if (file.eos_id() != options.eos_id) {
     fail(
         "token file {} separates documents with eos_id {}, but the config says eos_id = {}; "
         "set eos_id={}",
-        path, file_.eos_id(), options.eos_id, file_.eos_id());
+        path, file.eos_id(), options.eos_id, file.eos_id());
   }
-  if (file_.count() == 0) fail("token file {} holds no tokens", path);
-
-  // One pass over the file: validate ids, find the documents.
+  if (file.count() == 0) fail("token file {} holds no tokens", path);
   constexpr int64_t kBlock = int64_t{1} << 20;
-  std::vector<int32_t> block(static_cast<size_t>(std::min(kBlock, file_.count())));
-  doc_starts_.push_back(0);
-  for (int64_t begin = 0; begin < file_.count(); begin += kBlock) {
-    const int64_t n = std::min(kBlock, file_.count() - begin);
-    file_.read(begin, std::span<int32_t>(block).first(static_cast<size_t>(n)));
+  std::vector<int32_t> block(static_cast<size_t>(std::min(kBlock, file.count())));
+  std::vector<int64_t> starts = {0};
+  for (int64_t begin = 0; begin < file.count(); begin += kBlock) {
+    const int64_t n = std::min(kBlock, file.count() - begin);
+    file.read(begin, std::span<int32_t>(block).first(static_cast<size_t>(n)));
     for (int64_t i = 0; i < n; ++i) {
       const auto id = static_cast<uint32_t>(block[static_cast<size_t>(i)]);
-      if (id >= static_cast<uint64_t>(options.vocab_size)) {
-        fail("token file {}: token {} at index {} is >= vocab_size = {}", path, id, begin + i,
-             options.vocab_size);
+      if (id >= static_cast<uint64_t>(vocab_size)) {
+        fail("token file {}: token {} at index {} is >= vocab_size = {}", file.path(), id,
+             begin + i, vocab_size);
       }
       const int64_t next = begin + i + 1;
-      if (id == file_.eos_id() && next < file_.count()) doc_starts_.push_back(next);
+      if (id == file.eos_id() && next < file.count()) starts.push_back(next);
     }
   }
+  return starts;
+}
 
+TokenFileSource::TokenFileSource(const TokenDataOptions& options)
+    : DataSource(options.seq_len),
+      options_(options),
+      file_(options.path),
+      doc_starts_(scan_documents(file_, options)) {
   if (options.packing) {
     const int64_t seq = options.seq_len;
     const int64_t count = file_.count();
@@ -94,12 +99,7 @@ int64_t TokenFileSource::document_of(int64_t token) const {
 
 void TokenFileSource::fill_row(int64_t row, std::span<const TokenRange> ranges,
                                RowSlices out) const {
-  const int64_t rows = rows_per_epoch();
-  const int64_t epoch = row / rows;
-  const int64_t in_epoch = row % rows;
-  const int64_t physical =
-      options_.shuffle ? shuffled_index(in_epoch, rows, options_.seed, static_cast<uint64_t>(epoch))
-                       : in_epoch;
+  const int64_t physical = row_in_epoch(row, rows_per_epoch(), options_.shuffle, options_.seed);
   const TokenRange span = row_span(physical);
   const int64_t first_doc = document_of(span.begin);
   const auto eos = static_cast<int32_t>(file_.eos_id());

@@ -38,6 +38,11 @@ struct TokenDataOptions {
   bool shuffle = true;  // maxctx has no key for this yet (MaxText: enable_data_shuffling)
 };
 
+// Checks a token file against `options` (vocab_size, eos_id, not empty) and makes one pass over
+// it: every id must be < vocab_size (an error naming the file and the index otherwise). Returns
+// the first token of every document, ascending, [0] = 0.
+std::vector<int64_t> scan_documents(const TokenFile& file, const TokenDataOptions& options);
+
 class TokenFileSource final : public DataSource {
  public:
   explicit TokenFileSource(const TokenDataOptions& options);

@@ -40,41 +40,70 @@ struct ClosesFd {
 
 }  // namespace
 
-void write_token_file(const std::string& path, std::span<const int32_t> tokens, uint32_t eos_id,
-                      TokenWidth width) {
+TokenFileWriter::TokenFileWriter(const std::string& path, uint32_t eos_id, TokenWidth width)
+    : path_(path),
+      file_(std::fopen(path.c_str(), "wb"), &std::fclose),
+      eos_id_(eos_id),
+      width_(width) {
   const uint32_t bytes = static_cast<uint32_t>(width);
-  const uint64_t limit = width == TokenWidth::kUInt16 ? 0xffffull : 0xffffffffull;
-  if (eos_id > limit) fail("token file {}: eos_id {} does not fit {} bytes", path, eos_id, bytes);
-  std::vector<unsigned char> ids(tokens.size() * bytes);
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) > limit) {
-      fail("token file {}: token {} at index {} does not fit an unsigned {}-byte id", path,
-           tokens[i], i, bytes);
-    }
-    const uint32_t id = static_cast<uint32_t>(tokens[i]);
-    if (width == TokenWidth::kUInt16) {
-      const uint16_t narrow = static_cast<uint16_t>(id);
-      std::memcpy(&ids[i * 2], &narrow, 2);
-    } else {
-      std::memcpy(&ids[i * 4], &id, 4);
-    }
-  }
+  if (eos_id > limit()) fail("token file {}: eos_id {} does not fit {} bytes", path, eos_id, bytes);
+  if (!file_) fail("token file {}: cannot open for writing: {}", path, std::strerror(errno));
+  write_header();  // count 0 until finish()
+}
+
+TokenFileWriter::~TokenFileWriter() = default;
+
+uint64_t TokenFileWriter::limit() const {
+  return width_ == TokenWidth::kUInt16 ? 0xffffull : 0xffffffffull;
+}
+
+void TokenFileWriter::write_header() {
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.version = kVersion;
-  header.width = bytes;
-  header.eos_id = eos_id;
-  header.count = tokens.size();
+  header.width = static_cast<uint32_t>(width_);
+  header.eos_id = eos_id_;
+  header.count = count_;
+  if (std::fseek(file_.get(), 0, SEEK_SET) != 0 ||
+      std::fwrite(&header, sizeof(header), 1, file_.get()) != 1) {
+    fail("token file {}: write failed: {}", path_, std::strerror(errno));
+  }
+}
 
-  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "wb"), &std::fclose);
-  if (!file) fail("token file {}: cannot open for writing: {}", path, std::strerror(errno));
-  if (std::fwrite(&header, sizeof(header), 1, file.get()) != 1 ||
-      (!ids.empty() && std::fwrite(ids.data(), ids.size(), 1, file.get()) != 1)) {
-    fail("token file {}: write failed: {}", path, std::strerror(errno));
+void TokenFileWriter::append(std::span<const int32_t> tokens) {
+  const uint32_t bytes = static_cast<uint32_t>(width_);
+  staging_.resize(tokens.size() * bytes);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) > limit()) {
+      fail("token file {}: token {} at index {} does not fit an unsigned {}-byte id", path_,
+           tokens[i], count_ + i, bytes);
+    }
+    const uint32_t id = static_cast<uint32_t>(tokens[i]);
+    if (width_ == TokenWidth::kUInt16) {
+      const uint16_t narrow = static_cast<uint16_t>(id);
+      std::memcpy(&staging_[i * 2], &narrow, 2);
+    } else {
+      std::memcpy(&staging_[i * 4], &id, 4);
+    }
   }
-  if (std::fclose(file.release()) != 0) {
-    fail("token file {}: close failed: {}", path, std::strerror(errno));
+  if (!staging_.empty() && std::fwrite(staging_.data(), staging_.size(), 1, file_.get()) != 1) {
+    fail("token file {}: write failed: {}", path_, std::strerror(errno));
   }
+  count_ += tokens.size();
+}
+
+void TokenFileWriter::finish() {
+  write_header();
+  if (std::fclose(file_.release()) != 0) {
+    fail("token file {}: close failed: {}", path_, std::strerror(errno));
+  }
+}
+
+void write_token_file(const std::string& path, std::span<const int32_t> tokens, uint32_t eos_id,
+                      TokenWidth width) {
+  TokenFileWriter writer(path, eos_id, width);
+  writer.append(tokens);
+  writer.finish();
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {

@@ -15,8 +15,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace maxctx {
 
@@ -26,6 +29,31 @@ enum class TokenWidth : uint32_t { kUInt16 = 2, kUInt32 = 4 };
 // file cannot be written.
 void write_token_file(const std::string& path, std::span<const int32_t> tokens, uint32_t eos_id,
                       TokenWidth width);
+
+// Writes a token file a piece at a time (a corpus tokenized as it streams): the header's count is
+// filled in by finish(). Until finish() returns the file is incomplete (readers refuse its size).
+class TokenFileWriter {
+ public:
+  TokenFileWriter(const std::string& path, uint32_t eos_id, TokenWidth width);
+  ~TokenFileWriter();
+  TokenFileWriter(const TokenFileWriter&) = delete;
+  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
+
+  void append(std::span<const int32_t> tokens);
+  void finish();
+  uint64_t count() const { return count_; }
+
+ private:
+  uint64_t limit() const;
+  void write_header();
+
+  std::string path_;
+  std::unique_ptr<FILE, int (*)(FILE*)> file_;
+  uint32_t eos_id_;
+  TokenWidth width_;
+  uint64_t count_ = 0;
+  std::vector<unsigned char> staging_;
+};
 
 // A read-only memory map of a token file. Errors (maxctx::Error, one line naming the path): the
 // file is missing or unreadable, shorter than its header or than header + count·width (truncated),

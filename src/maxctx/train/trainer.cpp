@@ -18,11 +18,15 @@
 #include "maxctx/parallel/tensor_parallel.h"
 #include "maxctx/train/checkpoint.h"
 #include "maxctx/train/data.h"
+#include "maxctx/train/evaluation.h"
+#include "maxctx/train/initial_state.h"
 #include "maxctx/train/metrics.h"
 #include "maxctx/train/optimizer.h"
 #include "maxctx/train/profiler.h"
 #include "maxctx/train/recall.h"
 #include "maxctx/train/schedule.h"
+#include "maxctx/train/text_data.h"
+#include "maxctx/train/train_step.h"
 
 namespace maxctx::train {
 namespace {
@@ -41,10 +45,6 @@ parallel::ParallelDims check_training_mesh(const Config& c, const Mesh& mesh) {
   }
   validate_batch(c, t.context);
   check_context_split(c.max_target_length, t.context, c.context_parallel_load_balance);
-  if (c.gradient_accumulation_steps != 1) {
-    fail("gradient_accumulation_steps = {} is not implemented yet; use 1",
-         c.gradient_accumulation_steps);
-  }
   return t;
 }
 
@@ -68,6 +68,8 @@ struct Trainer::State {
   model::LlamaWeights weights, gradients;
   model::LlamaActivations acts;
   std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<Evaluation> evaluation;  // null without eval_interval > 0
+  std::vector<float> accumulated;          // gradient accumulation's f32 sum of the shard
   AdamWConfig adamw;
   LearningRateSchedule schedule;
   std::unique_ptr<MetricLogger> metrics;
@@ -84,6 +86,10 @@ struct Trainer::State {
 
   const Communicator& batch_group() const {
     return mesh.group({Axis::kData, Axis::kFsdp, Axis::kContext});
+  }
+  StepModel step_model() {
+    return {model_config, weights,       gradients,
+            plans,        batch_group(), config.derived.global_batch_size_to_train_on};
   }
 
   void save_checkpoint() {
@@ -106,8 +112,10 @@ struct Trainer::State {
 Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels& kernels)
     : state_(std::make_unique<State>(config, mesh, kernels)) {
   State& s = *state_;
+  // The model may come from a checkpoint's config.json; the config then describes that model.
+  s.model_config = training_model_config(s.config);
+  s.config = with_model_dimensions(s.config, s.model_config);
   const Config& c = s.config;
-  s.model_config = model::llama_config_from(c);
   if (s.model_config.moe && s.axes.context > 1 && !s.model_config.sparse_matmul &&
       s.model_config.capacity_factor > 0) {
     // Dropping counts an expert's tokens in sequence order, across the context shards.
@@ -140,44 +148,38 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   shard.cp_rank = mesh.coord(Axis::kContext);
   shard.load_balance = c.context_parallel_load_balance;
 
-  // Resume from the latest complete checkpoint, or initialise from the counter-based RNG
-  // (every rank generates the unsharded tensors' bytes, so every mesh starts identically).
-  std::optional<int64_t> latest;
-  if (c.enable_checkpointing) latest = latest_checkpoint_step(s.run_dir);
-  int64_t data_position = 0;
-  // The unsharded weights (and moments when resuming) pass through host buffers of the
-  // weights' dtype, one copy each, before this rank keeps its shard.
-  const int64_t global_numel = model::total_numel(s.global_specs);
-  const DType weight_dtype = s.model_config.weight_dtype;
-  Tensor params = s.kernels.empty({global_numel}, weight_dtype), m, v;
-  if (latest) {
-    m = s.kernels.empty({global_numel}, weight_dtype);
-    v = s.kernels.empty({global_numel}, weight_dtype);
-    const CheckpointState restored =
-        read_checkpoint(s.run_dir, *latest, s.global_specs, params.view(), m.view(), v.view());
-    s.step = restored.step;
-    data_position = restored.data_position;
-    log::info("resuming from checkpoint {} (data position {})", s.step, data_position);
-  } else if (!c.load_parameters_path.empty()) {
-    fail(
-        "load_parameters_path is read by the Hugging Face import; training from it is not "
-        "wired yet (got '{}')",
-        c.load_parameters_path);
-  } else {
-    model::init_weights(s.kernels, s.global_specs, params.view(),
-                        static_cast<uint64_t>(c.init_weights_seed));
-  }
-  Tensor local = parallel::local_blocks(s.kernels, params.view(), s.global_specs, s.specs);
-  params = Tensor();
-  Tensor local_m, local_v;
-  if (latest) {
-    local_m = parallel::local_blocks(s.kernels, m.view(), s.global_specs, s.specs);
-    local_v = parallel::local_blocks(s.kernels, v.view(), s.global_specs, s.specs);
-  }
-  m = Tensor();
-  v = Tensor();
+  // The run's own checkpoint, else load_full_state_path / load_parameters_path, else the
+  // counter-based initialisation (every rank reads or generates the unsharded tensors' bytes,
+  // so every mesh starts identically), then each rank keeps its shard.
+  StartingState start =
+      load_starting_state(c, s.run_dir, s.global_specs, s.kernels, s.model_config.weight_dtype);
+  s.step = start.step;
+  log::info("{}", start.source);
+  const auto local_of = [&](Tensor& global) {
+    Tensor local = global.view().empty()
+                       ? Tensor()
+                       : parallel::local_blocks(s.kernels, global.view(), s.global_specs, s.specs);
+    global = Tensor();
+    return local;
+  };
+  const Tensor local = local_of(start.params);
+  const Tensor local_m = local_of(start.adam_m);
+  const Tensor local_v = local_of(start.adam_v);
   s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
-  s.loader = std::make_unique<DataLoader>(make_data_source(c), shard, data_position);
+  std::shared_ptr<const DataSource> source;
+  if (c.dataset_type == "hf") {
+    source = open_text_source(text_corpus_from(c, false), s.run_dir / "tokenized", "train", c,
+                              c.enable_data_shuffling, shard.global_batch_rows, mesh.world())
+                 .source;
+  } else {
+    source = make_data_source(c);
+  }
+  s.loader = std::make_unique<DataLoader>(source, shard, start.data_position);
+  if (c.eval_interval > 0) {
+    s.evaluation =
+        std::make_unique<Evaluation>(c, mesh, s.axes, s.run_dir, s.model_config, s.kernels);
+  }
+  const bool latest = start.resumed;
 
   // Checks the profiler keys before anything is written in the run directory.
   s.profiler = std::make_unique<StepProfiler>(c, mesh.world(), s.run_dir / "trace.json", s.step);
@@ -186,12 +188,13 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   options.run_name = s.run_dir.filename().string();
   options.total_steps = c.steps;
   options.tflops_per_device =
-      training_tflops_per_device(flops_model(c), c.per_device_batch_size, c.max_target_length)
+      training_tflops_per_device(flops_model(c), c.per_device_batch_size, c.max_target_length,
+                                 c.gradient_accumulation_steps)
           .total;
-  options.tokens_per_device =
-      training_tokens_per_device(c.per_device_batch_size, c.max_target_length);
+  options.tokens_per_device = training_tokens_per_device(
+      c.per_device_batch_size, c.max_target_length, c.gradient_accumulation_steps);
   options.flush_period = c.log_period;
-  options.append = latest.has_value();
+  options.append = latest;
   if (c.enable_tensorboard) options.tensorboard_dir = (s.run_dir / "tensorboard").string();
   // Rank 0 creates the run directory and the metrics file; every rank learns whether it could.
   run_on_root(mesh.world(), [&] {
@@ -214,38 +217,12 @@ void Trainer::run(int64_t max_new_steps) {
   while (s.step < last) {
     s.profiler->before_step(s.step);
     trace::Span step_span("step", trace::Category::kStep, nullptr);
-    s.plans.parameters->begin_step();
-    const Batch batch = [&] {
+    std::vector<Batch> micro_batches;
+    for (int64_t k = 0; k < c.gradient_accumulation_steps; ++k) {
       const trace::Span span("next_batch", trace::Category::kData);
-      return s.loader->next();
-    }();
-    std::vector<float> loss_weights(batch.size());
-    for (int64_t i = 0; i < batch.size(); ++i) {
-      loss_weights[i] = batch.target_segment_ids[i] != 0 ? 1.0f : 0.0f;
+      micro_batches.push_back(s.loader->next());
     }
-    const model::TokenBatch tokens{
-        batch.rows,           batch.seq_len,          batch.tokens.data(),
-        batch.targets.data(), batch.positions.data(), batch.segment_ids.data(),
-        loss_weights.data()};
-    // The mean is over the global batch: its total weight is known before the backward.
-    double global_weight = static_cast<double>(total_weights(batch));
-    s.batch_group().all_reduce(std::span<double>(&global_weight, 1), ReduceOp::kSum);
-    const model::LossSums sums =
-        model::llama_forward(s.model_config, s.weights, tokens, s.plans.model, s.acts);
-    const ScoredAccuracy accuracy =
-        scored_accuracy_from_logits(s.acts.logits.span<float>(), s.model_config.vocab_size, batch);
-    const float d_loss = global_weight > 0 ? static_cast<float>(1.0 / global_weight) : 0.0f;
-    // MaxText's moe_lb_loss: the mean over layers and the global batch's sequences.
-    const double lb_scale =
-        s.model_config.moe
-            ? model::moe_lb_scale(s.model_config, c.derived.global_batch_size_to_train_on)
-            : 0.0;
-    model::llama_backward(s.model_config, s.weights, s.gradients, tokens, s.plans.model, s.acts,
-                          d_loss, static_cast<float>(lb_scale));
-
-    double totals[4] = {sums.loss_sum, static_cast<double>(accuracy.correct),
-                        static_cast<double>(accuracy.scored), sums.moe_lb_sum};
-    s.batch_group().all_reduce(std::span<double>(totals, 4), ReduceOp::kSum);
+    const StepSums sums = forward_backward(s.step_model(), micro_batches, s.acts, s.accumulated);
     trace::Span optimizer_span("optimizer", trace::Category::kOptimizer);
     const double raw_norm = s.plans.parameters->global_grad_norm();
     clip_by_global_norm(s.plans.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
@@ -259,15 +236,32 @@ void Trainer::run(int64_t max_new_steps) {
 
     StepRecord record;
     record.step = s.step;
-    record.moe_lb_loss = totals[3] * lb_scale;
-    record.loss = (global_weight > 0 ? totals[0] / global_weight : 0.0) + record.moe_lb_loss;
+    record.moe_lb_loss = sums.moe_lb_loss;
+    record.loss = sums.loss();
     record.grad_norm = raw_norm;
-    record.accuracy = totals[2] > 0 ? totals[1] / totals[2] : 0.0;
-    record.total_weights = static_cast<int64_t>(global_weight);
-    s.history.push_back(record);
+    record.accuracy = sums.accuracy();
+    record.total_weights = static_cast<int64_t>(sums.weight_sum);
     ++s.step;
-
+    // The step's time stops here: an evaluation is timed apart from it.
     const auto now = std::chrono::steady_clock::now();
+    auto eval_elapsed = std::chrono::steady_clock::duration::zero();
+    if (s.evaluation && s.step % c.eval_interval == 0) {
+      const StepSums eval = s.evaluation->run(s.step_model());
+      eval_elapsed = std::chrono::steady_clock::now() - now;
+      record.eval_seconds = std::chrono::duration<double>(eval_elapsed).count();
+      record.evaluated = true;
+      record.eval_loss = eval.loss();
+      record.eval_perplexity = std::exp(record.eval_loss);
+      record.eval_weights = static_cast<int64_t>(eval.weight_sum);
+      record.eval_accuracy = eval.accuracy();
+      log::info(
+          "eval metrics after step: {}, loss={:.3f}, perplexity={:.3f}, total_weights={}, "
+          "seconds={:.3f}",
+          record.step, record.eval_loss, record.eval_perplexity, record.eval_weights,
+          record.eval_seconds);
+    }
+    s.history.push_back(record);
+
     StepMetrics metrics;
     metrics.step = record.step;
     metrics.seconds = std::chrono::duration<double>(now - previous).count();
@@ -282,8 +276,16 @@ void Trainer::run(int64_t max_new_steps) {
       metrics.extra.push_back({"learning/lm_loss", record.loss - record.moe_lb_loss});
       metrics.extra.push_back({"learning/moe_lb_loss", record.moe_lb_loss});
     }
+    if (record.evaluated) {
+      metrics.extra.push_back({"eval/avg_loss", record.eval_loss});
+      metrics.extra.push_back({"eval/avg_perplexity", record.eval_perplexity});
+      metrics.extra.push_back({"eval/total_loss", record.eval_loss * record.eval_weights});
+      metrics.extra.push_back({"eval/total_weights", static_cast<double>(record.eval_weights)});
+      metrics.extra.push_back({"eval/accuracy", record.eval_accuracy});
+      metrics.extra.push_back({"perf/eval_seconds", record.eval_seconds});
+    }
     run_on_root(s.mesh.world(), [&] { s.metrics->log_step(metrics); });
-    previous = now;
+    previous = now + eval_elapsed;
     if (c.enable_checkpointing && (s.step % c.checkpoint_period == 0 || s.step == c.steps)) {
       s.save_checkpoint();
     }

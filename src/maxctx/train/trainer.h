@@ -27,6 +27,14 @@ struct StepRecord {
 
   // Mixture of experts: `loss` is the lm loss + moe_lb_loss (MaxText's learning/loss).
   double moe_lb_loss = 0.0;
+  // Evaluation after this step (every eval_interval steps): MaxText's eval/avg_loss,
+  // eval/avg_perplexity = exp(avg_loss), eval/total_weights.
+  bool evaluated = false;
+  double eval_loss = 0.0;
+  double eval_perplexity = 0.0;
+  double eval_accuracy = 0.0;
+  int64_t eval_weights = 0;
+  double eval_seconds = 0.0;  // wall time of the evaluation (not counted in the step's time)
 };
 
 class Trainer {

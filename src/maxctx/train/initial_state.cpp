@@ -1,0 +1,169 @@
+#include "maxctx/train/initial_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <optional>
+
+#include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/train/checkpoint.h"
+
+namespace maxctx::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool set_explicitly(const Config& c, std::string_view key) {
+  return std::find(c.explicit_keys.begin(), c.explicit_keys.end(), key) != c.explicit_keys.end();
+}
+
+// The RoPE keys the user set beat the checkpoint's config.json.
+void apply_explicit_rope_keys(const Config& c, model::LlamaConfig& m) {
+  const kernels::RopeParams from_keys = model::llama_config_from(c).rope;
+  if (set_explicitly(c, "rope_type")) {
+    const double theta = m.rope.theta;
+    m.rope = from_keys;
+    m.rope.theta = theta;
+  }
+  if (set_explicitly(c, "rope_max_timescale")) m.rope.theta = from_keys.theta;
+  if (m.rope.scaling != kernels::RopeScaling::kLlama3) return;
+  if (set_explicitly(c, "rope_scaling_factor")) m.rope.factor = c.rope_scaling_factor;
+  if (set_explicitly(c, "rope_low_freq_factor")) m.rope.low_freq_factor = c.rope_low_freq_factor;
+  if (set_explicitly(c, "rope_high_freq_factor")) {
+    m.rope.high_freq_factor = c.rope_high_freq_factor;
+  }
+  if (set_explicitly(c, "rope_original_max_position_embeddings")) {
+    m.rope.original_max_position_embeddings =
+        static_cast<double>(c.rope_original_max_position_embeddings);
+  }
+}
+
+fs::path hf_config_json(const Config& c) {
+  if (c.load_parameters_path.empty()) return {};
+  const fs::path json = fs::path(c.load_parameters_path) / "config.json";
+  return fs::exists(json) ? json : fs::path();
+}
+
+fs::path without_trailing_separator(fs::path p) {
+  p = p.lexically_normal();
+  if (p.filename().empty() && p.has_parent_path()) p = p.parent_path();
+  return p;
+}
+
+// A checkpoint directory <run>/checkpoints/<step> as (run directory, step); a run directory as
+// (itself, its latest checkpoint).
+std::pair<fs::path, int64_t> locate_checkpoint(const std::string& key, const std::string& text) {
+  const fs::path path = without_trailing_separator(text);
+  if (!fs::is_directory(path)) {
+    fail("{} = '{}' is not a directory: give <run>/checkpoints/<step> or a run directory", key,
+         text);
+  }
+  if (fs::exists(path / "state.json")) {
+    const std::string name = path.filename().string();
+    int64_t step = -1;
+    const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), step);
+    if (error != std::errc() || end != name.data() + name.size() || step < 0 ||
+        path.parent_path().filename() != "checkpoints") {
+      fail("{} = '{}' holds state.json but is not named <run>/checkpoints/<step>", key, text);
+    }
+    return {path.parent_path().parent_path(), step};
+  }
+  const std::optional<int64_t> latest = latest_checkpoint_step(path);
+  if (!latest) {
+    fail(
+        "{} = '{}' is neither a checkpoint directory (no state.json) nor a run directory with a "
+        "complete checkpoint under checkpoints/",
+        key, text);
+  }
+  return {path, *latest};
+}
+
+}  // namespace
+
+model::LlamaConfig training_model_config(const Config& c) {
+  const fs::path json = hf_config_json(c);
+  if (json.empty()) return model::llama_config_from(c);
+  model::LlamaConfig m = model::llama_config_from_hf(json);
+  model::apply_precision(c, m);
+  const kernels::RopeParams from_json = m.rope;
+  apply_explicit_rope_keys(c, m);
+  log::info("model from {}: RoPE theta {}{}{}", json.string(), m.rope.theta,
+            m.rope.scaling == kernels::RopeScaling::kLlama3
+                ? fmt::format(", Llama 3 scaling x{}", m.rope.factor)
+                : std::string(),
+            m.rope.theta != from_json.theta || m.rope.scaling != from_json.scaling ||
+                    m.rope.factor != from_json.factor
+                ? " (RoPE keys of the command line over config.json's)"
+                : "");
+  return m;
+}
+
+Config with_model_dimensions(Config c, const model::LlamaConfig& m) {
+  c.vocab_size = m.vocab_size;
+  c.head_dim = m.head_dim;
+  c.derived.emb_dim = m.emb_dim;
+  c.derived.num_query_heads = m.num_query_heads;
+  c.derived.num_kv_heads = m.num_kv_heads;
+  c.derived.mlp_dim = m.mlp_dim;
+  c.derived.num_decoder_layers = m.num_layers;
+  return c;
+}
+
+StartingState load_starting_state(const Config& c, const fs::path& run_dir,
+                                  const std::vector<model::WeightSpec>& global_specs,
+                                  const kernels::Kernels& kernels, DType weight_dtype) {
+  if (!c.load_parameters_path.empty() && !c.load_full_state_path.empty()) {
+    fail(
+        "load_parameters_path ('{}') and load_full_state_path ('{}') are both set; set one "
+        "(parameters only, or the full training state)",
+        c.load_parameters_path, c.load_full_state_path);
+  }
+  const int64_t numel = model::total_numel(global_specs);
+  StartingState s;
+  s.params = kernels.empty({numel}, weight_dtype);
+  const auto read_full_state = [&](const fs::path& from_run, int64_t step) {
+    s.adam_m = kernels.empty({numel}, weight_dtype);
+    s.adam_v = kernels.empty({numel}, weight_dtype);
+    const CheckpointState state = read_checkpoint(from_run, step, global_specs, s.params.view(),
+                                                  s.adam_m.view(), s.adam_v.view());
+    s.step = state.step;
+    s.data_position = state.data_position;
+  };
+
+  std::optional<int64_t> latest;
+  if (c.enable_checkpointing) latest = latest_checkpoint_step(run_dir);
+  if (latest) {
+    read_full_state(run_dir, *latest);
+    s.resumed = true;
+    s.source =
+        fmt::format("resuming from checkpoint {} (data position {})", s.step, s.data_position);
+  } else if (!c.load_full_state_path.empty()) {
+    const auto [from_run, step] = locate_checkpoint("load_full_state_path", c.load_full_state_path);
+    read_full_state(from_run, step);
+    s.source = fmt::format("starting from the full state of {} (step {}, data position {})",
+                           checkpoint_directory(from_run, step).string(), s.step, s.data_position);
+  } else if (!c.load_parameters_path.empty()) {
+    const fs::path dir = without_trailing_separator(c.load_parameters_path);
+    if (!fs::is_directory(dir)) {
+      fail(
+          "load_parameters_path = '{}' is not a directory: give a Hugging Face directory "
+          "(config.json + safetensors) or a checkpoint directory <run>/checkpoints/<step>",
+          c.load_parameters_path);
+    }
+    model::load_hf_weights(kernels, global_specs, s.params.view(), dir);
+    s.source = fmt::format(
+        "starting from the parameters of {} ({}; fresh optimizer, step 0)", dir.string(),
+        hf_config_json(c).empty() ? "model from the config's keys" : "model from its config.json");
+  } else {
+    model::init_weights(kernels, global_specs, s.params.view(),
+                        static_cast<uint64_t>(c.init_weights_seed));
+    s.source = fmt::format("starting from initialised weights (init_weights_seed {})",
+                           c.init_weights_seed);
+  }
+  return s;
+}
+
+}  // namespace maxctx::train
