@@ -217,13 +217,17 @@ TEST(StartFromWeights, MismatchAndConflictAreErrors) {
 
 // ---- 4. Gradient accumulation ----
 
-TEST(GradientAccumulation, TwoMicroBatchesEqualTheBatchTwiceAsLarge) {
+// Two micro-batches equal the batch twice as large on every mesh; `model` selects the model
+// (a mixture of experts adds MaxText's per-sequence load-balance loss, whose mean over the
+// micro-batches equals the big batch's mean over its sequences).
+void expect_accumulation_equals_big_batch(const std::vector<std::string>& model) {
   const int world = Communicator::world().size();
   if (world > 2) GTEST_SKIP() << "1 or 2 ranks";
   testing::SharedTempDir dir;
   const std::string tokens = testing::write_packed_token_file(dir.path());
-  const auto common = with_overrides(testing::tiny_training_overrides(dir.path(), "ga"),
-                                     {"dataset_type=tokens", "dataset_path=" + tokens});
+  auto common = with_overrides(testing::tiny_training_overrides(dir.path(), "ga"),
+                               {"dataset_type=tokens", "dataset_path=" + tokens});
+  common = with_overrides(common, model);
   // The big batch on one device: 2 rows per micro-batch over the job, so 4 rows.
   const auto big = with_overrides(common, {"run_name=big", "ici_fsdp_parallelism=1",
                                            "per_device_batch_size=" + std::to_string(2 * world)});
@@ -246,7 +250,22 @@ TEST(GradientAccumulation, TwoMicroBatchesEqualTheBatchTwiceAsLarge) {
     EXPECT_LT(norm_relative_error(accumulated.trainer->gather_parameters(),
                                   reference.trainer->gather_parameters()),
               1e-5);
+    for (size_t i = 0; i < reference.trainer->history().size(); ++i) {
+      const double expected = reference.trainer->history()[i].moe_lb_loss;
+      EXPECT_NEAR(accumulated.trainer->history()[i].moe_lb_loss, expected,
+                  1e-5 * std::fabs(expected))
+          << "step " << i;
+    }
   }
+}
+
+TEST(GradientAccumulation, TwoMicroBatchesEqualTheBatchTwiceAsLarge) {
+  expect_accumulation_equals_big_batch({});
+}
+
+TEST(GradientAccumulation, MixtureOfExpertsEqualsTheBatchTwiceAsLarge) {
+  expect_accumulation_equals_big_batch(
+      {"model_name=mixtral-tiny", "load_balance_loss_weight=0.01"});
 }
 
 // ---- 2 and 3. Text data packed under context parallelism; evaluation ----
