@@ -26,6 +26,14 @@ struct StepRecord {
   int64_t total_weights = 0;
 };
 
+// What the parameters, gradients and optimizer state hold on this rank (parallel/
+// sharded_parameters.h MemoryUse): the fsdp shards, and the most the gathered units in use held
+// at once so far.
+struct ParameterMemory {
+  int64_t shard_bytes = 0;
+  int64_t peak_unit_bytes = 0;
+};
+
 class Trainer {
  public:
   // Validates the config against the mesh (training axes only, divisibility) with errors that
@@ -43,6 +51,7 @@ class Trainer {
   // The whole model's parameters in the unsharded Hugging Face layout (collective).
   std::vector<float> gather_parameters();
   std::filesystem::path run_directory() const;
+  ParameterMemory parameter_memory() const;
 
  private:
   struct State;
