@@ -19,3 +19,7 @@ rm -rf "$run_dir"
 "${pin[@]}" "$build_dir/bench/precision_bench" --config "$here/../../configs/base.yml" \
   --run-dir "$run_dir" --out "$build_dir/bench/train_precision.json"
 rm -rf "$run_dir"
+# Memory: fsdp = 1, 2, 4 (mpirun) and remat_policy none / minimal / full (one rank, pinned).
+"$build_dir/bench/memory_bench" --config "$here/../../configs/base.yml" \
+  --remat-prefix "${pin[*]}" --run-dir "$run_dir" --out "$build_dir/bench/train_memory.json"
+rm -rf "$run_dir"
