@@ -6,9 +6,10 @@
 // {tensor=2} (the recomputed o_proj sums over tensor again) and {fsdp=2} (the backward gathers
 // the weights again). ctest runs this binary on 1 and 2 ranks; a case runs where the world size
 // matches.
-// Fsdp memory: after a step the gathered units are gone (the full buffers hold no pages), the
-// shards are 1/fsdp of the model, and at most one unit's weights plus one unit's gradients were
-// resident at once (the largest unit, plus the pages that neighbouring units share).
+// Fsdp memory: the shards are 1/fsdp of the model, and at most one unit's weights plus one
+// unit's gradients were resident at once (the largest unit, plus the pages that neighbouring
+// units share); with tied embeddings (the head gathers the embedding unit again) fsdp=2 equals
+// the single-device run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -50,19 +51,20 @@ struct TrainedRun {
   ParameterMemory memory;
 };
 
+// On the world's mesh, or with `alone` on a one-rank mesh of this rank's own.
 TrainedRun train(const testing::SharedTempDir& dir, const std::string& tokens, const MeshCase& c,
-                 const std::vector<std::string>& extra) {
+                 const std::vector<std::string>& extra, bool alone = false) {
   std::vector<std::string> overrides = testing::with_overrides(
       testing::tiny_training_overrides(dir.path(), "remat"),
       {"dataset_type=tokens", "dataset_path=" + tokens, "per_device_batch_size=1"});
   overrides.insert(overrides.end(), c.mesh.begin(), c.mesh.end());
   overrides = testing::with_overrides(overrides, extra);
-  const int world = Communicator::world().size();
+  const int world = alone ? 1 : Communicator::world().size();
   const Config config = load_config(testing::kBaseConfig, overrides, world);
   MeshSpec spec;
   spec.ici = config.derived.ici_parallelism;
   spec.dcn = config.derived.dcn_parallelism;
-  const Mesh mesh(spec);
+  const Mesh mesh = alone ? Mesh(MeshSpec{}, Communicator::self()) : Mesh(spec);
   Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   trainer.run();
   return {trainer.history(), trainer.gather_parameters(), trainer.parameter_memory()};
@@ -121,6 +123,26 @@ TEST(FsdpMemory, ShardsAreOneOverFsdpAndOnlyTheUnitsInUseAreResident) {
   EXPECT_GT(run.memory.peak_unit_bytes, 0);
   EXPECT_LE(run.memory.peak_unit_bytes, 2 * (4 * largest_unit + boundary_pages * page));
   EXPECT_LT(run.memory.peak_unit_bytes, 8 * total / 3) << "whole model's weights and gradients";
+}
+
+// Tied embeddings: the head gathers the embedding unit again (forward and backward) and its
+// gradient lands in the embedding unit, freed only at the end of the backward. fsdp = 2 against
+// one rank, 1e-5 as in train_equality_test.
+TEST(FsdpMemory, TiedEmbeddingsMatchTheSingleDeviceRun) {
+  if (Communicator::world().size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  testing::SharedTempDir dir;
+  const std::string tokens = testing::write_packed_token_file(dir.path());
+  const TrainedRun sharded = train(dir, tokens, {"fsdp2", 2, {"ici_fsdp_parallelism=2"}},
+                                   {"logits_via_embedding=true", "run_name=tied_fsdp2"});
+  const TrainedRun single =
+      train(dir, tokens, {"single", 1, {"ici_fsdp_parallelism=1"}},
+            {"logits_via_embedding=true", "per_device_batch_size=2", "run_name=tied_single"}, true);
+  ASSERT_EQ(sharded.history.size(), single.history.size());
+  for (size_t i = 0; i < single.history.size(); ++i) {
+    const double expected = single.history[i].loss;
+    EXPECT_LT(std::fabs(sharded.history[i].loss - expected) / expected, 1e-5) << "step " << i;
+  }
+  EXPECT_LT(testing::norm_relative_error(sharded.params, single.params), 1e-5);
 }
 
 }  // namespace
