@@ -22,4 +22,7 @@ rm -rf "$run_dir"
 # Mixture of experts: sparse and dense dispatch vs the dense model of equal active parameters.
 "${pin[@]}" "$build_dir/bench/moe_bench" --config "$here/../../configs/base.yml" \
   --run-dir "$run_dir" --out "$build_dir/bench/train_moe.json"
+# Memory: fsdp = 1, 2, 4 (mpirun) and remat_policy none / minimal / full (one rank, pinned).
+"$build_dir/bench/memory_bench" --config "$here/../../configs/base.yml" \
+  --remat-prefix "${pin[*]}" --run-dir "$run_dir" --out "$build_dir/bench/train_memory.json"
 rm -rf "$run_dir"

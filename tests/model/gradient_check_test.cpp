@@ -10,56 +10,15 @@
 // check (1e-4); this one needs no oracle.
 #include <gtest/gtest.h>
 
-#include "maxctx/core/rng.h"
 #include "model_test_util.h"
 
 namespace maxctx::model {
 namespace {
 
-LlamaConfig tiny_config() {
-  LlamaConfig c;
-  c.vocab_size = 40;
-  c.emb_dim = 24;
-  c.num_query_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 6;
-  c.mlp_dim = 32;
-  c.num_layers = 2;
-  c.norm_eps = 1e-5f;
-  c.rope.theta = 10000.0;
-  return c;
-}
-
-struct RandomBatch {
-  int64_t B = 2;
-  int64_t S = 12;
-  std::vector<int32_t> tokens, targets, positions, segments;
-  std::vector<float> weights;
-
-  RandomBatch(int64_t vocab) {
-    tokens.resize(B * S);
-    targets.resize(B * S);
-    rng::fill_uniform_int(tokens, 5, 1, 0, static_cast<uint32_t>(vocab));
-    rng::fill_uniform_int(targets, 5, 2, 0, static_cast<uint32_t>(vocab));
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t s = 0; s < S; ++s) {
-        // Row 0: two documents (7 + 5 tokens); row 1: one document and 2 padding tokens.
-        const int32_t seg = b == 0 ? (s < 7 ? 1 : 2) : (s < 10 ? 1 : 0);
-        segments.push_back(seg);
-        positions.push_back(b == 0 ? (s < 7 ? s : s - 7) : s);
-        weights.push_back(seg != 0 ? 1.0f : 0.0f);
-      }
-    }
-  }
-  TokenBatch view() const {
-    return {B, S, tokens.data(), targets.data(), positions.data(), segments.data(), weights.data()};
-  }
-};
-
 TEST(ModelGradient, DirectionalDerivativesMatchFiniteDifferences) {
-  testing::LocalModel m(tiny_config());
+  testing::LocalModel m(testing::tiny_config());
   init_weights(m.specs, m.params.data(), 11);
-  const RandomBatch data(m.config.vocab_size);
+  const testing::RandomBatch data(m.config.vocab_size);
   const TokenBatch batch = data.view();
   LlamaActivations acts = allocate_activations(*m.plan.kernels, m.config, batch.batch, batch.seq);
 
@@ -97,9 +56,9 @@ TEST(ModelGradient, DirectionalDerivativesMatchFiniteDifferences) {
 }
 
 TEST(ModelGradient, PaddingAndUnscoredTokensDoNotChangeTheLoss) {
-  testing::LocalModel m(tiny_config());
+  testing::LocalModel m(testing::tiny_config());
   init_weights(m.specs, m.params.data(), 11);
-  RandomBatch data(m.config.vocab_size);
+  testing::RandomBatch data(m.config.vocab_size);
   LlamaActivations acts = allocate_activations(*m.plan.kernels, m.config, data.B, data.S);
   const LossSums before = llama_forward(m.config, m.weights, data.view(), m.plan, acts);
   // Row 1's last two tokens are padding (segment 0, weight 0): changing them changes nothing.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "maxctx/core/rng.h"
 #include "maxctx/model/llama.h"
 #include "maxctx/parallel/local_attention.h"
 
@@ -45,6 +46,49 @@ struct LocalModel {
     plan.kernels = &kernels::backend(Device::kCpu);
     plan.attention = &attention;
     plan.tensor = &no_reduction;
+  }
+};
+
+// A two-layer GQA model small enough for finite differences.
+inline LlamaConfig tiny_config() {
+  LlamaConfig c;
+  c.vocab_size = 40;
+  c.emb_dim = 24;
+  c.num_query_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 6;
+  c.mlp_dim = 32;
+  c.num_layers = 2;
+  c.norm_eps = 1e-5f;
+  c.rope.theta = 10000.0;
+  return c;
+}
+
+// Two rows of 12 random tokens: row 0 two documents (7 + 5), row 1 one document and 2 padding
+// tokens.
+struct RandomBatch {
+  int64_t B = 2;
+  int64_t S = 12;
+  std::vector<int32_t> tokens, targets, positions, segments;
+  std::vector<float> weights;
+
+  RandomBatch(int64_t vocab) {
+    tokens.resize(B * S);
+    targets.resize(B * S);
+    rng::fill_uniform_int(tokens, 5, 1, 0, static_cast<uint32_t>(vocab));
+    rng::fill_uniform_int(targets, 5, 2, 0, static_cast<uint32_t>(vocab));
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t s = 0; s < S; ++s) {
+        // Row 0: two documents (7 + 5 tokens); row 1: one document and 2 padding tokens.
+        const int32_t seg = b == 0 ? (s < 7 ? 1 : 2) : (s < 10 ? 1 : 0);
+        segments.push_back(seg);
+        positions.push_back(b == 0 ? (s < 7 ? s : s - 7) : s);
+        weights.push_back(seg != 0 ? 1.0f : 0.0f);
+      }
+    }
+  }
+  TokenBatch view() const {
+    return {B, S, tokens.data(), targets.data(), positions.data(), segments.data(), weights.data()};
   }
 };
 

@@ -84,6 +84,30 @@ TEST(MoeTraining, SparseAndDenseDispatchTrainAlike) {
 // dtype=bfloat16 (bf16 expert inputs and hidden units through the same kernel table) and also
 // bf16 weights stay close to fp32: losses within 1e-2 relative over the 3 steps (bf16 rounding
 // of the activations, 2^-8 per rounding; a flipped near-tie of the router counts too).
+// Every remat policy keeps a mixture of experts' routing and expert rows and recomputes the
+// rest of the layer from its input: the same kernels on the same inputs, so the run of `none`
+// bit for bit (losses, load-balance loss, parameters), on both dispatch paths.
+TEST(MoeTraining, RematPoliciesTrainLikeNone) {
+  if (Communicator::world().size() != 1) GTEST_SKIP() << "one rank";
+  testing::SharedTempDir dir;
+  const std::string tokens = testing::write_packed_token_file(dir.path());
+  for (const char* dispatch : {"sparse_matmul=true", "sparse_matmul=false"}) {
+    const auto base = testing::with_overrides(moe_overrides(dir, tokens, "remat"),
+                                              {"per_device_batch_size=2", dispatch});
+    const TrainedRun none = run_alone(testing::with_overrides(base, {"remat_policy=none"}));
+    for (const char* policy : {"remat_policy=full", "remat_policy=minimal"}) {
+      SCOPED_TRACE(std::string(dispatch) + " " + policy);
+      const TrainedRun run = run_alone(testing::with_overrides(base, {policy}));
+      ASSERT_EQ(run.history.size(), none.history.size());
+      for (size_t i = 0; i < none.history.size(); ++i) {
+        EXPECT_EQ(run.history[i].loss, none.history[i].loss) << "step " << i;
+        EXPECT_EQ(run.history[i].moe_lb_loss, none.history[i].moe_lb_loss) << "step " << i;
+      }
+      EXPECT_EQ(run.params, none.params);
+    }
+  }
+}
+
 TEST(MoeTraining, Bf16IsCloseToFp32) {
   if (Communicator::world().size() != 1) GTEST_SKIP() << "one rank";
   testing::SharedTempDir dir;

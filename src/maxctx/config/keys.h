@@ -93,6 +93,11 @@ using StringList = std::vector<std::string>;
   X(double, warmup_steps_fraction, 0.1, "", "Fraction of the schedule spent in linear warmup")  \
   X(double, cosine_learning_rate_final_fraction, 0.1, "",                                       \
     "Final learning rate as a fraction of the peak")                                            \
+  X(std::string, remat_policy, "full", "",                                                      \
+    "Activation recomputation (MaxText's names): full keeps each layer's input only, minimal "  \
+    "its projections' outputs, none everything; also minimal_with_context, save_qkv_proj, "     \
+    "save_dot_except_mlp, save_dot_with_context_except_mlp, save_dot_except_mlpwi, "             \
+    "save_out_proj")                                                                            \
   X(std::string, opt_type, "adamw", "adamw", "Optimizer")                                       \
   X(double, adam_b1, 0.9, "", "AdamW beta1")                                                    \
   X(double, adam_b2, 0.95, "", "AdamW beta2")                                                   \

@@ -1,16 +1,35 @@
 #include "maxctx/core/buffer.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace maxctx {
 namespace {
+
+// From this size on a buffer is its own anonymous mapping: page-aligned, zero without a
+// memset, resident only where written, and given back to the system when freed.
+constexpr size_t kMappedFrom = size_t{1} << 20;
+
+size_t page_size() {
+  static const size_t kPage = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return kPage;
+}
 
 class HostAllocator final : public Allocator {
  public:
   Device device() const override { return Device::kCpu; }
   void* allocate(size_t bytes) const override {
+    if (bytes >= kMappedFrom) {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      return p;
+    }
     // aligned_alloc wants a multiple of the alignment.
     const size_t padded = (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
     void* p = std::aligned_alloc(kBufferAlignment, padded == 0 ? kBufferAlignment : padded);
@@ -18,7 +37,44 @@ class HostAllocator final : public Allocator {
     std::memset(p, 0, padded);
     return p;
   }
-  void deallocate(void* memory) const override { std::free(memory); }
+  void deallocate(void* memory, size_t bytes) const override {
+    if (bytes >= kMappedFrom) {
+      ::munmap(memory, bytes);
+    } else {
+      std::free(memory);
+    }
+  }
+  void discard(void* memory, size_t bytes) const override {
+    // Whole pages go back to the system (MADV_DONTNEED: private anonymous pages read as zero
+    // afterwards); the partial pages at either end are zeroed by hand.
+    auto* begin = static_cast<std::byte*>(memory);
+    std::byte* end = begin + bytes;
+    const size_t page = page_size();
+    auto* first =
+        reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page);
+    auto* last = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(end) / page * page);
+    if (first >= last) {
+      std::memset(begin, 0, bytes);
+      return;
+    }
+    std::memset(begin, 0, static_cast<size_t>(first - begin));
+    std::memset(last, 0, static_cast<size_t>(end - last));
+    if (::madvise(first, static_cast<size_t>(last - first), MADV_DONTNEED) != 0) {
+      std::memset(first, 0, static_cast<size_t>(last - first));  // still zero, just resident
+    }
+  }
+  size_t resident_bytes(const void* memory, size_t bytes) const override {
+    if (bytes == 0) return 0;
+    const size_t page = page_size();
+    const uintptr_t first = reinterpret_cast<uintptr_t>(memory) / page * page;
+    const uintptr_t end = reinterpret_cast<uintptr_t>(memory) + bytes;
+    const size_t pages = (end - first + page - 1) / page;
+    std::vector<unsigned char> resident(pages);
+    if (::mincore(reinterpret_cast<void*>(first), pages * page, resident.data()) != 0) return 0;
+    size_t count = 0;
+    for (unsigned char r : resident) count += r & 1;
+    return count * page;
+  }
 };
 
 }  // namespace
@@ -31,13 +87,13 @@ const Allocator& host_allocator() {
 }
 
 AlignedBuffer::AlignedBuffer(size_t bytes, const Allocator& allocator)
-    : data_(nullptr, Free{&allocator}), size_(bytes) {
+    : data_(nullptr, Free{&allocator, bytes}), size_(bytes) {
   if (bytes == 0) return;
   data_.reset(static_cast<std::byte*>(allocator.allocate(bytes)));
 }
 
 void AlignedBuffer::Free::operator()(std::byte* p) const {
-  (allocator != nullptr ? *allocator : host_allocator()).deallocate(p);
+  (allocator != nullptr ? *allocator : host_allocator()).deallocate(p, bytes);
 }
 
 Device AlignedBuffer::device() const {

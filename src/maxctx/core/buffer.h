@@ -26,6 +26,7 @@ class AlignedBuffer {
  private:
   struct Free {
     const Allocator* allocator;  // the host's when null (a value-initialised Free)
+    size_t bytes;                // as allocated (mapped buffers are unmapped by size)
     void operator()(std::byte* p) const;
   };
   std::unique_ptr<std::byte[], Free> data_;

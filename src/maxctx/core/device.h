@@ -21,10 +21,21 @@ class Allocator {
   virtual Device device() const = 0;
   // `bytes` zeroed bytes aligned to kBufferAlignment; never null (throws std::bad_alloc).
   virtual void* allocate(size_t bytes) const = 0;
-  virtual void deallocate(void* memory) const = 0;
+  // `memory` and `bytes` as allocate returned and was asked.
+  virtual void deallocate(void* memory, size_t bytes) const = 0;
+  // The contents of [memory, memory + bytes), inside one allocation, are no longer needed: they
+  // read as zero afterwards, and the device takes back the pages wholly inside the range, which
+  // count as memory in use again only once written (fsdp frees a gathered weight unit this way
+  // while its views stay valid).
+  virtual void discard(void* memory, size_t bytes) const = 0;
+  // How many bytes of the pages overlapping [memory, memory + bytes) the device holds now
+  // (memory accounting for benchmarks; host: mincore).
+  virtual size_t resident_bytes(const void* memory, size_t bytes) const = 0;
 };
 
-// Host memory (aligned_alloc + memset): the cpu backend's allocator and core's default.
+// Host memory: the cpu backend's allocator and core's default. Small buffers come from
+// aligned_alloc + memset; large ones from anonymous mappings, whose zero pages become resident
+// only when first written (so a buffer of which a step touches a part costs that part).
 const Allocator& host_allocator();
 
 }  // namespace maxctx

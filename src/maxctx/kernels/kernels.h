@@ -79,6 +79,9 @@ class Kernels {
   // `tensor` with at least `numel` elements of `dtype` (reallocated, zeroed, when smaller or of
   // another dtype; kept, contents and all, otherwise): scratch that grows to its largest use.
   void reserve(Tensor& tensor, int64_t numel, DType dtype = DType::kF32) const;
+  // `view`'s contents are no longer needed: zero from now on, its whole pages handed back to the
+  // device until written again (Allocator::discard); the view stays valid.
+  void discard(TensorView view) const { allocator().discard(view.raw(), view.bytes()); }
 
   // ---- dense layers ----
   // out (N, out) = in (N, in) · weightᵀ, weight (out, in) as nn.Linear stores it.

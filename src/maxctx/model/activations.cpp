@@ -1,39 +1,87 @@
 #include "maxctx/model/activations.h"
 
 namespace maxctx::model {
+namespace {
+
+// This rank's dims (legend of activations.h).
+struct Dims {
+  int64_t N, E, Hq, Hkv, D, F;
+};
+
+Dims dims_of(const LlamaConfig& c, int64_t batch, int64_t seq, int tensor_size) {
+  return {batch * seq,
+          c.emb_dim,
+          c.num_query_heads / tensor_size,
+          c.num_kv_heads / tensor_size,
+          c.head_dim,
+          c.mlp_dim / tensor_size};
+}
+
+// One view of a layer: its shape, dtype, and whether the remat policy keeps it per layer (else
+// it lives in the scratch set every layer shares). The one list that allocation and the byte
+// count below read.
+struct LayerField {
+  TensorView LayerActivations::*member;
+  Shape shape;
+  DType dtype;
+  bool kept;
+};
+
+std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r, int64_t batch,
+                                     int64_t seq, int tensor_size) {
+  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, batch, seq, tensor_size);
+  // What the forward saves for backward is in the activation dtype; statistics are f32.
+  const DType dt = c.dtype;
+  const DType f32 = DType::kF32;
+  using A = LayerActivations;
+  return {
+      {&A::attn_norm_rstd, {N}, f32, r.save_all},
+      {&A::attn_norm_out, {N, E}, dt, r.save_all},
+      {&A::q, {N, Hq, D}, dt, r.save_all || r.qkv},
+      {&A::k, {N, Hkv, D}, dt, r.save_all || r.qkv},
+      {&A::v, {N, Hkv, D}, dt, r.save_all || r.qkv},
+      {&A::attn_out, {N, Hq, D}, dt, r.save_all || r.context},
+      {&A::lse, {batch, Hq, seq}, f32, r.save_all || r.context},
+      {&A::residual_mid, {N, E}, dt, r.save_all || r.out_proj},
+      {&A::mlp_norm_rstd, {N}, f32, r.save_all},
+      {&A::mlp_norm_out, {N, E}, dt, r.save_all},
+      {&A::gate, {N, F}, dt, r.save_all || r.mlpwi},
+      {&A::up, {N, F}, dt, r.save_all || r.mlpwi},
+      {&A::swiglu_out, {N, F}, dt, r.save_all},
+  };
+}
+
+int64_t bytes_of(const Shape& shape, DType dtype) {
+  return shape.numel() * static_cast<int64_t>(dtype_size(dtype));
+}
+
+}  // namespace
 
 LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConfig& c,
-                                      int64_t batch, int64_t seq, int tensor_size) {
-  const int64_t N = batch * seq;
-  const int64_t E = c.emb_dim;
-  const int64_t Hq = c.num_query_heads / tensor_size;
-  const int64_t Hkv = c.num_kv_heads / tensor_size;
-  const int64_t D = c.head_dim;
-  const int64_t F = c.mlp_dim / tensor_size;
-  // What the forward saves for backward is in the activation dtype; statistics, logits, the
-  // tensor-axis sums (proj) and the backward's gradients are f32.
+                                      int64_t batch, int64_t seq, int tensor_size,
+                                      const RematPolicy& remat) {
+  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, batch, seq, tensor_size);
+  // Statistics, logits, the tensor-axis sums (proj) and the backward's gradients are f32.
   const DType dt = c.dtype;
   LlamaActivations a;
   a.batch = batch;
   a.seq = seq;
+  a.remat = remat;
   a.rope_cos = k.empty({N, D / 2});
   a.rope_sin = k.empty({N, D / 2});
   for (int64_t l = 0; l <= c.num_layers; ++l) a.residual.push_back(k.empty({N, E}, dt));
+  const std::vector<LayerField> fields = layer_fields(c, remat, batch, seq, tensor_size);
+  LayerActivations scratch;
+  for (const LayerField& f : fields) {
+    if (f.kept) continue;
+    scratch.*f.member = a.storage.emplace_back(k.empty(f.shape, f.dtype)).view();
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    a.residual_mid.push_back(k.empty({N, E}, dt));
     LayerActivations& layer = a.layers.emplace_back();
-    layer.attn_norm_rstd = k.empty({N});
-    layer.attn_norm_out = k.empty({N, E}, dt);
-    layer.q = k.empty({N, Hq, D}, dt);
-    layer.k = k.empty({N, Hkv, D}, dt);
-    layer.v = k.empty({N, Hkv, D}, dt);
-    layer.attn_out = k.empty({N, Hq, D}, dt);
-    layer.lse = k.empty({batch, Hq, seq});
-    layer.mlp_norm_rstd = k.empty({N});
-    layer.mlp_norm_out = k.empty({N, E}, dt);
-    layer.gate = k.empty({N, F}, dt);
-    layer.up = k.empty({N, F}, dt);
-    layer.swiglu_out = k.empty({N, F}, dt);
+    for (const LayerField& f : fields) {
+      layer.*f.member =
+          f.kept ? a.storage.emplace_back(k.empty(f.shape, f.dtype)).view() : scratch.*f.member;
+    }
     if (c.moe) layer.moe = allocate_moe_buffers(k, c, batch, seq);
   }
   a.final_norm_rstd = k.empty({N});
@@ -54,6 +102,28 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   a.d_swiglu = k.empty({N, F});
   if (c.moe) a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
   return a;
+}
+
+ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPolicy& remat,
+                                           int tensor_size) {
+  ActivationBytes b;
+  for (const LayerField& f : layer_fields(c, remat, 1, 1, tensor_size)) {
+    b.layers_per_token += bytes_of(f.shape, f.dtype) * (f.kept ? c.num_layers : 1);
+  }
+  const int64_t act = static_cast<int64_t>(dtype_size(c.dtype));
+  const int64_t f32 = 4;
+  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, 1, 1, tensor_size);
+  const int64_t q_dim = Hq * D;
+  const int64_t kv_dim = Hkv * D;
+  b.other_per_token = (c.num_layers + 1) * E * act    // residual stream, every layer's input
+                      + c.head_dim * f32              // RoPE cos and sin
+                      + f32 + E * act                 // final norm
+                      + c.vocab_size * f32 + 2 * f32  // logits, xent lse, token loss
+                      + E * f32                       // proj
+                      + 3 * E * f32                   // d_residual, d_normed, d_x
+                      + 2 * (q_dim + kv_dim) * f32    // d_q, d_k, d_v, d_attn
+                      + 3 * F * f32;                  // d_gate, d_up, d_swiglu
+  return b;
 }
 
 }  // namespace maxctx::model

@@ -5,6 +5,11 @@
 // (B, S) through the backend the model runs on; forward fills them, backward reads them. Nothing
 // is allocated per step. Saved activations are in the config's activation dtype (bf16 halves
 // them); rstd, lse, logits, the loss, proj and the backward workspace are f32.
+//
+// The remat policy (model/remat.h) decides which of a layer's views are its own and which are
+// one scratch set shared by every layer: the forward writes the shared ones and the next layer
+// overwrites them; the backward recomputes them for the layer it is at. Bytes per token and
+// layer under each policy: docs/architecture.md "Activation memory".
 #pragma once
 
 #include <vector>
@@ -13,23 +18,28 @@
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/moe_block.h"
+#include "maxctx/model/remat.h"
 
 namespace maxctx::model {
 
+// Views into LlamaActivations::storage: the layer's own buffers or the shared scratch set.
 struct LayerActivations {
-  Tensor attn_norm_rstd;  // (N) 1/rms of the layer input
-  Tensor attn_norm_out;   // (N, E)
-  Tensor q;               // (N, Hq, D) after RoPE
-  Tensor k;               // (N, Hkv, D) after RoPE
-  Tensor v;               // (N, Hkv, D)
-  Tensor attn_out;        // (N, Hq, D) softmax(q·kᵀ)·v, before o_proj
-  Tensor lse;             // (B, Hq, S) log-sum-exp per query row
-  Tensor mlp_norm_rstd;   // (N)
-  Tensor mlp_norm_out;    // (N, E)
-  Tensor gate;            // (N, F) x·W_gateᵀ
-  Tensor up;              // (N, F) x·W_upᵀ
-  Tensor swiglu_out;      // (N, F) silu(gate)·up
-  MoeBuffers moe;         // a mixture of experts' routing and expert rows (mixtral only)
+  TensorView attn_norm_rstd;  // (N) 1/rms of the layer input
+  TensorView attn_norm_out;   // (N, E)
+  TensorView q;               // (N, Hq, D) after RoPE
+  TensorView k;               // (N, Hkv, D) after RoPE
+  TensorView v;               // (N, Hkv, D)
+  TensorView attn_out;        // (N, Hq, D) softmax(q·kᵀ)·v, before o_proj
+  TensorView lse;             // (B, Hq, S) log-sum-exp per query row
+  TensorView residual_mid;    // (N, E) the stream after attention, before the MLP
+  TensorView mlp_norm_rstd;   // (N)
+  TensorView mlp_norm_out;    // (N, E)
+  TensorView gate;            // (N, F) x·W_gateᵀ
+  TensorView up;              // (N, F) x·W_upᵀ
+  TensorView swiglu_out;      // (N, F) silu(gate)·up
+  // A mixture of experts' routing and expert rows (mixtral only): owned per layer, kept by
+  // every remat policy (a recomputation redoes the norm before it, not the experts).
+  MoeBuffers moe;
 };
 
 struct LlamaActivations {
@@ -37,17 +47,18 @@ struct LlamaActivations {
   int64_t seq = 0;    // S, this rank's tokens per sequence
   Tensor rope_cos;    // (N, D/2)
   Tensor rope_sin;    // (N, D/2)
-  // residual[l] is the input of layer l, residual[L] the output of the last layer;
-  // residual_mid[l] is layer l's stream after attention, before the MLP.
-  std::vector<Tensor> residual;      // L+1 × (N, E)
-  std::vector<Tensor> residual_mid;  // L × (N, E)
+  RematPolicy remat;  // what each layer keeps; the backward recomputes the rest
+  // residual[l] is the input of layer l (kept by every policy), residual[L] the output of the
+  // last layer.
+  std::vector<Tensor> residual;  // L+1 × (N, E)
   std::vector<LayerActivations> layers;
-  Tensor final_norm_rstd;  // (N)
-  Tensor final_norm_out;   // (N, E)
-  Tensor logits;           // (N, V); overwritten by d_logits in backward
-  Tensor xent_lse;         // (N)
-  Tensor token_loss;       // (N) weight · cross-entropy
-  Tensor proj;             // (N, E) o_proj / down_proj output before its residual add
+  std::vector<Tensor> storage;  // what the layers' views point into
+  Tensor final_norm_rstd;       // (N)
+  Tensor final_norm_out;        // (N, E)
+  Tensor logits;                // (N, V); overwritten by d_logits in backward
+  Tensor xent_lse;              // (N)
+  Tensor token_loss;            // (N) weight · cross-entropy
+  Tensor proj;                  // (N, E) o_proj / down_proj output before its residual add
 
   // Backward workspace.
   Tensor d_residual;  // (N, E) gradient of the stream
@@ -64,7 +75,18 @@ struct LlamaActivations {
   MoeGradBuffers moe_grad;  // a mixture of experts' backward workspace (mixtral only)
 };
 
+// `remat`: which layer activations are kept for the backward (default: all of them).
 LlamaActivations allocate_activations(const kernels::Kernels& kernels, const LlamaConfig& config,
-                                      int64_t batch, int64_t seq, int tensor_size = 1);
+                                      int64_t batch, int64_t seq, int tensor_size = 1,
+                                      const RematPolicy& remat = {});
+
+// Bytes of the layers' saved activations per token (summed over layers, the shared scratch set
+// counted once) and of everything else allocate_activations holds per token, for `remat`.
+struct ActivationBytes {
+  int64_t layers_per_token = 0;  // L × what one layer keeps, + one scratch set
+  int64_t other_per_token = 0;   // stream, head, logits, RoPE tables, backward workspace
+};
+ActivationBytes activation_bytes_per_token(const LlamaConfig& config, const RematPolicy& remat,
+                                           int tensor_size = 1);
 
 }  // namespace maxctx::model

@@ -10,15 +10,31 @@ TensorView leading(TensorView buffer, int64_t N, int64_t cols) {
   return buffer.reshaped({buffer.numel()}).rows(0, N * cols).reshaped({N, cols});
 }
 
+// Which steps of the layer run: all of them in a forward; in a recomputation what the remat
+// policy did not keep. The norms and SwiGLU always run.
+struct LayerSteps {
+  bool qkv = true;        // q, k, v projections and RoPE
+  bool attention = true;  // attention output and lse
+  bool out_proj = true;   // o_proj, its tensor sum, the residual add into x_mid
+  bool mlp_in = true;     // gate and up
+  bool down = true;       // down_proj, its tensor sum, the residual add into x_out
+};
+
 void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
-                             const LayerInputs& in, const DecoderLayerPlan& plan, TensorView x_in,
-                             TensorView x_mid, DecoderLayerBuffers& b) {
+                             const LayerInputs& in, const DecoderLayerPlan& plan,
+                             const LayerSteps& steps, TensorView x_in, TensorView x_mid,
+                             DecoderLayerBuffers& b) {
   const kernels::Kernels& k = *plan.kernels;
   k.rmsnorm_forward(b.attn_norm_out, b.attn_norm_rstd, x_in, w.attn_norm, c.norm_eps);
-  project(k, b.int8_rows, b.attn_norm_out, {{&w.wq, b.q}, {&w.wk, b.k}, {&w.wv, b.v}});
-  k.rope_forward(b.q, b.q, in.rope_cos, in.rope_sin);
-  k.rope_forward(b.k, b.k, in.rope_cos, in.rope_sin);
-  plan.attention->forward(layer, b.attn_out, b.lse, b.q, b.k, b.v, in.tokens, in.dims);
+  if (steps.qkv) {
+    project(k, b.int8_rows, b.attn_norm_out, {{&w.wq, b.q}, {&w.wk, b.k}, {&w.wv, b.v}});
+    k.rope_forward(b.q, b.q, in.rope_cos, in.rope_sin);
+    k.rope_forward(b.k, b.k, in.rope_cos, in.rope_sin);
+  }
+  if (steps.attention) {
+    plan.attention->forward(layer, b.attn_out, b.lse, b.q, b.k, b.v, in.tokens, in.dims);
+  }
+  if (!steps.out_proj) return;
   // o_proj is row-parallel: each tensor rank holds a partial sum of the output.
   project(k, b.int8_rows, b.attn_out, {{&w.wo, b.proj}});
   plan.tensor->all_reduce_sum(b.proj);
@@ -27,13 +43,17 @@ void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderL
 
 void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
                        const parallel::TokenLayout& tokens, const DecoderLayerPlan& plan,
-                       TensorView x_mid, TensorView x_out, DecoderLayerBuffers& b) {
+                       const LayerSteps& steps, TensorView x_mid, TensorView x_out,
+                       DecoderLayerBuffers& b) {
   const kernels::Kernels& k = *plan.kernels;
   k.rmsnorm_forward(b.mlp_norm_out, b.mlp_norm_rstd, x_mid, w.mlp_norm, c.norm_eps);
   if (c.moe) {
     // Every rank runs its tokens through all experts (a row split's ranks hold the same tokens
     // and compute the same result).
     MAXCTX_CHECK(b.moe != nullptr, "a mixture of experts needs its buffers");
+    // Its routing and expert rows are kept per layer by every remat policy: a recomputation
+    // (no `down` step) redoes only the norm above, which the backward reads as the experts' input.
+    if (!steps.down) return;
     moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe,
                 plan.sequence);
     plan.tensor->all_reduce_sum(b.proj);  // the experts' w2 is row-parallel like down_proj
@@ -41,6 +61,7 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.
     MAXCTX_CHECK(plan.mlp_part != nullptr && b.split_scratch != nullptr && b.split_hidden,
                  "a row split needs this rank's MLP rows and scratch buffers");
+    MAXCTX_CHECK(steps.mlp_in && steps.down, "a row split runs the whole MLP (inference)");
     const MlpRowsPart& part = *plan.mlp_part;
     const int64_t N = x_mid.shape()[0];
     const int64_t Fr = part.w_gate.out_dim;
@@ -54,13 +75,21 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, b.swiglu_out, part.w_down,
                   b.proj);
   } else {
-    project(k, b.int8_rows, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});
+    if (steps.mlp_in) {
+      project(k, b.int8_rows, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});
+    }
     k.swiglu_forward(b.swiglu_out, b.gate, b.up);
+    if (!steps.down) return;
     // down_proj is row-parallel like o_proj.
     project(k, b.int8_rows, b.swiglu_out, {{&w.w_down, b.proj}});
     plan.tensor->all_reduce_sum(b.proj);
   }
   k.add(x_out, x_mid, b.proj);
+}
+
+void check_plan(const DecoderLayerPlan& plan) {
+  MAXCTX_CHECK(plan.kernels != nullptr && plan.attention != nullptr && plan.tensor != nullptr,
+               "a decoder layer needs kernels, an attention and a tensor reducer");
 }
 
 }  // namespace
@@ -101,10 +130,27 @@ void project_split(const kernels::Kernels& k, kernels::Int8Rows* int8_rows, Tens
 void decoder_layer_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
                            const LayerInputs& in, const DecoderLayerPlan& plan, TensorView x_in,
                            TensorView x_mid, TensorView x_out, DecoderLayerBuffers& b) {
-  MAXCTX_CHECK(plan.kernels != nullptr && plan.attention != nullptr && plan.tensor != nullptr,
-               "a decoder layer needs kernels, an attention and a tensor reducer");
-  attention_block_forward(c, layer, w, in, plan, x_in, x_mid, b);
-  mlp_block_forward(c, w, in.tokens, plan, x_mid, x_out, b);
+  check_plan(plan);
+  const LayerSteps all;
+  attention_block_forward(c, layer, w, in, plan, all, x_in, x_mid, b);
+  mlp_block_forward(c, w, in.tokens, plan, all, x_mid, x_out, b);
+}
+
+void decoder_layer_recompute(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
+                             const LayerInputs& in, const DecoderLayerPlan& plan,
+                             const RematPolicy& kept, TensorView x_in, TensorView x_mid,
+                             DecoderLayerBuffers& b) {
+  check_plan(plan);
+  MAXCTX_CHECK(plan.row_split == nullptr, "training recomputes without a row split");
+  if (kept.save_all) return;
+  LayerSteps missing;
+  missing.qkv = !kept.qkv;
+  missing.attention = !kept.context;
+  missing.out_proj = !kept.out_proj;
+  missing.mlp_in = !kept.mlpwi;
+  missing.down = false;
+  attention_block_forward(c, layer, w, in, plan, missing, x_in, x_mid, b);
+  mlp_block_forward(c, w, in.tokens, plan, missing, x_mid, TensorView(), b);
 }
 
 }  // namespace maxctx::model

@@ -23,6 +23,7 @@
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/moe_block.h"
+#include "maxctx/model/remat.h"
 #include "maxctx/parallel/model_plan.h"
 
 namespace maxctx::model {
@@ -101,6 +102,16 @@ void decoder_layer_forward(const LlamaConfig& config, int64_t layer,
                            const DecoderLayerWeights& weights, const LayerInputs& inputs,
                            const DecoderLayerPlan& plan, TensorView x_in, TensorView x_mid,
                            TensorView x_out, DecoderLayerBuffers& buffers);
+
+// Training's backward under a remat policy (model/remat.h): the layer's forward again from x_in,
+// computing into `buffers` only what the policy did not keep (the norms and SwiGLU always, the
+// projections, attention and o_proj's residual add into x_mid when not kept; never down_proj,
+// whose sum is the next layer's input, kept by every policy). Same kernels, same inputs: the
+// same bits as the forward. No row split (training has none).
+void decoder_layer_recompute(const LlamaConfig& config, int64_t layer,
+                             const DecoderLayerWeights& weights, const LayerInputs& inputs,
+                             const DecoderLayerPlan& plan, const RematPolicy& kept, TensorView x_in,
+                             TensorView x_mid, DecoderLayerBuffers& buffers);
 
 // outs[i].second = in · outs[i].first ᵀ for projections that share one input (int8 quantizes it
 // once into `int8_rows`).

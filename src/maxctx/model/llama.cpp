@@ -65,19 +65,19 @@ DecoderLayerWeights layer_weights(const LayerWeights& w) {
 
 DecoderLayerBuffers layer_buffers(LayerActivations& a, LlamaActivations& acts) {
   DecoderLayerBuffers b;
-  b.attn_norm_rstd = a.attn_norm_rstd.view();
-  b.attn_norm_out = a.attn_norm_out.view();
-  b.q = a.q.view();
-  b.k = a.k.view();
-  b.v = a.v.view();
-  b.attn_out = a.attn_out.view();
-  b.lse = a.lse.view();
+  b.attn_norm_rstd = a.attn_norm_rstd;
+  b.attn_norm_out = a.attn_norm_out;
+  b.q = a.q;
+  b.k = a.k;
+  b.v = a.v;
+  b.attn_out = a.attn_out;
+  b.lse = a.lse;
   b.proj = acts.proj.view();
-  b.mlp_norm_rstd = a.mlp_norm_rstd.view();
-  b.mlp_norm_out = a.mlp_norm_out.view();
-  b.gate = a.gate.view();
-  b.up = a.up.view();
-  b.swiglu_out = a.swiglu_out.view();
+  b.mlp_norm_rstd = a.mlp_norm_rstd;
+  b.mlp_norm_out = a.mlp_norm_out;
+  b.gate = a.gate;
+  b.up = a.up;
+  b.swiglu_out = a.swiglu_out;
   b.moe = &a.moe;
   return b;
 }
@@ -85,19 +85,17 @@ DecoderLayerBuffers layer_buffers(LayerActivations& a, LlamaActivations& acts) {
 // d_residual holds dL/d(residual_out) on entry and dL/d(residual_in) on exit.
 void mlp_block_backward(const kernels::Kernels& k, const LayerWeights& w, const LayerWeights& g,
                         parallel::ModelPlan& plan, TensorView residual_in, LlamaActivations& acts,
-                        LayerActivations& a) {
+                        const LayerActivations& a) {
   const TensorView d_residual = acts.d_residual.view();
-  k.matmul_backward(acts.d_swiglu.view(), g.w_down, d_residual, a.swiglu_out.view(), w.w_down);
-  k.swiglu_backward(acts.d_gate.view(), acts.d_up.view(), acts.d_swiglu.view(), a.gate.view(),
-                    a.up.view());
+  k.matmul_backward(acts.d_swiglu.view(), g.w_down, d_residual, a.swiglu_out, w.w_down);
+  k.swiglu_backward(acts.d_gate.view(), acts.d_up.view(), acts.d_swiglu.view(), a.gate, a.up);
   const TensorView d_normed = acts.d_normed.view();
-  k.matmul_backward(d_normed, g.w_gate, acts.d_gate.view(), a.mlp_norm_out.view(), w.w_gate);
-  k.matmul_backward_accumulate_input(d_normed, g.w_up, acts.d_up.view(), a.mlp_norm_out.view(),
-                                     w.w_up);
+  k.matmul_backward(d_normed, g.w_gate, acts.d_gate.view(), a.mlp_norm_out, w.w_gate);
+  k.matmul_backward_accumulate_input(d_normed, g.w_up, acts.d_up.view(), a.mlp_norm_out, w.w_up);
   // gate/up are column-parallel: their input gradients are partial sums over tensor ranks.
   plan.tensor->all_reduce_sum(d_normed);
   k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, d_normed, residual_in, w.mlp_norm,
-                     a.mlp_norm_rstd.view());
+                     a.mlp_norm_rstd);
   k.add_inplace(d_residual, acts.d_x.view());
 }
 
@@ -107,32 +105,31 @@ void moe_block_backward(const kernels::Kernels& k, const LlamaConfig& c, const L
                         TensorView residual_in, LlamaActivations& acts, LayerActivations& a,
                         float d_moe_lb) {
   const TensorView d_residual = acts.d_residual.view();
-  moe_backward(k, c, w.moe, g.moe, b.batch, b.seq, a.mlp_norm_out.view(), d_residual,
-               acts.d_normed.view(), a.moe, acts.moe_grad, d_moe_lb, plan.tensor);
+  moe_backward(k, c, w.moe, g.moe, b.batch, b.seq, a.mlp_norm_out, d_residual, acts.d_normed.view(),
+               a.moe, acts.moe_grad, d_moe_lb, plan.tensor);
   k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, acts.d_normed.view(), residual_in, w.mlp_norm,
-                     a.mlp_norm_rstd.view());
+                     a.mlp_norm_rstd);
   k.add_inplace(d_residual, acts.d_x.view());
 }
 
 void attention_block_backward(const kernels::Kernels& k, const kernels::AttentionParams& dims,
                               const LayerWeights& w, const LayerWeights& g, const TokenBatch& b,
                               parallel::ModelPlan& plan, TensorView residual_in,
-                              LlamaActivations& acts, LayerActivations& a) {
+                              LlamaActivations& acts, const LayerActivations& a) {
   const TensorView d_residual = acts.d_residual.view();
-  k.matmul_backward(acts.d_attn.view(), g.wo, d_residual, a.attn_out.view(), w.wo);
+  k.matmul_backward(acts.d_attn.view(), g.wo, d_residual, a.attn_out, w.wo);
   plan.attention->backward(acts.d_q.view(), acts.d_k.view(), acts.d_v.view(), acts.d_attn.view(),
-                           a.attn_out.view(), a.lse.view(), a.q.view(), a.k.view(), a.v.view(),
-                           token_layout(b), dims);
+                           a.attn_out, a.lse, a.q, a.k, a.v, token_layout(b), dims);
   k.rope_backward(acts.d_q.view(), acts.d_q.view(), acts.rope_cos.view(), acts.rope_sin.view());
   k.rope_backward(acts.d_k.view(), acts.d_k.view(), acts.rope_cos.view(), acts.rope_sin.view());
   const TensorView d_normed = acts.d_normed.view();
-  const TensorView normed = a.attn_norm_out.view();
+  const TensorView normed = a.attn_norm_out;
   k.matmul_backward(d_normed, g.wq, acts.d_q.view(), normed, w.wq);
   k.matmul_backward_accumulate_input(d_normed, g.wk, acts.d_k.view(), normed, w.wk);
   k.matmul_backward_accumulate_input(d_normed, g.wv, acts.d_v.view(), normed, w.wv);
   plan.tensor->all_reduce_sum(d_normed);
   k.rmsnorm_backward(acts.d_x.view(), g.attn_norm, d_normed, residual_in, w.attn_norm,
-                     a.attn_norm_rstd.view());
+                     a.attn_norm_rstd);
   k.add_inplace(d_residual, acts.d_x.view());
 }
 
@@ -140,8 +137,24 @@ void before_use(parallel::ModelPlan& plan, int64_t unit) {
   if (plan.weights != nullptr) plan.weights->before_use(static_cast<int>(unit));
 }
 
+void after_use(parallel::ModelPlan& plan, int64_t unit) {
+  if (plan.weights != nullptr) plan.weights->after_use(static_cast<int>(unit));
+}
+
 void gradients_ready(parallel::ModelPlan& plan, int64_t unit) {
   if (plan.weights != nullptr) plan.weights->gradients_ready(static_cast<int>(unit));
+}
+
+// The head reads the final norm (its unit, L+1) and, with tied embeddings, the embedding table
+// (unit 0), which is then gathered again for it.
+void head_before_use(const LlamaConfig& c, parallel::ModelPlan& plan) {
+  before_use(plan, c.num_layers + 1);
+  if (c.tie_embeddings) before_use(plan, 0);
+}
+
+void head_after_use(const LlamaConfig& c, parallel::ModelPlan& plan) {
+  after_use(plan, c.num_layers + 1);
+  if (c.tie_embeddings) after_use(plan, 0);
 }
 
 const kernels::Kernels& kernels_of(const parallel::ModelPlan& plan) {
@@ -149,6 +162,23 @@ const kernels::Kernels& kernels_of(const parallel::ModelPlan& plan) {
                "a model plan needs kernels, an attention plan and a tensor reducer");
   return *plan.kernels;
 }
+
+// What every training layer's forward (and its recomputation in backward) runs with.
+struct TrainingLayers {
+  TrainingLayers(const LlamaConfig& c, const TokenBatch& b, parallel::ModelPlan& plan,
+                 LlamaActivations& acts)
+      : attention(*plan.attention),
+        inputs{token_layout(b), attention_dims(c, local_dims(c, b, plan)), acts.rope_cos.view(),
+               acts.rope_sin.view()} {
+    layer_plan.kernels = plan.kernels;
+    layer_plan.attention = &attention;
+    layer_plan.tensor = plan.tensor;
+    layer_plan.sequence = plan.sequence;
+  }
+  PlanAttention attention;
+  LayerInputs inputs;
+  DecoderLayerPlan layer_plan;
+};
 
 }  // namespace
 
@@ -164,30 +194,26 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   check_activations(c, b, acts);
   const LocalDims d = local_dims(c, b, plan);
   k.rope_cos_sin(acts.rope_cos.view(), acts.rope_sin.view(), b.positions, c.rope);
-  const LayerInputs inputs{token_layout(b), attention_dims(c, d), acts.rope_cos.view(),
-                           acts.rope_sin.view()};
-  PlanAttention attention(*plan.attention);
-  DecoderLayerPlan layer_plan;
-  layer_plan.kernels = &k;
-  layer_plan.attention = &attention;
-  layer_plan.tensor = plan.tensor;
-  layer_plan.sequence = plan.sequence;
-  const int64_t head_unit = c.num_layers + 1;
+  TrainingLayers layers(c, b, plan, acts);
   before_use(plan, 0);
   k.embedding_forward(acts.residual[0].view(), b.tokens, w.embed);
+  after_use(plan, 0);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const trace::Span span("layer_forward", trace::Category::kLayer,
                            trace::enabled() ? trace::numbered("layer", l) : nullptr);
     before_use(plan, l + 1);
-    DecoderLayerBuffers buffers = layer_buffers(acts.layers[l], acts);
-    decoder_layer_forward(c, l, layer_weights(w.layers[l]), inputs, layer_plan,
-                          acts.residual[l].view(), acts.residual_mid[l].view(),
-                          acts.residual[l + 1].view(), buffers);
+    LayerActivations& a = acts.layers[l];
+    DecoderLayerBuffers buffers = layer_buffers(a, acts);
+    decoder_layer_forward(c, l, layer_weights(w.layers[l]), layers.inputs, layers.layer_plan,
+                          acts.residual[l].view(), a.residual_mid, acts.residual[l + 1].view(),
+                          buffers);
+    after_use(plan, l + 1);
   }
-  before_use(plan, head_unit);
+  head_before_use(c, plan);
   k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
                     acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
   k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
+  head_after_use(c, plan);
   LossSums sums;
   if (c.moe) {
     for (const LayerActivations& a : acts.layers) sums.moe_lb_sum += a.moe.load_balance;
@@ -211,31 +237,39 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   check_activations(c, b, acts);
   MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
   const LocalDims d = local_dims(c, b, plan);
-  const kernels::AttentionParams dims = attention_dims(c, d);
+  TrainingLayers layers(c, b, plan, acts);
   const TensorView d_logits = acts.logits.view();  // in place: logits are not needed after this
   k.cross_entropy_backward(d_logits, acts.logits.view(), acts.xent_lse.view(), b.targets,
                            TensorView::of(b.loss_weights, d.N), d_loss);
+  head_before_use(c, plan);
   k.matmul_backward(acts.d_normed.view(), g.lm_head, d_logits, acts.final_norm_out.view(),
                     w.lm_head);
   k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
                      acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+  head_after_use(c, plan);
   gradients_ready(plan, c.num_layers + 1);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     const trace::Span span("layer_backward", trace::Category::kLayer,
                            trace::enabled() ? trace::numbered("layer", l) : nullptr);
+    before_use(plan, l + 1);
     LayerActivations& a = acts.layers[l];
+    // What the remat policy did not keep, recomputed from the layer's input.
+    DecoderLayerBuffers buffers = layer_buffers(a, acts);
+    decoder_layer_recompute(c, l, layer_weights(w.layers[l]), layers.inputs, layers.layer_plan,
+                            acts.remat, acts.residual[l].view(), a.residual_mid, buffers);
     if (c.moe) {
-      moe_block_backward(k, c, w.layers[l], g.layers[l], b, plan, acts.residual_mid[l].view(), acts,
-                         a, d_moe_lb);
+      moe_block_backward(k, c, w.layers[l], g.layers[l], b, plan, a.residual_mid, acts, a,
+                         d_moe_lb);
     } else {
-      mlp_block_backward(k, w.layers[l], g.layers[l], plan, acts.residual_mid[l].view(), acts, a);
+      mlp_block_backward(k, w.layers[l], g.layers[l], plan, a.residual_mid, acts, a);
     }
-    attention_block_backward(k, dims, w.layers[l], g.layers[l], b, plan, acts.residual[l].view(),
-                             acts, a);
+    attention_block_backward(k, layers.inputs.dims, w.layers[l], g.layers[l], b, plan,
+                             acts.residual[l].view(), acts, a);
+    after_use(plan, l + 1);
     gradients_ready(plan, l + 1);
   }
   // With tied embeddings the head's gradient also lands in the embedding unit, so that unit is
-  // only ready now.
+  // only ready now. The embedding's backward reads no weights.
   k.embedding_backward(g.embed, acts.d_residual.view(), b.tokens);
   gradients_ready(plan, 0);
 }

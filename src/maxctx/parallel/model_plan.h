@@ -74,13 +74,17 @@ class NoTensorReduction final : public TensorReducer {
 
 // Where the weights live between uses (fsdp). The model names its weight units in the order it
 // uses them: 0 = the token embedding, 1..L = decoder layers, L+1 = the final norm and output
-// head (model/weights.h weight_units). before_use(u) comes before a unit's weights are read in
-// a step; gradients_ready(u) once the backward has finished accumulating that unit's gradients.
-// Null in the plan means the weights are simply resident and gradients stay where they are.
+// head (model/weights.h weight_units). before_use(u) comes before a unit's weights are read and
+// after_use(u) once they are no longer read, in the forward and again in the backward (the
+// weights are not kept in between); gradients_ready(u) once the backward has finished
+// accumulating that unit's gradients, which are then taken away (the unit's gradient views read
+// zero again). Null in the plan means the weights are simply resident and gradients stay where
+// they are.
 class WeightPlan {
  public:
   virtual ~WeightPlan() = default;
   virtual void before_use(int unit) = 0;
+  virtual void after_use(int unit) = 0;
   virtual void gradients_ready(int unit) = 0;
 };
 

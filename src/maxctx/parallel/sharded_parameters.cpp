@@ -21,6 +21,7 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
   }
   gathered_.assign(units_.size(), false);
   const int64_t total = total_numel(specs);
+  // Untouched until a unit is gathered or its gradients written (Kernels::discard afterwards).
   full_params_ = kernels.empty({total}, weight_dtype);
   full_grads_ = kernels.empty({total}, DType::kF32);
   master_ = kernels.empty({shard_total}, weight_dtype);
@@ -63,8 +64,12 @@ void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
 }
 
 void ShardedParameters::begin_step() {
-  kernels_.fill_zero(full_grads_.view());
-  std::fill(gathered_.begin(), gathered_.end(), false);
+  // Every unit's gradients were freed (zero) by gradients_ready; a step that stopped early
+  // (an exception between forward and backward) may have left some behind.
+  kernels_.discard(full_grads_.view());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (gathered_[u]) after_use(static_cast<int>(u));
+  }
 }
 
 void ShardedParameters::before_use(int unit) {
@@ -76,6 +81,15 @@ void ShardedParameters::before_use(int unit) {
   gathered_[unit] = true;
 }
 
+void ShardedParameters::after_use(int unit) {
+  MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
+  if (!gathered_[unit]) return;
+  measure_units();
+  const Unit& u = units_[unit];
+  kernels_.discard(full_params_.view().elements(u.begin, u.end - u.begin));
+  gathered_[unit] = false;
+}
+
 void ShardedParameters::gradients_ready(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   const Unit& u = units_[unit];
@@ -83,6 +97,26 @@ void ShardedParameters::gradients_ready(int unit) {
   fsdp_.reduce_scatter(std::span<const float>(full_grads_.data<float>() + u.begin, u.end - u.begin),
                        shard);
   replicas_.all_reduce(shard, ReduceOp::kSum);
+  measure_units();
+  // Zero again for the next step's accumulation, and no longer resident.
+  kernels_.discard(full_grads_.view().elements(u.begin, u.end - u.begin));
+}
+
+void ShardedParameters::measure_units() {
+  const Allocator& a = kernels_.allocator();
+  const int64_t bytes = static_cast<int64_t>(
+      a.resident_bytes(full_params_.view().raw(), full_params_.view().bytes()) +
+      a.resident_bytes(full_grads_.view().raw(), full_grads_.view().bytes()));
+  peak_unit_bytes_ = std::max(peak_unit_bytes_, bytes);
+}
+
+ShardedParameters::MemoryUse ShardedParameters::memory_use() const {
+  MemoryUse m;
+  for (const Tensor* t : {&master_, &grad_shard_, &adam_m_, &adam_v_}) {
+    m.shard_bytes += static_cast<int64_t>(t->view().bytes());
+  }
+  m.peak_unit_bytes = peak_unit_bytes_;
+  return m;
 }
 
 double ShardedParameters::global_grad_norm() const {

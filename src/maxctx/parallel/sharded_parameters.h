@@ -5,16 +5,19 @@
 // model's weight units (embedding, each layer, head); every unit is split over the fsdp ranks
 // by split_counts, and each rank owns one shard of each: the master weights and the AdamW
 // moments (in weight_dtype: f32, or bf16 as MaxText stores them with weight_dtype=bfloat16)
-// exist only for that shard; gradients are f32 throughout, reduced in f32. In a step, a unit's full
-// weights are all-gathered over fsdp just before the model first uses them
-// (WeightPlan::before_use), and as soon as the backward has finished a unit its gradients are
-// reduce-scattered over fsdp and summed over the replica axes (data × context): every rank ends
-// with the gradient of the global loss for its shard. With fsdp = 1 the shard is the whole unit and
-// only the replica sum remains.
+// exist only for that shard; gradients are f32 throughout, reduced in f32. In a step, a unit's
+// full weights are all-gathered over fsdp just before the model uses them
+// (WeightPlan::before_use) and freed as soon as it is done with them (after_use): the forward
+// gathers each unit once, the backward gathers it again. As soon as the backward has finished a
+// unit its gradients are reduce-scattered over fsdp, summed over the replica axes (data ×
+// context) and freed: every rank ends with the gradient of the global loss for its shard. With
+// fsdp = 1 the shard is the whole unit, the "gather" a copy and only the replica sum remains.
 //
-// What this does not do (yet): free a unit's gathered weights between uses. The full-size
-// buffer stays resident, so memory for weights is that of replication; state and gradients'
-// optimizer work are 1/fsdp.
+// Memory: the full parameter and gradient buffers are address space of the whole model's size
+// whose pages are resident only while a unit is in use (Kernels::discard hands them back and
+// keeps the model's views valid), so what a rank holds is its shards (1/fsdp of the weights,
+// both moments and the gradients) plus the one or two units in use: the unit being computed,
+// and in the backward its gradients. The gather is not overlapped with compute (no prefetch).
 #pragma once
 
 #include <cstdint>
@@ -36,7 +39,8 @@ class ShardedParameters final : public WeightPlan {
                     const Communicator& replicas, const Communicator& tensor,
                     const kernels::Kernels& kernels, DType weight_dtype);
 
-  // The full (this tensor rank's) buffers the model reads and writes.
+  // The full (this tensor rank's) buffers the model reads and writes: only the units in use hold
+  // values (and memory); the rest read as zero.
   TensorView full_params() const { return full_params_.view(); }
   TensorView full_grads() const { return full_grads_.view(); }
   int64_t full_size() const { return full_params_.numel(); }
@@ -61,7 +65,17 @@ class ShardedParameters final : public WeightPlan {
   double global_grad_norm() const;
 
   void before_use(int unit) override;
+  void after_use(int unit) override;
   void gradients_ready(int unit) override;
+
+  // What the parameters, gradients and optimizer state hold on this rank, in bytes: the shards
+  // (master weights, both moments, the reduced gradients), and the most that the full buffers'
+  // units in use held at once so far (resident pages, measured whenever a unit is freed).
+  struct MemoryUse {
+    int64_t shard_bytes = 0;
+    int64_t peak_unit_bytes = 0;
+  };
+  MemoryUse memory_use() const;
 
  private:
   struct Unit {
@@ -76,8 +90,12 @@ class ShardedParameters final : public WeightPlan {
   const Communicator& replicas_;
   const Communicator& tensor_;
   std::vector<Unit> units_;
+  // The resident bytes of the full buffers now, folded into peak_unit_bytes_.
+  void measure_units();
+
   std::vector<bool> gathered_;
   Tensor full_params_, full_grads_;
+  int64_t peak_unit_bytes_ = 0;
   Tensor master_, grad_shard_, adam_m_, adam_v_;
 };
 

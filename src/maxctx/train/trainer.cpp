@@ -12,6 +12,7 @@
 #include "maxctx/model/activations.h"
 #include "maxctx/model/llama.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/remat.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
@@ -135,7 +136,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
 
   const int64_t rows = c.derived.global_batch_size_to_train_on / s.axes.data_shards;
   const int64_t local_seq = context_shard_len(c.max_target_length, s.axes.context);
-  s.acts = model::allocate_activations(s.kernels, s.model_config, rows, local_seq, tp);
+  s.acts = model::allocate_activations(s.kernels, s.model_config, rows, local_seq, tp,
+                                       model::remat_policy_from(c.remat_policy));
   s.adamw = adamw_config(c);
   s.schedule = learning_rate_schedule(c);
   s.run_dir = run_directory_of(c);
@@ -316,5 +318,10 @@ std::vector<float> Trainer::gather_parameters() {
 }
 
 fs::path Trainer::run_directory() const { return state_->run_dir; }
+
+ParameterMemory Trainer::parameter_memory() const {
+  const auto use = state_->plans.parameters->memory_use();
+  return {use.shard_bytes, use.peak_unit_bytes};
+}
 
 }  // namespace maxctx::train

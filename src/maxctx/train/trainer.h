@@ -37,6 +37,14 @@ struct StepRecord {
   double eval_seconds = 0.0;  // wall time of the evaluation (not counted in the step's time)
 };
 
+// What the parameters, gradients and optimizer state hold on this rank (parallel/
+// sharded_parameters.h MemoryUse): the fsdp shards, and the most the gathered units in use held
+// at once so far.
+struct ParameterMemory {
+  int64_t shard_bytes = 0;
+  int64_t peak_unit_bytes = 0;
+};
+
 class Trainer {
  public:
   // Validates the config against the mesh (training axes only, divisibility) with errors that
@@ -54,6 +62,7 @@ class Trainer {
   // The whole model's parameters in the unsharded Hugging Face layout (collective).
   std::vector<float> gather_parameters();
   std::filesystem::path run_directory() const;
+  ParameterMemory parameter_memory() const;
 
  private:
   struct State;
