@@ -8,8 +8,10 @@
 #include "maxctx/mesh/mesh.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include "maxctx/core/check.h"
@@ -87,6 +89,15 @@ std::string processor_name() {
 
 unsigned axis_bit(Axis axis) { return 1u << axis_index(axis); }
 
+// "axis data", "axes fsdp+context": the watchdog's name for a group.
+std::string group_label(unsigned mask) {
+  std::vector<std::string_view> names;
+  for (Axis axis : kAllAxes) {
+    if ((mask & axis_bit(axis)) != 0) names.push_back(axis_name(axis));
+  }
+  return fmt::format("{} {}", names.size() == 1 ? "axis" : "axes", fmt::join(names, "+"));
+}
+
 }  // namespace
 
 Mesh::Mesh(const MeshSpec& spec) : Mesh(spec, Communicator::world()) {}
@@ -114,6 +125,7 @@ Mesh::Mesh(const MeshSpec& spec, Communicator base) : world_(std::move(base)) {
     const int64_t color = masked_linear_index(coords_, sizes, all_axes & ~mask);
     const int64_t key = masked_linear_index(coords_, sizes, mask);
     groups_[mask] = world_.split(static_cast<int>(color), static_cast<int>(key));
+    groups_[mask].impl()->set_label(group_label(mask));
     MAXCTX_CHECK_EQ(static_cast<int64_t>(groups_[mask].rank()), key,
                     "a group's rank is the row-major index over its axes");
   }
