@@ -25,6 +25,7 @@ struct Waiting {
   std::atomic<int64_t> since_ns{0};
 };
 Waiting g_waiting;
+std::atomic<bool> g_watching{false};  // off: WaitScope touches nothing but this flag
 
 class Watchdog {
  public:
@@ -34,6 +35,7 @@ class Watchdog {
     stop();
     std::lock_guard lock(mutex_);
     timeout_ = seconds;
+    g_watching.store(seconds > 0, std::memory_order_relaxed);
     if (seconds <= 0) return;
     stopping_ = false;
     thread_ = std::thread([this] { watch(); });
@@ -45,6 +47,7 @@ class Watchdog {
   }
 
   void stop() {
+    g_watching.store(false, std::memory_order_relaxed);
     {
       std::lock_guard lock(mutex_);
       if (!thread_.joinable()) return;
@@ -101,6 +104,7 @@ double collective_timeout() { return watchdog().timeout(); }
 void stop_collective_watchdog() { watchdog().stop(); }
 
 WaitScope::WaitScope(const char* verb, const CommunicatorImpl* comm) {
+  if (!g_watching.load(std::memory_order_relaxed)) return;
   if (g_waiting.verb.load(std::memory_order_relaxed) != nullptr) return;
   outermost_ = true;
   g_waiting.since_ns.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
