@@ -13,6 +13,8 @@ packages=(
   libhwy-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
+  # The fuzz preset (make fuzz): clang, libFuzzer (libclang_rt.fuzzer), OpenMP for clang.
+  clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()
