@@ -6,7 +6,7 @@ JOBS ?= $(shell nproc)
 # CI=true turns warnings into errors.
 WERROR := $(if $(filter true 1,$(CI)),ON,OFF)
 
-.PHONY: all deps configure build test demo bench docs format clean
+.PHONY: all deps configure build test test-asan fuzz demo bench docs format clean
 
 all: build
 
@@ -22,6 +22,24 @@ build: configure
 test: build
 	ctest --preset $(PRESET) -j $(JOBS) --timeout 600
 
+# The suite under AddressSanitizer + UBSan (any finding fails its test). Leak checking is off
+# here: Open MPI unloads its plugins at MPI_Finalize, so the allocations they keep show up as
+# leaks of "<unknown module>" that no suppression can name. (The fuzzers, without MPI, do check
+# leaks.)
+ASAN_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+test-asan: deps
+	cmake --preset asan -DMAXCTX_WERROR=$(WERROR) -DMAXCTX_BUILD_BENCH=OFF
+	cmake --build --preset asan -j $(JOBS)
+	$(ASAN_ENV) ctest --preset asan -j $(JOBS) --timeout 900 $(ASAN_CTEST_ARGS)
+
+# libFuzzer harnesses (fuzz/): FUZZ_SECONDS each (default 60), at nice 19.
+FUZZ_SECONDS ?= 60
+# (Warnings are the gcc builds' business: clang's differ, and -Werror here would only fail CI.)
+fuzz: deps
+	cmake --preset fuzz -DMAXCTX_WERROR=OFF
+	cmake --build --preset fuzz -j $(JOBS) --target maxctx_fuzzers
+	bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+
 demo: build
 	bash scripts/demo.sh $(BUILD_DIR)
 
@@ -35,4 +53,4 @@ format:
 	git ls-files '*.cpp' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf build build-debug build-asan
+	rm -rf build build-debug build-asan build-fuzz

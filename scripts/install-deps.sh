@@ -14,6 +14,8 @@ packages=(
   libsentencepiece-dev sentencepiece
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev protobuf-compiler libprotobuf-dev
+  # The fuzz preset (make fuzz): clang, libFuzzer (libclang_rt.fuzzer), OpenMP for clang.
+  clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()

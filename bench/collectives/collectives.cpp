@@ -1,5 +1,6 @@
 // Collectives benchmark: Communicator::all_gather and reduce_scatter (ring and MPI) on float
-// buffers of 1, 16 and 64 MiB per rank, over MPI_COMM_WORLD (run.sh uses 2 ranks).
+// buffers of 1, 16 and 64 MiB per rank, over MPI_COMM_WORLD (run.sh uses 2 ranks), and the
+// collective watchdog's cost on an 8-byte all_reduce (off vs on, same run).
 //
 // Each timed iteration starts after a barrier; its time is the slowest rank's. Results are
 // checked against closed forms before they are reported (a wrong fast result is not a result).
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/runtime.h"
 
@@ -83,6 +85,38 @@ nlohmann::json result(const char* op, const char* algorithm, int ranks, int64_t 
           {"busbw_best_GBps", algbw_best * bus_factor}};
 }
 
+// The collective watchdog's cost where it could show: the smallest, latency-bound collective (an
+// 8-byte all_reduce), per call, with the watchdog off and on (collective_timeout_seconds' default)
+// in interleaved rounds of 1000 calls; medians over the rounds.
+nlohmann::json watchdog_overhead(const Communicator& comm) {
+  constexpr int kRounds = 21, kCalls = 1000;
+  std::vector<double> per_call[2];
+  double value = 1.0;
+  for (int round = 0; round < kRounds; ++round) {
+    for (const int on : {0, 1}) {
+      maxctx::set_collective_timeout(on ? 1800.0 : 0.0);
+      comm.barrier();
+      const double start = MPI_Wtime();
+      for (int i = 0; i < kCalls; ++i) comm.all_reduce<double>({&value, 1}, maxctx::ReduceOp::kMax);
+      double elapsed = MPI_Wtime() - start;
+      comm.all_reduce<double>({&elapsed, 1}, maxctx::ReduceOp::kMax);
+      per_call[on].push_back(elapsed / kCalls);
+    }
+  }
+  maxctx::set_collective_timeout(0.0);
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double off = median(per_call[0]), on = median(per_call[1]);
+  return {{"op", "all_reduce of one double"},
+          {"rounds", kRounds},
+          {"calls_per_round", kCalls},
+          {"per_call_median_us_watchdog_off", off * 1e6},
+          {"per_call_median_us_watchdog_on", on * 1e6},
+          {"on_over_off", on / off}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -143,6 +177,8 @@ int main(int argc, char** argv) {
          {"ring_over_mpi_speedup_min", by_algorithm[1].min_s / by_algorithm[0].min_s}});
   }
 
+  const nlohmann::json watchdog = watchdog_overhead(world);
+
   if (rank != 0) return 0;
   const nlohmann::json report = {
       {"benchmark", "collectives"},
@@ -159,7 +195,8 @@ int main(int argc, char** argv) {
       {"default_reduce_scatter_algorithm",
        std::string(maxctx::algorithm_name(maxctx::default_reduce_scatter_algorithm()))},
       {"results", results},
-      {"reduce_scatter_ring_over_mpi", ratios}};
+      {"reduce_scatter_ring_over_mpi", ratios},
+      {"collective_watchdog", watchdog}};
   if (out_path.empty()) {
     std::cout << report.dump(2) << "\n";
   } else {

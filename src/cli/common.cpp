@@ -11,6 +11,7 @@
 #include "maxctx/core/trace.h"
 #include "maxctx/io/trace_summary.h"
 #include "maxctx/kernels/traced_kernels.h"
+#include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/mesh/trace_file.h"
@@ -22,7 +23,10 @@ Config load_command_config(const Args& args, const char* command) {
     fail("{} needs a config file first: maxctx {} configs/base.yml [key=value ...]", command,
          command);
   }
-  return load_config(args[0], Args(args.begin() + 1, args.end()), Communicator::world().size());
+  const Config config =
+      load_config(args[0], Args(args.begin() + 1, args.end()), Communicator::world().size());
+  set_collective_timeout(config.collective_timeout_seconds);
+  return config;
 }
 
 MeshSpec mesh_spec_from(const Config& config) {

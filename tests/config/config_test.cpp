@@ -115,6 +115,14 @@ TEST(Config, InheritanceErrors) {
             std::string::npos);
 }
 
+// A base_config naming a device or a FIFO is refused before it is read (it would never end).
+TEST(Config, BaseConfigMustBeARegularFile) {
+  TempDir dir;
+  const std::string path = dir.write("child.yml", "base_config: /dev/zero\nsteps: 3\n");
+  EXPECT_NE(load_error(path, {}).find("config file '/dev/zero' is not a regular file"),
+            std::string::npos);
+}
+
 TEST(Config, UnknownKeysNameTheClosestKey) {
   const std::string cli = load_error(kBase, {"max_target_lenght=4"});
   EXPECT_NE(cli.find("unknown config key 'max_target_lenght'"), std::string::npos) << cli;
@@ -246,6 +254,36 @@ TEST(Config, GlobalParameterScaleSplitsLikeMaxText) {
   EXPECT_EQ(two.derived.emb_dim, 2048);
   EXPECT_EQ(two.derived.num_query_heads, 32);
   EXPECT_EQ(two.derived.num_decoder_layers, 16);
+}
+
+// Issue #21, defect 6: every derived size is bounded before it is computed, so a huge value is
+// one line naming the key rather than an overflow, minutes of work or a zero-width model.
+TEST(Config, HugeSizesAreRefusedBeforeTheyOverflow) {
+  const auto expect = [](const std::vector<std::string>& overrides, const std::string& part) {
+    const std::string error = load_error(kBase, overrides);
+    EXPECT_NE(error.find(part), std::string::npos) << "overrides " << overrides[0] << ": " << error;
+  };
+  // 2^62: the shift alone would be undefined; 2^61 scales the layers past the bound.
+  expect({"global_parameter_scale=4611686018427387904"}, "global_parameter_scale");
+  expect({"global_parameter_scale=2305843009213693952"}, "more than maxctx accepts");
+  expect({"base_num_decoder_layers=100000000"}, "num_decoder_layers = 100000000 x 2^0");
+  expect({"base_emb_dim=8589934592"}, "emb_dim = 8589934592");  // 2^33
+  expect({"base_mlp_dim=8589934592"}, "mlp_dim");
+  expect({"base_num_query_heads=8589934592", "base_num_kv_heads=8589934592"}, "num_query_heads");
+  expect({"head_dim=8589934592"}, "'head_dim' = 8589934592 is more than");
+  expect({"vocab_size=1099511627776"}, "'vocab_size' = 1099511627776 is more than");
+  expect({"max_target_length=4611686018427387904"}, "'max_target_length'");
+  expect({"max_prefill_predict_length=8589934592"}, "'max_prefill_predict_length'");
+  expect({"per_device_batch_size=1e300"}, "sequences per step");
+  expect({"attention_type=local_sliding", "sliding_window_size=4294967298"},
+         "'sliding_window_size' = 4294967298");
+  expect({"collective_timeout_seconds=-1"}, "collective_timeout_seconds must be >= 0");
+  expect({"max_num_checkpoints_to_keep=-2"}, "max_num_checkpoints_to_keep must be >= 0");
+  // The bounds are far from real models: Llama 3.1 405B's sizes load.
+  EXPECT_EQ(load_error(kBase, {"base_emb_dim=16384", "base_mlp_dim=53248", "vocab_size=128256",
+                               "base_num_decoder_layers=126", "base_num_query_heads=128",
+                               "base_num_kv_heads=8", "max_target_length=131072"}),
+            "");
 }
 
 TEST(Config, GlobalBatchAndFractionalPerDeviceBatch) {

@@ -5,10 +5,13 @@
 // MaxText's load-balance loss, in the loss and the gradients).
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 
+#include "maxctx/core/check.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/inference.h"
@@ -124,6 +127,72 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
             std::string::npos);
   const std::string heads = error_with("num_attention_heads", "0");
   EXPECT_NE(heads.find("num_attention_heads = 0 must be positive"), std::string::npos) << heads;
+  // Issue #21, defects 6 and 7: sizes beyond the bounds, and numerics that decode garbage.
+  EXPECT_NE(error_with("num_hidden_layers", "1000000000")
+                .find("num_hidden_layers = 1000000000 is "
+                      "more than maxctx accepts"),
+            std::string::npos);
+  EXPECT_NE(error_with("hidden_size", "8589934592").find("hidden_size = 8589934592 is more than"),
+            std::string::npos);
+  EXPECT_NE(error_with("vocab_size", "1099511627776").find("vocab_size = 1099511627776"),
+            std::string::npos);
+  EXPECT_NE(
+      error_with("rms_norm_eps", "-1e-5").find("rms_norm_eps = -1e-05 must be a positive number"),
+      std::string::npos);
+  EXPECT_NE(error_with("rms_norm_eps", "0").find("rms_norm_eps = 0 must be a positive number"),
+            std::string::npos);
+  EXPECT_NE(error_with("rms_norm_eps", "1e-60").find("must be a positive number"),
+            std::string::npos);
+  EXPECT_NE(error_with("rope_theta", "-5").find("rope_theta = -5 must be a positive number"),
+            std::string::npos);
+  EXPECT_NE(error_with("sliding_window", "0").find("sliding_window = 0 must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_with("sliding_window", "-3").find("sliding_window = -3 must be positive"),
+            std::string::npos);
+  EXPECT_EQ(error_with("sliding_window", "null"), "no error");
+}
+
+// A NaN or Inf anywhere in the weights is refused at load, naming the tensor and the element
+// (it used to decode garbage with exit 0). The fixture is copied and one element overwritten.
+TEST(HfWeights, NonFiniteValuesAreRefusedNamingTheTensor) {
+  namespace fs = std::filesystem;
+  const fs::path source = fs::path(MAXCTX_TEST_FIXTURES) / "tiny_llama";
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    const fs::path dir = fs::path(::testing::TempDir()) / "nan_weights";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy_file(source / "config.json", dir / "config.json");
+    fs::copy_file(source / "model.safetensors", dir / "model.safetensors");
+    std::string name;
+    uint64_t offset = 0;
+    {
+      const io::SafetensorsFile file(dir / "model.safetensors");
+      const io::TensorInfo& info = file.tensors().back();
+      name = info.name;
+      ASSERT_EQ(info.dtype, io::StDType::kF32);
+      std::ifstream in(dir / "model.safetensors", std::ios::binary);
+      uint64_t header = 0;
+      in.read(reinterpret_cast<char*>(&header), 8);
+      offset = 8 + header + info.begin + 7 * sizeof(float);
+    }
+    {
+      std::fstream out(dir / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+      out.seekp(static_cast<std::streamoff>(offset));
+      out.write(reinterpret_cast<const char*>(&bad), sizeof(bad));
+    }
+    testing::LocalModel m(llama_config_from_hf(dir / "config.json"));
+    std::string error = "no error";
+    try {
+      load_hf_weights(m.specs, m.params.data(), dir);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(
+        error.find("tensor '" + name + "' holds a non-finite value (NaN or Inf) at element 7"),
+        std::string::npos)
+        << error;
+  }
 }
 
 // MixtralConfig fields: experts only with model_type mixtral, router noise must be off, k within

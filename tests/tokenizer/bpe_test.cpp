@@ -219,5 +219,24 @@ TEST(ByteLevelBpe, LoaderErrorsNameTheProblem) {
   expect_load_error(lstrip, "lstrip = true");
 }
 
+// Token ids that are not whole numbers in [0, 2^31 - 1] are one-line errors (fuzz_tokenizer
+// found a float id, 2.4e51, converted with undefined behaviour; a large integer used to be
+// truncated silently).
+TEST(ByteLevelBpe, TokenIdsMustBeWholeNumbersInRange) {
+  json float_id = tiny_tokenizer_json();
+  float_id["model"]["vocab"]["hello"] = 2.4e51;
+  expect_load_error(float_id,
+                    "token 'hello' has id 2.4e+51, not a whole number in [0, 2147483647]");
+  json huge_id = tiny_tokenizer_json();
+  huge_id["model"]["vocab"]["hello"] = uint64_t{4294967555};
+  expect_load_error(huge_id, "token 'hello' has id 4294967555");
+  json negative_added = tiny_tokenizer_json();
+  negative_added["added_tokens"][0]["id"] = -1;
+  expect_load_error(negative_added, "token '<|begin_of_text|>' has id -1");
+  json text_id = tiny_tokenizer_json();
+  text_id["model"]["vocab"]["hello"] = "259";
+  expect_load_error(text_id, "token 'hello' has id \"259\"");
+}
+
 }  // namespace
 }  // namespace maxctx::tokenizer

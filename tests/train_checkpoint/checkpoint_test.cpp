@@ -64,9 +64,10 @@ struct TrainingState {
     rng::fill_normal(adam_m, seed, rng::stream_id("adam_m"), 0, 0.0f, 1e-3f);
     rng::fill_normal(adam_v, seed, rng::stream_id("adam_v"), 0, 0.0f, 1e-6f);
     for (float& v : adam_v) v = std::abs(v);
+    // (NaN and Inf are refused on resume: NonFiniteValuesAreAnError.)
     const float specials[] = {-0.0f, std::numeric_limits<float>::denorm_min(),
-                              std::numeric_limits<float>::infinity(),
-                              std::bit_cast<float>(0x7fc01234u), -1e-38f};
+                              std::numeric_limits<float>::max(), std::bit_cast<float>(0x00401234u),
+                              -1e-38f};
     for (size_t i = 0; i < std::size(specials); ++i) params[i * 7] = specials[i];
   }
 
@@ -249,13 +250,65 @@ TEST_F(CheckpointTest, LatestStepSkipsTemporaryAndIncompleteDirectories) {
   write_text(dir(50) / "state.json", R"({"format": "maxctx-checkpoint-v1", "step": 5)");
   fs::copy(dir(20), root / "0070", fs::copy_options::recursive);
   write_text(root / "80", "not a checkpoint");
+  // A damaged newest checkpoint is an error naming it, never a silent resume from step 20
+  // (issue #21, defect 7); once it is moved away, the next damaged one is named, then 20 wins.
+  const auto latest_error = [&] {
+    try {
+      latest_checkpoint_step(run_dir_);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_CONTAINS(latest_error(), "the newest checkpoint '" + dir(50).string() + "' is damaged");
+  EXPECT_CONTAINS(latest_error(), (dir(50) / "state.json").string() + "' is not valid JSON");
+  EXPECT_CONTAINS(latest_error(), "move it away to resume from checkpoint 20");
+  fs::remove_all(dir(50));
+  EXPECT_CONTAINS(latest_error(), (dir(40) / "model.safetensors").string() + "' is missing");
+  fs::remove_all(dir(40));
   EXPECT_EQ(latest_checkpoint_step(run_dir_), 20);
 
   // The next write cleans up the debris of the crashed one.
   write(s, 25);
   EXPECT_EQ(latest_checkpoint_step(run_dir_), 25);
   EXPECT_FALSE(fs::exists(root / "30.tmp-999"));
-  EXPECT_TRUE(fs::exists(dir(40)));  // not ours to delete: reported, not repaired
+}
+
+// max_num_checkpoints_to_keep: the oldest complete checkpoints go, the newest `keep` stay; 0
+// keeps all.
+TEST_F(CheckpointTest, RemoveOldCheckpointsKeepsTheNewest) {
+  const TrainingState s(small_config());
+  for (const int64_t step : {2, 4, 6, 8}) write(s, step);
+  const auto steps_on_disk = [&] {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(run_dir_ / "checkpoints"))
+      names.push_back(entry.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  remove_old_checkpoints(run_dir_, 0);
+  EXPECT_EQ(steps_on_disk(), (std::vector<std::string>{"2", "4", "6", "8"}));
+  remove_old_checkpoints(run_dir_, 2);
+  EXPECT_EQ(steps_on_disk(), (std::vector<std::string>{"6", "8"}));
+  remove_old_checkpoints(run_dir_, 1);
+  EXPECT_EQ(steps_on_disk(), (std::vector<std::string>{"8"}));
+  EXPECT_EQ(latest_checkpoint_step(run_dir_), 8);
+}
+
+// A NaN or Inf in a weight or a moment is refused on resume, naming the file and tensor.
+TEST_F(CheckpointTest, NonFiniteValuesAreAnError) {
+  TrainingState s(small_config());
+  s.adam_v[s.specs[1].offset + 3] = std::numeric_limits<float>::quiet_NaN();
+  write(s, 10);
+  std::string message = read_error(10);
+  EXPECT_CONTAINS(message, "optimizer.safetensors': tensor 'adam_v." + s.specs[1].name +
+                               "' holds a non-finite value (NaN or Inf) at element 3");
+  s.adam_v[s.specs[1].offset + 3] = 0.0f;
+  s.params[s.specs[0].offset] = -std::numeric_limits<float>::infinity();
+  write(s, 10);
+  message = read_error(10);
+  EXPECT_CONTAINS(message, "model.safetensors': tensor '" + s.specs[0].name +
+                               "' holds a non-finite value (NaN or Inf) at element 0");
 }
 
 TEST_F(CheckpointTest, TruncatedModelFileIsAnError) {
@@ -273,7 +326,7 @@ TEST_F(CheckpointTest, MissingOptimizerFileIsAnError) {
   const std::string message = read_error(10);
   EXPECT_CONTAINS(message, (dir(10) / "optimizer.safetensors").string());
   EXPECT_CONTAINS(message, "is missing");
-  EXPECT_EQ(latest_checkpoint_step(run_dir_), std::nullopt);
+  EXPECT_THROW(latest_checkpoint_step(run_dir_), Error);  // damaged, not "no checkpoint"
 }
 
 TEST_F(CheckpointTest, CheckpointOfAnotherModelIsAnError) {
@@ -390,7 +443,14 @@ TEST_F(CheckpointTest, BadStateJsonIsAnError) {
     const std::string message = read_error(10);
     EXPECT_CONTAINS(message, state_file.string());
     EXPECT_CONTAINS(message, c.expected);
-    EXPECT_EQ(latest_checkpoint_step(run_dir_), std::nullopt);
+    // The only checkpoint is damaged: resuming is refused, naming it (not a fresh start).
+    try {
+      latest_checkpoint_step(run_dir_);
+      ADD_FAILURE() << "a damaged newest checkpoint was accepted";
+    } catch (const Error& e) {
+      EXPECT_CONTAINS(e.what(), state_file.string());
+      EXPECT_CONTAINS(e.what(), "move it away to resume from the start");
+    }
   }
   fs::remove(state_file);
   const std::string message = read_error(10);

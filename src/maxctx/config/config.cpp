@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "maxctx/config/size_limits.h"
 #include "maxctx/config/values.h"
 #include "maxctx/core/check.h"
 
@@ -85,6 +86,8 @@ struct Setting {
 
 YAML::Node read_yaml_file(const fs::path& path) {
   if (!fs::exists(path)) fail("config file '{}' does not exist", path.string());
+  // A device or a FIFO (base_config: /dev/zero) would be read forever.
+  if (!fs::is_regular_file(path)) fail("config file '{}' is not a regular file", path.string());
   try {
     YAML::Node root = YAML::LoadFile(path.string());
     if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);
@@ -194,6 +197,23 @@ void require(bool ok, std::string_view message) {
   if (!ok) throw Error(std::string(message));
 }
 
+void at_most(int64_t value, int64_t limit, std::string_view key) {
+  if (value > limit)
+    fail("config key '{}' = {} is more than maxctx accepts ({})", key, value, limit);
+}
+
+// base << shift, refused (before shifting) when the result would pass `limit`.
+int64_t scaled_size(int64_t base, int shift, int64_t limit, std::string_view derived,
+                    std::string_view key) {
+  if (shift >= 62 || base > (limit >> shift)) {
+    fail(
+        "{} = {} x 2^{} (global_parameter_scale) is more than maxctx accepts ({}); make {} or "
+        "global_parameter_scale smaller",
+        derived, base, shift, limit, key);
+  }
+  return base << shift;
+}
+
 void validate_and_derive(Config& c, int64_t num_devices) {
   check_allowed_values(c);
   require(c.global_parameter_scale >= 1 &&
@@ -206,13 +226,6 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   const int remainder = log2_scale % 3;
   const int head_scale = base_scale + (remainder > 0 ? 1 : 0);
   const int emb_scale = base_scale + (remainder > 1 ? 1 : 0);
-  DerivedConfig& d = c.derived;
-  d.emb_dim = c.base_emb_dim << emb_scale;
-  d.num_query_heads = c.base_num_query_heads << head_scale;
-  d.num_kv_heads = c.base_num_kv_heads << head_scale;
-  d.mlp_dim = c.base_mlp_dim << head_scale;
-  d.num_decoder_layers = c.base_num_decoder_layers << base_scale;
-
   const auto positive = [](int64_t value, std::string_view key) {
     if (value <= 0) fail("config key '{}' = {} must be positive", key, value);
   };
@@ -224,6 +237,20 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   positive(c.vocab_size, "vocab_size");
   positive(c.max_target_length, "max_target_length");
   positive(c.max_prefill_predict_length, "max_prefill_predict_length");
+  DerivedConfig& d = c.derived;
+  d.emb_dim = scaled_size(c.base_emb_dim, emb_scale, limits::kMaxWidth, "emb_dim", "base_emb_dim");
+  d.num_query_heads = scaled_size(c.base_num_query_heads, head_scale, limits::kMaxHeads,
+                                  "num_query_heads", "base_num_query_heads");
+  d.num_kv_heads = scaled_size(c.base_num_kv_heads, head_scale, limits::kMaxHeads, "num_kv_heads",
+                               "base_num_kv_heads");
+  d.mlp_dim = scaled_size(c.base_mlp_dim, head_scale, limits::kMaxWidth, "mlp_dim", "base_mlp_dim");
+  d.num_decoder_layers = scaled_size(c.base_num_decoder_layers, base_scale, limits::kMaxLayers,
+                                     "num_decoder_layers", "base_num_decoder_layers");
+  at_most(c.head_dim, limits::kMaxHeadDim, "head_dim");
+  at_most(c.vocab_size, limits::kMaxVocab, "vocab_size");
+  at_most(c.max_target_length, limits::kMaxSequence, "max_target_length");
+  at_most(c.max_prefill_predict_length, limits::kMaxSequence, "max_prefill_predict_length");
+  at_most(c.sliding_window_size, limits::kMaxSequence, "sliding_window_size");
   positive(c.gradient_accumulation_steps, "gradient_accumulation_steps");
   positive(c.checkpoint_period, "checkpoint_period");
   positive(c.log_period, "log_period");
@@ -281,6 +308,11 @@ void validate_and_derive(Config& c, int64_t num_devices) {
 
   require(c.per_device_batch_size > 0,
           fmt::format("per_device_batch_size = {} must be positive", c.per_device_batch_size));
+  // Bounded before the product below is rounded into an int64_t (1e300 would overflow it).
+  require(c.per_device_batch_size * static_cast<double>(num_devices) <=
+              static_cast<double>(limits::kMaxGlobalBatch),
+          fmt::format("per_device_batch_size = {} x {} devices is more than {} sequences per step",
+                      c.per_device_batch_size, num_devices, limits::kMaxGlobalBatch));
   require(num_devices >= 1, "the number of devices must be at least 1");
   d.num_devices = num_devices;
   const double global_batch = c.per_device_batch_size * static_cast<double>(num_devices);
@@ -300,6 +332,10 @@ void validate_and_derive(Config& c, int64_t num_devices) {
                        c.dcn_context_parallelism, c.dcn_context_autoregressive_parallelism,
                        c.dcn_tensor_parallelism,  c.dcn_expert_parallelism};
   require(c.debug_simulated_nodes >= 0, "debug_simulated_nodes must be >= 0 (0: detect)");
+  require(c.collective_timeout_seconds >= 0,
+          "collective_timeout_seconds must be >= 0 (0: wait forever)");
+  require(c.max_num_checkpoints_to_keep >= 0,
+          "max_num_checkpoints_to_keep must be >= 0 (0: keep every checkpoint)");
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {

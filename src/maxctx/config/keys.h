@@ -140,6 +140,9 @@ using StringList = std::vector<std::string>;
   X(std::string, run_name, "", "", "Run directory name under base_output_directory")           \
   X(bool, enable_checkpointing, true, "", "Write checkpoints")                                  \
   X(int64_t, checkpoint_period, 10000, "", "Steps between checkpoints")                         \
+  X(int64_t, max_num_checkpoints_to_keep, 0, "",                                                \
+    "Keep only the newest this many checkpoints, deleting the oldest once a new one is "        \
+    "complete (0: keep all, MaxText's None)")                                                   \
   X(std::string, load_parameters_path, "", "",                                                  \
     "Parameters to start from (fresh optimizer, step 0): a Hugging Face directory or a "        \
     "checkpoint directory <run>/checkpoints/<step>")                                            \
@@ -184,7 +187,11 @@ using StringList = std::vector<std::string>;
   X(bool, context_parallel_load_balance, true, "",                                              \
     "Dual chunk swap: rank r holds chunks r and 2*cp-1-r of 2*cp")                              \
   X(std::string, context_parallel_strategy, "all_gather", "all_gather|ring",                    \
-    "How K/V reach every query under context parallelism")
+    "How K/V reach every query under context parallelism")                                      \
+  X(double, collective_timeout_seconds, 1800.0, "",                                             \
+    "maxctx: a rank waiting longer than this in one collective prints which (verb, mesh axes) "  \
+    "and ends the job, instead of hanging on a stopped peer (0: wait forever). It must exceed "  \
+    "the longest legitimate wait: the other ranks wait while rank 0 writes a checkpoint")
 
 #define MAXCTX_INFERENCE_KEYS(X)                                                                 \
   X(std::string, context_autoregressive_decode, "sequence", "sequence|batch",                   \

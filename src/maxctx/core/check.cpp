@@ -45,6 +45,10 @@ void check_failed(const char* file, int line, const std::string& what) {
 void abort_job(const std::string& message) {
   std::fprintf(stderr, "maxctx: error: [rank %d] %s\n", log::rank(), message.c_str());
   std::fflush(stderr);
+  end_job();
+}
+
+void end_job() {
   if (abort_hook()) {
     abort_hook()();
   }

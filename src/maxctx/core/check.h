@@ -45,6 +45,10 @@ AbortHook set_abort_hook(AbortHook hook);  // empty hook: std::abort() of this p
 // message" on this rank, then the abort hook (MPI_Abort: every rank exits non-zero), then abort.
 [[noreturn]] void abort_job(const std::string& message);
 
+// The end of abort_job without its message, for a caller that printed its own: the abort hook,
+// then std::abort().
+[[noreturn]] void end_job();
+
 // What MAXCTX_CHECK* calls: the handler if one is installed, else print, abort hook, abort.
 [[noreturn]] void check_failed(const char* file, int line, const std::string& what);
 

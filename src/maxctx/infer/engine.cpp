@@ -5,8 +5,10 @@
 #include <numeric>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/memory_check.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/core/trace.h"
+#include "maxctx/model/memory_estimate.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
 
@@ -106,6 +108,11 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
   check_inference_mesh(mesh);
   const int ca = ca_.size();
   check_settings(settings_, ca);
+  // Before the KV cache is allocated: a max_target_length of 2^30 is one line, not bad_alloc.
+  const model::MemoryEstimate memory = model::inference_memory(
+      model_, settings_.slots, settings_.max_target_length, ca, settings_.quantize_kvcache);
+  check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "inference",
+                       memory.detail);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(model_);
   MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs), "weights of another model");
   MAXCTX_CHECK(flat_.dtype() == model_.weight_dtype, "weights in {} for a model of weight_dtype {}",

@@ -12,6 +12,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/tensor.h"
+#include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/communicator_impl.h"
 #include "maxctx/mesh/mpi/mpi_communicator.h"
 
@@ -123,6 +124,7 @@ void Request::finish_trace() {
 
 void Request::wait() {
   if (!impl_) return;
+  const WaitScope waiting("wait (isend/irecv)", nullptr);
   const trace::Span span("wait", trace::Category::kComm);
   impl_->wait();
   impl_.reset();
@@ -136,6 +138,7 @@ void wait_all(std::span<Request> requests) {
   }
   if (batch.empty()) return;
   {
+    const WaitScope waiting("wait_all (isend/irecv)", nullptr);
     const trace::Span span("wait", trace::Category::kComm);
     batch.front()->wait_all(batch);
   }
@@ -175,6 +178,7 @@ Communicator Communicator::split(int color, int key) const {
 }
 
 void Communicator::barrier() const {
+  const WaitScope waiting("barrier", &backend());
   const trace::Span span("barrier", trace::Category::kComm, trace_name_);
   backend().barrier();
 }
@@ -190,6 +194,7 @@ void Communicator::send_recv(std::span<const T> send, int dest, std::span<T> rec
   check_user_tag(tag);
   check_peer(dest, impl.size(), "send_recv: dest");
   check_peer(source, impl.size(), "send_recv: source");
+  const WaitScope waiting("send_recv", &impl);
   impl.send_recv(send.data(), static_cast<int64_t>(send.size()), dest, recv.data(),
                  static_cast<int64_t>(recv.size()), source, element_type_of<T>(), tag);
 }
@@ -226,6 +231,7 @@ void Communicator::all_gather(std::span<const T> mine, std::span<T> out) const {
   const int64_t n = static_cast<int64_t>(mine.size());
   MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), n * impl.size(),
                   "all_gather: out must hold size() = {} parts of {} elements", impl.size(), n);
+  const WaitScope waiting("all_gather", &impl);
   impl.all_gather(mine.data(), out.data(), n, element_type_of<T>());
 }
 
@@ -238,6 +244,7 @@ void Communicator::all_gather_uneven(std::span<const T> mine, std::span<T> out) 
   MAXCTX_CHECK_EQ(static_cast<int64_t>(mine.size()), split_count(total, impl.size(), impl.rank()),
                   "all_gather_uneven: rank {} of {} holds this block of {} elements", impl.rank(),
                   impl.size(), total);
+  const WaitScope waiting("all_gather_uneven", &impl);
   impl.all_gather_uneven(mine.data(), out.data(), total, element_type_of<T>());
 }
 
@@ -258,11 +265,13 @@ void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out,
                   impl.rank(), total, impl.size());
   MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
                "reduce_scatter: out overlaps in; reduce into a separate buffer");
+  const WaitScope waiting("reduce_scatter", &impl);
   impl.reduce_scatter(in.data(), out.data(), total, element_type_of<T>(), algorithm);
 }
 
 template <typename T>
 void Communicator::all_reduce(std::span<T> in_out, ReduceOp op) const {
+  const WaitScope waiting("all_reduce", &backend());
   const trace::Span span("all_reduce", trace::Category::kComm, trace_name_,
                          static_cast<int64_t>(in_out.size_bytes()));
   backend().all_reduce(in_out.data(), static_cast<int64_t>(in_out.size()), element_type_of<T>(),
@@ -282,6 +291,7 @@ void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
                   "all_to_all: out holds as many elements as in");
   MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
                "all_to_all: out overlaps in; exchange into a separate buffer");
+  const WaitScope waiting("all_to_all", &impl);
   impl.all_to_all(in.data(), out.data(), total / impl.size(), element_type_of<T>());
 }
 
@@ -291,6 +301,7 @@ void Communicator::broadcast(std::span<T> data, int root) const {
                          static_cast<int64_t>(data.size_bytes()));
   const CommunicatorImpl& impl = backend();
   MAXCTX_CHECK(root >= 0 && root < impl.size(), "broadcast root {} of {} ranks", root, impl.size());
+  const WaitScope waiting("broadcast", &impl);
   impl.broadcast(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), root);
 }
 

@@ -13,7 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <utility>
 
 #include "maxctx/mesh/communicator.h"
 
@@ -105,6 +107,14 @@ class CommunicatorImpl {
                                              int source, int tag) const = 0;
 
   virtual void barrier() const = 0;
+
+  // What the communicator spans, for messages ("world", "axis data", "axes fsdp+context"): set
+  // by whoever creates it (the mesh names its groups).
+  const std::string& label() const { return label_; }
+  void set_label(std::string label) { label_ = std::move(label); }
+
+ private:
+  std::string label_ = "a split communicator";
 };
 
 }  // namespace maxctx

@@ -8,9 +8,11 @@
 #include "maxctx/mesh/mesh.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "maxctx/core/check.h"
@@ -88,6 +90,15 @@ std::string processor_name() {
 
 unsigned axis_bit(Axis axis) { return 1u << axis_index(axis); }
 
+// "axis data", "axes fsdp+context": the watchdog's name for a group.
+std::string group_label(unsigned mask) {
+  std::vector<std::string_view> names;
+  for (Axis axis : kAllAxes) {
+    if ((mask & axis_bit(axis)) != 0) names.push_back(axis_name(axis));
+  }
+  return fmt::format("{} {}", names.size() == 1 ? "axis" : "axes", fmt::join(names, "+"));
+}
+
 }  // namespace
 
 Mesh::Mesh(const MeshSpec& spec) : Mesh(spec, Communicator::world()) {}
@@ -121,6 +132,7 @@ Mesh::Mesh(const MeshSpec& spec, Communicator base) : world_(std::move(base)) {
         axes += fmt::format("{}{}", axes.empty() ? "" : "+", axis_name(axis));
     }
     groups_[mask].set_trace_name(axes);
+    groups_[mask].impl()->set_label(group_label(mask));
     MAXCTX_CHECK_EQ(static_cast<int64_t>(groups_[mask].rank()), key,
                     "a group's rank is the row-major index over its axes");
   }

@@ -6,6 +6,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/mesh/collective_watchdog.h"
 
 namespace maxctx {
 
@@ -21,6 +22,7 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv) {
 }
 
 MpiRuntime::~MpiRuntime() {
+  stop_collective_watchdog();
   set_abort_hook({});
   int finalized = 0;
   MPI_Finalized(&finalized);

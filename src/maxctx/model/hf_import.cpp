@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <limits>
@@ -9,7 +10,9 @@
 #include <set>
 #include <type_traits>
 
+#include "maxctx/config/size_limits.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/finite.h"
 #include "maxctx/io/json_checks.h"
 #include "maxctx/io/safetensors.h"
 
@@ -190,7 +193,47 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
     fail("{}: inconsistent dimensions (hidden {}, heads {}, kv heads {}, head_dim {}, layers {})",
          path.string(), m.emb_dim, m.num_query_heads, m.num_kv_heads, m.head_dim, m.num_layers);
   }
+  // The same bounds as the config keys (config/size_limits.h): a file's 1e9 layers or 2^33
+  // width is refused here, before anything is sized from it.
+  const auto at_most = [&](int64_t value, int64_t limit, const char* name) {
+    if (value > limit) {
+      fail("{}: config.json {} = {} is more than maxctx accepts ({})", path.string(), name, value,
+           limit);
+    }
+  };
+  at_most(m.emb_dim, limits::kMaxWidth, "hidden_size");
+  at_most(m.mlp_dim, limits::kMaxWidth, "intermediate_size");
+  at_most(m.num_query_heads, limits::kMaxHeads, "num_attention_heads");
+  at_most(m.num_kv_heads, limits::kMaxHeads, "num_key_value_heads");
+  at_most(m.head_dim, limits::kMaxHeadDim, "head_dim");
+  at_most(m.num_layers, limits::kMaxLayers, "num_hidden_layers");
+  at_most(m.vocab_size, limits::kMaxVocab, "vocab_size");
+  // RMSNorm divides by sqrt(mean + eps): eps <= 0 (or one that is 0 as a float) lets an
+  // all-zero row become NaN; a non-finite theta makes every RoPE angle NaN.
+  if (!(m.norm_eps > 0.0f) || !std::isfinite(m.norm_eps)) {
+    fail("{}: config.json rms_norm_eps = {} must be a positive number", path.string(),
+         shown(config.at("rms_norm_eps")));
+  }
+  if (!(m.rope.theta > 0.0) || !std::isfinite(m.rope.theta)) {
+    fail("{}: config.json rope_theta = {} must be a positive number", path.string(),
+         shown(config.at("rope_theta")));
+  }
+  if (config.contains("sliding_window") && !config.at("sliding_window").is_null() &&
+      m.sliding_window <= 0) {
+    fail("{}: config.json sliding_window = {} must be positive (null: full attention)",
+         path.string(), m.sliding_window);
+  }
   return m;
+}
+
+// NaN or Inf in a weight would decode garbage with exit 0: refused, naming the tensor.
+void check_finite(const TensorView& values, const std::string& name, const fs::path& dir) {
+  if (const std::optional<int64_t> bad = first_non_finite(values)) {
+    fail(
+        "{}: tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
+        "damaged",
+        dir.string(), name, *bad);
+  }
 }
 
 }  // namespace
@@ -204,6 +247,8 @@ void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
                                            ? std::vector<int64_t>{s.global_rows}
                                            : std::vector<int64_t>{s.global_rows, s.global_cols};
     full = checkpoint.read_f32(s.name, shape);
+    check_finite(TensorView::of(full.data(), static_cast<int64_t>(full.size())), s.name,
+                 checkpoint_dir);
     float* out = flat + s.offset;
     for (int64_t r = 0; r < s.rows; ++r) {
       const float* row = full.data() + (s.row_offset + r) * s.global_cols + s.col_offset;
@@ -223,11 +268,13 @@ void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSp
     const TensorView out = flat.elements(s.offset, s.numel());
     if (s.rows == s.global_rows && s.cols == s.global_cols) {
       checkpoint.read_into(s.name, out.reshaped(shape));
+      check_finite(out, s.name, checkpoint_dir);
       continue;
     }
     kernels.reserve(full, shape.numel(), flat.dtype());
     const TensorView whole = full.view().elements(0, shape.numel());
     checkpoint.read_into(s.name, whole.reshaped(shape));
+    check_finite(whole, s.name, checkpoint_dir);
     for (int64_t r = 0; r < s.rows; ++r) {
       kernels.copy(out.elements(r * s.cols, s.cols),
                    whole.elements((s.row_offset + r) * s.global_cols + s.col_offset, s.cols));

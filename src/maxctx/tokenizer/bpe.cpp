@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -89,6 +90,22 @@ SplitPattern parse_pre_tokenizer(const json& pre, const fs::path& path) {
       "ByteLevel (Llama 3). A SentencePiece-style tokenizer.json (Llama 2) is read from the "
       "checkpoint's tokenizer.model instead",
       path.string(), pre.dump());
+}
+
+// A token id of an untrusted file: a whole number in [0, 2^31 - 1]. (nlohmann's get<int32_t>
+// truncates a large integer silently and converts a float such as 2.4e51 with undefined
+// behaviour: found by fuzz/fuzz_tokenizer.)
+int32_t parse_token_id(const json& id, const fs::path& path, std::string_view token) {
+  if (!id.is_number_integer() ||
+      (id.is_number_unsigned() ? id.get<uint64_t>() > uint64_t{INT32_MAX}
+                               : (id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX))) {
+    std::string shown = id.is_structured() ? std::string(id.type_name()) : id.dump();
+    if (shown.size() > 40) shown = shown.substr(0, 40) + "...";
+    std::string name(token.substr(0, 40));
+    fail("{}: token '{}' has id {}, not a whole number in [0, {}]", path.string(), name, shown,
+         INT32_MAX);
+  }
+  return static_cast<int32_t>(id.get<int64_t>());
 }
 
 }  // namespace
@@ -328,7 +345,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
   spec.ignore_merges = model.value("ignore_merges", false);
   try {
     for (const auto& [token, id] : model.at("vocab").items()) {
-      spec.vocab.emplace_back(token, id.get<int32_t>());
+      spec.vocab.emplace_back(token, parse_token_id(id, path, token));
     }
     for (const json& merge : model.at("merges")) {
       if (merge.is_array() && merge.size() == 2) {
@@ -350,8 +367,8 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
                  t.at("content").dump(), flag);
           }
         }
-        spec.added_tokens.push_back(AddedToken{t.at("content").get<std::string>(),
-                                               t.at("id").get<int32_t>(),
+        const std::string content = t.at("content").get<std::string>();
+        spec.added_tokens.push_back(AddedToken{content, parse_token_id(t.at("id"), path, content),
                                                t.value("special", false)});
       }
     }
@@ -394,11 +411,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& enco
   BpeModelSpec spec;
   spec.pattern = SplitPattern::kGpt2;
   for (const auto& [token, id] : encoder.items()) {
-    if (!id.is_number_integer()) {
-      fail("{}: token {} maps to {}, not an id", encoder_json.string(), json(token).dump(),
-           id.dump());
-    }
-    spec.vocab.emplace_back(token, id.get<int32_t>());
+    spec.vocab.emplace_back(token, parse_token_id(id, encoder_json, token));
   }
   std::istringstream lines(read_file(vocab_bpe, "GPT-2 vocab.bpe"));
   std::string line;

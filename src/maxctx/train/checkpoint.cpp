@@ -22,6 +22,8 @@
 #include <set>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/fault_injection.h"
+#include "maxctx/core/finite.h"
 #include "maxctx/io/safetensors.h"
 
 namespace maxctx::train {
@@ -200,16 +202,38 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
   return result;
 }
 
-bool is_complete(const fs::path& dir, int64_t step) {
+// Why the checkpoint directory of `step` is not complete, or nullopt when it is.
+std::optional<std::string> incompleteness(const fs::path& dir, int64_t step) {
   std::error_code ec;
-  if (!fs::is_regular_file(dir / kModelFile, ec) || !fs::is_regular_file(dir / kOptimizerFile, ec))
-    return false;
+  for (const std::string_view file : {kModelFile, kOptimizerFile}) {
+    if (!fs::is_regular_file(dir / file, ec)) {
+      return fmt::format("'{}' is missing", (dir / file).string());
+    }
+  }
   try {
     parse_state(dir / kStateFile, step);
-  } catch (const Error&) {
-    return false;
+  } catch (const Error& e) {
+    return e.what();
   }
-  return true;
+  return std::nullopt;
+}
+
+bool is_complete(const fs::path& dir, int64_t step) { return !incompleteness(dir, step); }
+
+// Steps with a checkpoint directory (complete or not), ascending; a plain file is no checkpoint.
+std::vector<int64_t> step_directories(const fs::path& run_dir) {
+  const fs::path root = run_dir / kCheckpointsDir;
+  std::error_code ec;
+  if (!fs::exists(root, ec)) return {};
+  std::vector<int64_t> steps;
+  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
+       it.increment(ec)) {
+    const std::optional<int64_t> step = parse_step_name(it->path().filename().string());
+    if (step && it->is_directory(ec)) steps.push_back(*step);
+  }
+  if (ec) fail("cannot list checkpoint directory '{}': {}", root.string(), ec.message());
+  std::sort(steps.begin(), steps.end());
+  return steps;
 }
 
 // Steps with a complete checkpoint, ascending.
@@ -283,7 +307,15 @@ void read_tensors(const fs::path& path, const std::vector<TensorTarget>& targets
           path.string(), info.name);
     }
   }
-  for (const TensorTarget& target : targets) file.read_into(target.name, target.out);
+  for (const TensorTarget& target : targets) {
+    file.read_into(target.name, target.out);
+    if (const std::optional<int64_t> bad = first_non_finite(target.out)) {
+      fail(
+          "checkpoint file '{}': tensor '{}' holds a non-finite value (NaN or Inf) at element "
+          "{}; the file is damaged or the run had diverged when it was saved",
+          path.string(), target.name, *bad);
+    }
+  }
 }
 
 Shape shape_of(const std::vector<int64_t>& dims) {
@@ -347,6 +379,7 @@ void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
     // "pt" is what transformers' safetensors loader asks for.
     const std::map<std::string, std::string> metadata = {{"format", "pt"}};
     io::write_safetensors(tmp_dir / kModelFile, weights, metadata);
+    inject_fault(FaultKind::kWrite, state.step);  // tests: an I/O error mid-checkpoint
     io::write_safetensors(tmp_dir / kOptimizerFile, moments, metadata);
     const nlohmann::ordered_json state_json = {{"format", kCheckpointFormat},
                                                {"step", state.step},
@@ -364,8 +397,38 @@ void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
 
 std::optional<int64_t> latest_checkpoint_step(const fs::path& run_dir) {
   const std::vector<int64_t> steps = complete_steps(run_dir);
+  // A <step>/ directory is only ever created complete (written aside, renamed into place), so
+  // a newest one that is not complete was damaged afterwards. Resuming silently from an older
+  // one would redo steps and drop the newest state without a word: refuse, naming the file.
+  const std::vector<int64_t> all = step_directories(run_dir);
+  if (!all.empty() && (steps.empty() || all.back() != steps.back())) {
+    const int64_t newest = all.back();
+    fail(
+        "the newest checkpoint '{}' is damaged ({}); move it away to resume from {}, or "
+        "choose another run_name",
+        checkpoint_directory(run_dir, newest).string(),
+        *incompleteness(checkpoint_directory(run_dir, newest), newest),
+        steps.empty() ? std::string("the start") : fmt::format("checkpoint {}", steps.back()));
+  }
   if (steps.empty()) return std::nullopt;
   return steps.back();
+}
+
+void remove_old_checkpoints(const fs::path& run_dir, int64_t keep) {
+  if (keep <= 0) return;
+  const std::vector<int64_t> steps = complete_steps(run_dir);
+  const int64_t excess = static_cast<int64_t>(steps.size()) - keep;
+  for (int64_t i = 0; i < excess; ++i) {
+    const fs::path dir = checkpoint_directory(run_dir, steps[static_cast<size_t>(i)]);
+    // Renamed aside first (one atomic step), so that an interrupted removal leaves a temporary
+    // directory (removed by the next write) and never a partial <step>/ that looks damaged.
+    fs::path aside = dir;
+    aside += fmt::format("{}{}-removed", kTemporaryMarker, static_cast<int64_t>(::getpid()));
+    std::error_code ec;
+    fs::rename(dir, aside, ec);
+    if (!ec) fs::remove_all(aside, ec);
+    if (ec) fail("cannot remove old checkpoint '{}': {}", dir.string(), ec.message());
+  }
 }
 
 CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,

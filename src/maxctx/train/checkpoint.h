@@ -48,7 +48,14 @@ void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointStat
 
 // The largest step with a complete checkpoint directory (state.json present and parseable, both
 // safetensors files present); nullopt when there is none. Temporary directories are ignored.
+// When the newest <step>/ directory is not complete (damaged after it was written: a corrupt
+// state.json, a deleted file), a maxctx::Error names it and why, rather than resuming silently
+// from an older checkpoint (what an Orbax user expects: the latest step or an error).
 std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& run_dir);
+
+// max_num_checkpoints_to_keep: deletes the oldest complete checkpoints until `keep` remain
+// (keep <= 0: keeps all). Called after a new checkpoint is complete, by its writer.
+void remove_old_checkpoints(const std::filesystem::path& run_dir, int64_t keep);
 
 // The same on host views of f32 or bf16 (the weights' dtype, written as F32 or BF16 tensors).
 void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointState& state,

@@ -143,7 +143,9 @@ MetricLogger::MetricLogger(const MetricLoggerOptions& options)
 
 MetricLogger::~MetricLogger() {
   if (show_progress_ && logged_ > 0) std::fputs("\r\033[K", stdout);
-  flush();
+  // No throwing from a destructor: the trainer's own flush at the end of the run has reported
+  // any error; this one only catches the lines of a run that ended by an exception.
+  if (jsonl_) std::fflush(jsonl_.get());
 }
 
 void MetricLogger::log_step(const StepMetrics& metrics) {
@@ -189,7 +191,9 @@ void MetricLogger::log_step(const StepMetrics& metrics) {
 }
 
 void MetricLogger::flush() {
-  if (jsonl_) std::fflush(jsonl_.get());
+  if (jsonl_ && std::fflush(jsonl_.get()) != 0) {
+    fail("cannot write the metrics file {}: {}", options_.jsonl_path, std::strerror(errno));
+  }
   if (tensorboard_) tensorboard_->flush();
 }
 

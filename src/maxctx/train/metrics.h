@@ -107,6 +107,7 @@ class MetricLogger {
   MetricLogger& operator=(const MetricLogger&) = delete;
 
   void log_step(const StepMetrics& metrics);
+  // Throws maxctx::Error when the file cannot take the lines (disk full, I/O error).
   void flush();
 
  private:

@@ -5,13 +5,16 @@
 #include <cmath>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/fault_injection.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/memory_check.h"
 #include "maxctx/core/trace.h"
 #include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/model/activations.h"
 #include "maxctx/model/llama.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/memory_estimate.h"
 #include "maxctx/model/remat.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/load_balance.h"
@@ -102,9 +105,13 @@ struct Trainer::State {
     m = parallel::gather_blocks(kernels, m.view(), global_specs, specs, tensor);
     v = parallel::gather_blocks(kernels, v.view(), global_specs, specs, tensor);
     // Rank 0 writes; a failure there (disk full) ends every rank with its message.
+    // The metrics of the steps so far reach the disk first: a kill after the checkpoint loses
+    // no logged step it covers. Old checkpoints go only once the new one is complete.
     run_on_root(mesh.world(), [&] {
+      metrics->flush();
       write_checkpoint(run_dir, {step, loader->position(), format_config(config)}, global_specs,
                        params.view(), m.view(), v.view());
+      remove_old_checkpoints(run_dir, config.max_num_checkpoints_to_keep);
       log::info("saved checkpoint {} in {}", step, (run_dir / "checkpoints").string());
     });
   }
@@ -126,6 +133,12 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
         s.model_config.capacity_factor, s.axes.context);
   }
   const int tp = static_cast<int>(s.axes.tensor);
+  // Before any weight list or buffer is built: a run that cannot fit is one line, not bad_alloc.
+  const model::MemoryEstimate memory = model::training_memory(
+      s.model_config, c.derived.global_batch_size_to_train_on / s.axes.data_shards,
+      context_shard_len(c.max_target_length, s.axes.context), tp);
+  check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "training",
+                       memory.detail);
   s.global_specs = model::llama_weight_specs(s.model_config);
   s.specs =
       model::llama_weight_specs(s.model_config, tp, static_cast<int>(mesh.coord(Axis::kTensor)));
@@ -217,6 +230,7 @@ void Trainer::run(int64_t max_new_steps) {
   const int64_t last = max_new_steps < 0 ? c.steps : std::min(c.steps, s.step + max_new_steps);
   auto previous = std::chrono::steady_clock::now();
   while (s.step < last) {
+    inject_step_faults(s.step);
     s.profiler->before_step(s.step);
     trace::Span step_span("step", trace::Category::kStep, nullptr);
     std::vector<Batch> micro_batches;
@@ -295,7 +309,7 @@ void Trainer::run(int64_t max_new_steps) {
     s.profiler->after_step(record.step);
   }
   if (s.step == c.steps) s.profiler->finish();  // a run ending inside the window
-  s.metrics->flush();
+  run_on_root(s.mesh.world(), [&] { s.metrics->flush(); });
 }
 
 int64_t Trainer::step() const { return state_->step; }

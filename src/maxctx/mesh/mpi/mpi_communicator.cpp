@@ -120,11 +120,15 @@ void set_max_elements_per_call(int64_t max_elements) {
 int64_t max_elements_per_call() { return g_max_elements_per_call; }
 
 Communicator mpi_world() {
-  return Communicator(std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, false));
+  auto impl = std::make_shared<MpiCommunicator>(MPI_COMM_WORLD, false);
+  impl->set_label("world");
+  return Communicator(std::move(impl));
 }
 
 Communicator mpi_self() {
-  return Communicator(std::make_shared<MpiCommunicator>(MPI_COMM_SELF, false));
+  auto impl = std::make_shared<MpiCommunicator>(MPI_COMM_SELF, false);
+  impl->set_label("self");
+  return Communicator(std::move(impl));
 }
 
 Communicator adopt_mpi_comm(MPI_Comm comm) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer harness of a fuzz build for a set time, each on a working copy of its
+# committed seed corpus (fuzz/corpus/<name>/; new inputs stay in the build directory), at the
+# lowest CPU priority so that it never starves a build or a test on the same machine.
+#   fuzz/run.sh <fuzz build dir> [seconds per harness, default 60] [harness ...]
+# A finding (crash, sanitizer report, leak, timeout > 10 s, memory > 2 GiB) stops that harness,
+# leaves its reproducer in <build>/fuzz-artifacts/ and makes the script exit non-zero; every
+# harness still runs. Prints one line per harness: executions, seconds, outcome.
+set -uo pipefail
+build=$1
+seconds=${2:-60}
+shift 2 2> /dev/null || shift $#
+here=$(cd "$(dirname "$0")" && pwd)
+harnesses=("$@")
+if ((${#harnesses[@]} == 0)); then
+  harnesses=(safetensors_header hf_config yaml_config tokenizer golden_logits)
+fi
+mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"
+failed=0
+for name in "${harnesses[@]}"; do
+  corpus=$build/fuzz-corpus/$name
+  mkdir -p "$corpus"
+  cp -n "$here/corpus/$name"/* "$corpus"/ 2> /dev/null || true
+  log=$build/fuzz-logs/$name.log
+  # The input is written to a file per execution; /dev/shm keeps that in memory.
+  nice -n 19 "$build/fuzz_$name" "$corpus" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+    -artifact_prefix="$build/fuzz-artifacts/$name-" > "$log" 2>&1
+  rc=$?
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  took=$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | grep -o 'in [0-9]*' | grep -o '[0-9]*' || echo "?")
+  if ((rc != 0)); then
+    failed=1
+    echo "fuzz_$name: FINDING after $runs executions (exit $rc); see $log and $build/fuzz-artifacts/"
+    grep -m3 -E "ERROR|runtime error|SUMMARY|deadly signal" "$log"
+  else
+    echo "fuzz_$name: $runs executions in ${took:-$seconds} s, no finding"
+  fi
+done
+exit $failed

@@ -1,0 +1,40 @@
+// Fault injection for the reliability tests: MAXCTX_FAULT="rank=R,step=K,kind=KIND" makes rank R
+// fail at training step K (0-based, as the step lines print it) in one of four ways:
+//   write       the checkpoint write of step K fails after model.safetensors is written (an I/O
+//               error mid-checkpoint); only rank 0 writes, so R must be 0;
+//   alloc       an allocation fails (std::bad_alloc) as step K begins;
+//   collective  the rank stops before step K's first collective (sleeps, as a stopped or
+//               hung process would), leaving its peers waiting: the collective watchdog's case;
+//   kill        the rank dies (SIGKILL) as step K begins.
+// The variable is read in this one place, once; a malformed value is a maxctx::Error. Unset (the
+// normal case), every injection point is one branch on a cached null.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace maxctx {
+
+enum class FaultKind { kWrite, kAlloc, kCollective, kKill };
+
+struct FaultPlan {
+  int rank = 0;
+  int64_t step = 0;
+  FaultKind kind = FaultKind::kWrite;
+};
+
+// Parses "rank=R,step=K,kind=KIND" (any order); throws maxctx::Error naming what is wrong.
+FaultPlan parse_fault_plan(const std::string& text);
+
+// The plan of $MAXCTX_FAULT, parsed on first use; nullopt when it is unset or empty.
+const std::optional<FaultPlan>& fault_plan();
+
+// At an injection point of `kind` on this rank (log::rank()) at `step`: strikes if the plan
+// names them (throws maxctx::Error for write, std::bad_alloc for alloc, never returns for
+// collective and kill), else returns.
+void inject_fault(FaultKind kind, int64_t step);
+// The injection points at the start of a training step: alloc, collective, kill.
+void inject_step_faults(int64_t step);
+
+}  // namespace maxctx

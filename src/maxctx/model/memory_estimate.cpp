@@ -1,0 +1,52 @@
+#include "maxctx/model/memory_estimate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "maxctx/core/memory_check.h"
+
+namespace maxctx::model {
+
+double parameter_bytes(const LlamaConfig& m) {
+  const double E = static_cast<double>(m.emb_dim), F = static_cast<double>(m.mlp_dim);
+  const double q = static_cast<double>(m.num_query_heads) * static_cast<double>(m.head_dim);
+  const double kv = static_cast<double>(m.num_kv_heads) * static_cast<double>(m.head_dim);
+  const double V = static_cast<double>(m.vocab_size);
+  const double per_layer = 2 * E + E * (q + 2 * kv) + q * E + 3 * E * F;
+  const double count =
+      V * E * (m.tie_embeddings ? 1 : 2) + static_cast<double>(m.num_layers) * per_layer + E;
+  return count * static_cast<double>(dtype_size(m.weight_dtype));
+}
+
+MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
+                               int64_t tensor_size) {
+  const double weights = parameter_bytes(m);
+  const double tokens = static_cast<double>(rows) * static_cast<double>(seq);
+  const double residual = (static_cast<double>(m.num_layers) + 1) * tokens *
+                          static_cast<double>(m.emb_dim) * static_cast<double>(dtype_size(m.dtype));
+  const double logits = tokens * static_cast<double>(m.vocab_size) * 4.0 /
+                        static_cast<double>(std::max<int64_t>(tensor_size, 1));
+  MemoryEstimate e;
+  e.bytes = weights + residual + logits;
+  e.detail = fmt::format("weights {} + residual stream {} + logits {}", format_bytes(weights),
+                         format_bytes(residual), format_bytes(logits));
+  return e;
+}
+
+MemoryEstimate inference_memory(const LlamaConfig& m, int64_t slots, int64_t max_target_length,
+                                int64_t ca, bool quantize_kvcache) {
+  const double weights = parameter_bytes(m);
+  const double element = quantize_kvcache ? 1.0 : static_cast<double>(dtype_size(m.dtype));
+  const double cache = 2.0 * static_cast<double>(m.num_layers) * static_cast<double>(slots) *
+                       static_cast<double>(max_target_length) *
+                       static_cast<double>(m.num_kv_heads) * static_cast<double>(m.head_dim) *
+                       element / static_cast<double>(std::max<int64_t>(ca, 1));
+  MemoryEstimate e;
+  e.bytes = weights + cache;
+  e.detail =
+      fmt::format("weights {} + KV cache share {}", format_bytes(weights), format_bytes(cache));
+  return e;
+}
+
+}  // namespace maxctx::model

@@ -1,0 +1,34 @@
+// Lower bounds of the bytes one rank holds at once, for the check before allocating
+// (core/memory_check.h). Only buffers that certainly coexist are counted, so the bound never
+// exceeds what the run allocates and a run that fits is never refused; the sums are doubles,
+// since the dimensions multiplied here may be far beyond int64.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "maxctx/model/llama_config.h"
+
+namespace maxctx::model {
+
+struct MemoryEstimate {
+  double bytes = 0;    // per rank
+  std::string detail;  // "weights 1.2 GiB + activations 3.4 GiB", for the message
+};
+
+// Every weight, in weight_dtype (element count in double precision).
+double parameter_bytes(const LlamaConfig& model);
+
+// Training: the unsharded weights every rank builds before keeping its shard, plus the
+// residual stream (L+1 rows of N x E, kept under any recomputation) and the f32 logits of this
+// rank's N = rows x seq tokens (vocabulary split over tensor ranks).
+MemoryEstimate training_memory(const LlamaConfig& model, int64_t rows, int64_t seq,
+                               int64_t tensor_size);
+
+// Inference: the weights (replicated over context_autoregressive) plus this rank's share of the
+// KV cache: 2 x layers x slots x max_target_length x kv_dim elements over `ca` ranks, one byte
+// each when int8-quantized, else two (bf16 dtype) or four.
+MemoryEstimate inference_memory(const LlamaConfig& model, int64_t slots, int64_t max_target_length,
+                                int64_t ca, bool quantize_kvcache);
+
+}  // namespace maxctx::model

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Issue #21's hostile inputs through the CLI on 2 ranks: sizes that overflow or cannot fit the
+# machine, a damaged newest checkpoint, weights holding NaN. Each must end every rank non-zero
+# within 30 s with one "maxctx: error" line naming the problem, and write nothing.
+#   hostile_inputs.sh <build dir> <source dir>
+set -euo pipefail
+src=$2
+source "$src/tests/support/expect_failure.sh"
+failure_test_setup "$1" train_loop/hostile_inputs
+train_any=(train "$src/configs/base.yml" model_name=maxctx-tiny override_model_config=true
+  max_target_length=64 ici_fsdp_parallelism=1 ici_data_parallelism=2
+  base_output_directory="$work")
+train_any_batch=("${train_any[@]}" steps=2)
+train=("${train_any_batch[@]}" per_device_batch_size=1)
+decode_any=(decode "$src/configs/inference.yml" model_name=maxctx-tiny override_model_config=true
+  max_prefill_predict_length=16 prompt="1 2 3")
+decode=("${decode_any[@]}" max_target_length=32 per_device_batch_size=1)
+
+case_() {  # case_ <name> <expected part> <maxctx arguments ...>
+  local name=$1 part=$2
+  shift 2
+  expect_failure "$work/$name.log" 30 "$part" "${mpirun[@]}" "$maxctx" "$@"
+  if [[ -e $work/$name ]]; then echo "FAIL $name: left $work/$name behind"; exit 1; fi
+}
+
+case_ scale_2_62 "global_parameter_scale" "${train[@]}" run_name=scale_2_62 \
+  global_parameter_scale=4611686018427387904
+case_ layers_1e8 "num_decoder_layers = 100000000" "${train[@]}" run_name=layers_1e8 \
+  base_num_decoder_layers=100000000
+case_ batch_1e300 "sequences per step" "${train_any_batch[@]}" run_name=batch_1e300 \
+  per_device_batch_size=1e300
+case_ width_2_33 "emb_dim = 8589934592" "${train[@]}" run_name=width_2_33 base_emb_dim=8589934592
+case_ vocab_2_40 "'vocab_size' = 1099511627776 is more than" "${train[@]}" run_name=vocab_2_40 \
+  vocab_size=1099511627776
+# Within the bounds but beyond this machine: refused before allocating, naming the sizes.
+case_ vocab_too_big "training needs at least" "${train[@]}" run_name=vocab_too_big \
+  vocab_size=2147483647 base_emb_dim=4096
+case_ decode_length_2_62 "'max_target_length' = 4611686018427387904" "${decode_any[@]}" \
+  max_target_length=4611686018427387904 per_device_batch_size=1
+case_ decode_cache_too_big "KV cache share" "${decode_any[@]}" max_target_length=2147483647 \
+  per_device_batch_size=64
+
+# A damaged state.json in the newest checkpoint: refused, naming the file (not a silent resume
+# from the one before).
+"${mpirun[@]}" "$maxctx" "${train_any[@]}" per_device_batch_size=1 run_name=damaged steps=4 \
+  checkpoint_period=2 \
+  > "$work/damaged_setup.log" 2>&1 || { echo "FAIL: setup run"; tail "$work/damaged_setup.log"; exit 1; }
+echo '{"format": "maxctx-checkpoint-v1", "step": 4,' > "$work/damaged/checkpoints/4/state.json"
+expect_failure "$work/damaged_state.log" 30 "checkpoints/4/state.json' is not valid JSON" \
+  "${mpirun[@]}" "$maxctx" "${train_any[@]}" per_device_batch_size=1 run_name=damaged steps=6 \
+  checkpoint_period=2
+[[ ! -e $work/damaged/checkpoints/6 ]] || { echo "FAIL: trained past a damaged checkpoint"; exit 1; }
+
+# NaN in a weight of a Hugging Face checkpoint: decode refuses it, naming the tensor.
+fixture=$src/tests/fixtures/tiny_llama
+mkdir -p "$work/nan_model"
+cp "$fixture/config.json" "$fixture/model.safetensors" "$work/nan_model/"
+python3 - "$work/nan_model/model.safetensors" << 'PY'
+import json, struct, sys
+path = sys.argv[1]
+with open(path, "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    header = json.loads(f.read(n))
+    info = header["model.norm.weight"]
+    f.seek(8 + n + info["data_offsets"][0] + 4 * 3)
+    f.write(struct.pack("<f", float("nan")))
+PY
+expect_failure "$work/nan_weights.log" 30 "tensor 'model.norm.weight' holds a non-finite value" \
+  "${mpirun[@]}" "$maxctx" decode "$src/configs/inference.yml" load_parameters_path="$work/nan_model" \
+  max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3"
+echo "hostile_inputs: OK"
