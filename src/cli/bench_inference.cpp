@@ -24,7 +24,7 @@ int run_bench_inference(const Args& args) {
   infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config));
   log::info("model: {}", model.source);
   infer::InferenceEngine engine(kernels_for(config), settings, model.config,
-                                std::move(model.weights), mesh);
+                                std::move(model.weights), mesh, std::move(model.int8));
   const nlohmann::json results = infer::run_inference_microbenchmark(engine, options);
   const std::string& path = config.inference_microbenchmark_log_file_path;
   if (!path.empty()) {

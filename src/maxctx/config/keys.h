@@ -148,6 +148,8 @@ using StringList = std::vector<std::string>;
     "maxctx: sequence: KV cache sharded along the sequence, partial attention merged; "         \
     "batch: decode slots split over the axis (MaxText)")                                        \
   X(std::string, quantization, "", "|int8", "Weight quantization ('' = none)")                  \
+  X(bool, checkpoint_is_quantized, false, "",                                                   \
+    "load_parameters_path holds int8 projections (maxctx export quantization=int8)")            \
   X(bool, quantize_kvcache, false, "", "Store the KV cache in int8")                            \
   X(std::string, kv_quant_axis, "heads_and_dkv", "heads_and_dkv",                               \
     "KV cache quantization: one scale per token over heads x head_dim")                         \

@@ -14,12 +14,34 @@ int64_t weight_bytes(TensorView weight, const kernels::Int8Weights* i8) {
 
 int64_t linear_bytes(const Linear& l) { return weight_bytes(l.weight, l.i8); }
 
+// The int8 copy of `weight` (a whole projection or a row split's rows of one) packed from the
+// quantized matrix whose region holds it.
+kernels::Int8Weights pack_prequantized(const kernels::Kernels& k, TensorView weight,
+                                       const std::vector<QuantizedMatrix>& matrices) {
+  const auto* at = static_cast<const std::byte*>(weight.raw());
+  for (const QuantizedMatrix& m : matrices) {
+    const auto* begin = static_cast<const std::byte*>(m.region.raw());
+    if (at < begin || at >= begin + m.region.bytes()) continue;
+    const int64_t in_dim = m.region.shape()[1];
+    MAXCTX_CHECK(weight.shape().rank() == 2 && weight.shape()[1] == in_dim,
+                 "a projection's rows inside a quantized matrix");
+    const int64_t first = (at - begin) / static_cast<int64_t>(in_dim * dtype_size(weight.dtype()));
+    const int64_t end = first + weight.shape()[0];
+    return k.int8_pack_codes(m.codes.rows(first, end), m.scale.rows(first, end));
+  }
+  fail("the quantized checkpoint holds no int8 codes for a projection of shape ({}, {})",
+       weight.shape()[0], weight.shape()[1]);
+}
+
 }  // namespace
 
 InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig& c,
                                    const LlamaWeights& w, bool quantize_int8,
-                                   parallel::RowSplitPart part)
+                                   parallel::RowSplitPart part,
+                                   const std::vector<QuantizedMatrix>* prequantized)
     : split(part) {
+  MAXCTX_CHECK(prequantized == nullptr || quantize_int8,
+               "a quantized checkpoint's weights are read as int8 (quantization=int8)");
   MAXCTX_CHECK(part.ranks >= 1 && part.rank >= 0 && part.rank < part.ranks,
                "row split part {} of {}", part.rank, part.ranks);
   embed = w.embed;
@@ -72,7 +94,8 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   // Filled completely before any pointer into it is taken.
   quantized_.reserve(all.size());
   for (const Target& t : all) {
-    quantized_.push_back(k.int8_pack_weights(*t.weight));
+    quantized_.push_back(prequantized != nullptr ? pack_prequantized(k, *t.weight, *prequantized)
+                                                 : k.int8_pack_weights(*t.weight));
   }
   for (size_t i = 0; i < all.size(); ++i) {
     *all[i].i8 = &quantized_[i];
