@@ -24,7 +24,7 @@ int run_bench_inference(const Args& args) {
   infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config));
   log::info("model: {}", model.source);
   infer::InferenceEngine engine(kernels_for(config), settings, model.config,
-                                std::move(model.weights), mesh);
+                                std::move(model.weights), mesh, std::move(model.int8));
   nlohmann::json results;
   run_profiled(config, mesh, "bench-inference",
                [&] { results = infer::run_inference_microbenchmark(engine, options); });

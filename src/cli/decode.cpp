@@ -63,7 +63,7 @@ int run_decode(const Args& args) {
   }
   log::info("model: {}", model.source);
   infer::InferenceEngine engine(kernels_for(config), settings, model.config,
-                                std::move(model.weights), mesh);
+                                std::move(model.weights), mesh, std::move(model.int8));
   const std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(settings.slots), prompt);
   const auto start = std::chrono::steady_clock::now();
   infer::GenerateResult result;

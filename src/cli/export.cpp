@@ -25,6 +25,7 @@
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/checkpoint.h"
@@ -38,13 +39,16 @@ using nlohmann::json;
 constexpr const char* kUsage =
     "usage: maxctx export <config.yml> load_parameters_path=<checkpoint> "
     "base_output_directory=<out>\n"
-    "                     [tokenizer_path=<tokenizer file>] [model keys ...]\n\n"
+    "                     [tokenizer_path=<tokenizer file>] [quantization=int8] [model keys "
+    "...]\n\n"
     "Writes a maxctx training checkpoint as a Hugging Face Llama directory <out>/: config.json,\n"
     "model.safetensors (F32) and, with tokenizer_path, the tokenizer (tokenizer.model for\n"
     "SentencePiece; tokenizer.json and tokenizer_config.json, or GPT-2's vocab.json +\n"
     "merges.txt). <checkpoint> is <run>/checkpoints/<step> or a run directory (latest step).\n"
     "The model keys must be the ones the checkpoint was trained with (same config and\n"
-    "overrides); a mismatch is an error naming the tensor. Runs as one process.\n";
+    "overrides); a mismatch is an error naming the tensor. Runs as one process.\n"
+    "quantization=int8 writes the projections as int8 codes and scales instead (a checkpoint\n"
+    "that decode and bench-inference load with checkpoint_is_quantized=true quantization=int8).\n";
 
 fs::path resolve_checkpoint(const std::string& path_text) {
   if (path_text.empty()) {
@@ -189,15 +193,23 @@ int run_export(const Args& args) {
   }
 
   fs::create_directories(out);
-  std::vector<io::TensorToWrite> tensors;
-  for (const model::WeightSpec& s : specs) {
-    std::vector<int64_t> shape =
-        s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
-    tensors.push_back(
-        io::tensor_to_write(s.name, io::StDType::kF32, std::move(shape),
-                            std::span<const float>(params.data() + s.offset, s.numel())));
+  if (c.quantization == "int8") {
+    // A checkpoint saved already quantized (checkpoint_is_quantized=true loads it).
+    if (m.tie_embeddings) {
+      fail("export quantization=int8: a model with tied embeddings is not supported");
+    }
+    model::write_int8_checkpoint(kernels_for(c), specs, params.data(), out);
+  } else {
+    std::vector<io::TensorToWrite> tensors;
+    for (const model::WeightSpec& s : specs) {
+      std::vector<int64_t> shape =
+          s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
+      tensors.push_back(
+          io::tensor_to_write(s.name, io::StDType::kF32, std::move(shape),
+                              std::span<const float>(params.data() + s.offset, s.numel())));
+    }
+    io::write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   }
-  io::write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
   write_text(out / "config.json", hf_config(c, m, tokenizer.get()).dump(2) + "\n");
   std::string copied;
   if (tokenizer) {

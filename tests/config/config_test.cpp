@@ -192,6 +192,37 @@ TEST(Config, BadValuesSayWhatIsAllowed) {
             std::string::npos);
 }
 
+// MaxText keys that steer only XLA/TPU here (issue #17): accepted with MaxText's values,
+// validated as MaxText would, and a value the engine cannot honour is one clear error.
+TEST(Config, MaxTextTpuKeysAreAcceptedAndChecked) {
+  const Config c =
+      load_config(kBase,
+                  {"scan_layers=False", "attention=cudnn_flash_te", "model_call_mode=inference",
+                   "compute_axis_order=0,2,1,3", "ar_cache_axis_order=0,2,1,3", "sa_block_q=2048",
+                   "sa_block_kv_dkv_compute=256", "ici_autoregressive_parallelism=1"},
+                  1);
+  EXPECT_FALSE(c.scan_layers);
+  EXPECT_EQ(c.sa_block_q, 2048);
+  EXPECT_EQ(c.ar_cache_axis_order, "0,2,1,3");
+  const Config defaults = load_config(kBase, {}, 1);
+  EXPECT_EQ(defaults.compute_axis_order, "0,1,2,3");  // MaxText's defaults
+  EXPECT_EQ(defaults.ar_cache_axis_order, "1,2,0,3");
+  EXPECT_NE(load_error(kBase, {"ar_cache_axis_order=0,1,1,3"}).find("permutation of 0,1,2,3"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"ar_cache_axis_order=0,1,2"}).find("permutation of 0,1,2,3"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"compute_axis_order=1,0,2,3"}).find("use one of: 0,1,2,3, 0,2,1,3"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"sa_block_kv_dq=0"}).find("'sa_block_kv_dq' = 0 must be positive"),
+            std::string::npos);
+  EXPECT_NE(load_error(kBase, {"model_call_mode=train"}).find("use one of"), std::string::npos);
+  const std::string ar = load_error(kBase, {"ici_autoregressive_parallelism=2"});
+  EXPECT_NE(ar.find("ici_autoregressive_parallelism = 2: MaxText's autoregressive axis shards"),
+            std::string::npos)
+      << ar;
+  EXPECT_NE(ar.find("ici_context_autoregressive_parallelism"), std::string::npos) << ar;
+}
+
 TEST(Config, StepsMinusOneTakesTheSchedule) {
   const Config c = load_config(kBase, {"steps=-1", "learning_rate_schedule_steps=30"}, 1);
   EXPECT_EQ(c.steps, 30);

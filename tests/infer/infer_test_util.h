@@ -127,4 +127,12 @@ inline std::vector<std::vector<float>> forced_logits(
   }
 }
 
+// The mesh a command builds from a config's axes.
+inline Mesh mesh_of(const Config& c) {
+  MeshSpec spec;
+  spec.ici = c.derived.ici_parallelism;
+  spec.dcn = c.derived.dcn_parallelism;
+  return Mesh(spec);
+}
+
 }  // namespace maxctx::infer::testing

@@ -11,6 +11,8 @@
 namespace maxctx::infer {
 namespace {
 
+using testing::mesh_of;
+
 using testing::ca_mesh;
 
 // The message of the Error `run` throws ("" when it throws none).
@@ -138,13 +140,6 @@ TEST_F(InferenceErrors, AxisMustDividePrefillAndBatchSlots) {
 Config inference_config(const std::vector<std::string>& overrides) {
   return load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", overrides,
                      Communicator::world().size());
-}
-
-Mesh mesh_of(const Config& c) {
-  MeshSpec spec;
-  spec.ici = c.derived.ici_parallelism;
-  spec.dcn = c.derived.dcn_parallelism;
-  return Mesh(spec);
 }
 
 TEST(InferenceConfig, ShippedConfigResolves) {

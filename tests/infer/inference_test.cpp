@@ -79,6 +79,9 @@ const Case kCases[] = {
     {"mixtral_dense_sequence_int8_kv", ModelKind::kMixtralDense, DecodeSharding::kSequence, true},
     {"mixtral_batch_bf16", ModelKind::kMixtral, DecodeSharding::kBatch, false, false, "greedy",
      true, true},
+    {"mixtral_sequence_int8", ModelKind::kMixtral, DecodeSharding::kSequence, true, true},
+    {"mixtral_dense_batch_int8_weights", ModelKind::kMixtralDense, DecodeSharding::kBatch, false,
+     true},
 };
 
 model::LlamaConfig model_config(ModelKind kind) {

@@ -284,6 +284,34 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   require(c.decoder_block == "mixtral" || c.num_experts == 1,
           fmt::format("num_experts = {} needs decoder_block: mixtral (decoder_block {} is dense)",
                       c.num_experts, c.decoder_block));
+  // MaxText keys that steer only TPU/XLA here: validated as MaxText would, then unused.
+  for (const auto& [key, value] : {std::pair{"sa_block_q", c.sa_block_q},
+                                   {"sa_block_kv", c.sa_block_kv},
+                                   {"sa_block_kv_compute", c.sa_block_kv_compute},
+                                   {"sa_block_q_dkv", c.sa_block_q_dkv},
+                                   {"sa_block_kv_dkv", c.sa_block_kv_dkv},
+                                   {"sa_block_kv_dkv_compute", c.sa_block_kv_dkv_compute},
+                                   {"sa_block_q_dq", c.sa_block_q_dq},
+                                   {"sa_block_kv_dq", c.sa_block_kv_dq}}) {
+    positive(value, key);
+  }
+  {
+    std::string sorted;
+    for (char ch : c.ar_cache_axis_order) {
+      if (ch != ',') sorted += ch;
+    }
+    std::sort(sorted.begin(), sorted.end());
+    require(sorted == "0123" && c.ar_cache_axis_order.size() == 7,
+            fmt::format("ar_cache_axis_order = '{}' must be a permutation of 0,1,2,3 (e.g. "
+                        "MaxText's default 1,2,0,3)",
+                        c.ar_cache_axis_order));
+  }
+  require(c.ici_autoregressive_parallelism == 1,
+          fmt::format("ici_autoregressive_parallelism = {}: MaxText's autoregressive axis shards "
+                      "attention heads, MLP units, the vocabulary and the KV cache's heads "
+                      "(tensor-style) in inference; maxctx has no such axis. Use "
+                      "ici_context_autoregressive_parallelism (the cache's sequence)",
+                      c.ici_autoregressive_parallelism));
   require(c.load_balance_loss_weight >= 0,
           fmt::format("load_balance_loss_weight = {} must be >= 0", c.load_balance_loss_weight));
 

@@ -66,8 +66,22 @@ using StringList = std::vector<std::string>;
     "grouped matmul either way")                                                                \
   X(int64_t, sliding_window_size, 0, "",                                                        \
     "Sliding-window attention span in tokens (0: full causal)")                                 \
-  X(std::string, attention, "autoselected", "autoselected|dot_product|flash",                   \
-    "Attention kernel; on CPU every choice runs the blocked flash kernel")                      \
+  X(std::string, attention, "autoselected", "autoselected|dot_product|flash|cudnn_flash_te",    \
+    "Attention kernel (MaxText: XLA einsum, TPU splash, NVIDIA cuDNN); on CPU every choice "    \
+    "runs the blocked flash kernel, whose results equal the plain reference's")                 \
+  X(int64_t, sa_block_q, 512, "",                                                               \
+    "MaxText's splash-attention tiles (sa_block_*), TPU only: validated (>= 1), no effect "     \
+    "here; the CPU kernel's tiles are fixed at build time (kernels/cpu/attention.h)")           \
+  X(int64_t, sa_block_kv, 512, "", "See sa_block_q")                                            \
+  X(int64_t, sa_block_kv_compute, 512, "", "See sa_block_q")                                    \
+  X(int64_t, sa_block_q_dkv, 512, "", "See sa_block_q")                                         \
+  X(int64_t, sa_block_kv_dkv, 512, "", "See sa_block_q")                                        \
+  X(int64_t, sa_block_kv_dkv_compute, 512, "", "See sa_block_q")                                \
+  X(int64_t, sa_block_q_dq, 512, "", "See sa_block_q")                                          \
+  X(int64_t, sa_block_kv_dq, 512, "", "See sa_block_q")                                         \
+  X(bool, scan_layers, true, "",                                                                \
+    "MaxText: jax.lax.scan over the layers (one compiled layer); no effect here, the layers "   \
+    "always run as a loop over one layer function")                                             \
   X(std::string, attention_type, "global", "global|local_sliding",                              \
     "global: causal; local_sliding: causal within sliding_window_size")                         \
   X(std::string, dtype, "float32", "float32|bfloat16",                                          \
@@ -175,6 +189,9 @@ using StringList = std::vector<std::string>;
     "context_autoregressive axis (inference CP) within a node")                                 \
   X(int64_t, ici_tensor_parallelism, 1, "", "tensor axis within a node")                        \
   X(int64_t, ici_expert_parallelism, 1, "", "expert axis within a node")                        \
+  X(int64_t, ici_autoregressive_parallelism, 1, "",                                             \
+    "MaxText's autoregressive axis (heads, MLP, vocab and cache heads in inference); only "     \
+    "1: maxctx has no such axis, use ici_context_autoregressive_parallelism")                   \
   X(int64_t, dcn_data_parallelism, -1, "", "data axis across nodes (-1: fill)")                 \
   X(int64_t, dcn_fsdp_parallelism, 1, "", "fsdp axis across nodes")                             \
   X(int64_t, dcn_context_parallelism, 1, "", "context axis across nodes")                       \
@@ -198,6 +215,17 @@ using StringList = std::vector<std::string>;
     "maxctx: sequence: KV cache sharded along the sequence, partial attention merged; "         \
     "batch: decode slots split over the axis (MaxText)")                                        \
   X(std::string, quantization, "", "|int8", "Weight quantization ('' = none)")                  \
+  X(bool, checkpoint_is_quantized, false, "",                                                   \
+    "load_parameters_path holds int8 projections (maxctx export quantization=int8)")            \
+  X(std::string, model_call_mode, "", "|inference",                                             \
+    "MaxText: 'inference' builds the model for decoding; no effect here (the inference "        \
+    "commands always run the inference model)")                                                 \
+  X(std::string, compute_axis_order, "0,1,2,3", "0,1,2,3|0,2,1,3",                              \
+    "MaxText's attention compute layout (batch, length, heads, head_dim; TPU tuning): "         \
+    "accepted, no effect: the CPU kernels compute in (B, S, H, D)")                             \
+  X(std::string, ar_cache_axis_order, "1,2,0,3", "",                                            \
+    "MaxText's KV cache layout, a permutation of 0,1,2,3 over (batch, sequence, heads, "        \
+    "head_dim) (TPU tuning): validated, no effect: the cache is (B, S, H, D)")                  \
   X(bool, quantize_kvcache, false, "", "Store the KV cache in int8")                            \
   X(std::string, kv_quant_axis, "heads_and_dkv", "heads_and_dkv",                               \
     "KV cache quantization: one scale per token over heads x head_dim")                         \

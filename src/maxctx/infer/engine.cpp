@@ -98,11 +98,13 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
     : InferenceEngine(kernels, settings, model, weights_in_dtype(kernels, model, weights), mesh) {}
 
 InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
-                                 const model::LlamaConfig& model, Tensor weights, const Mesh& mesh)
+                                 const model::LlamaConfig& model, Tensor weights, const Mesh& mesh,
+                                 model::Int8Parameters int8)
     : kernels_(kernels),
       settings_(settings),
       model_(model),
       flat_(std::move(weights)),
+      int8_(std::move(int8)),
       ca_(mesh.axis(Axis::kContextAutoregressive)),
       sampler_(settings.sampling) {
   check_inference_mesh(mesh);
@@ -129,7 +131,8 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
                                            model_.num_kv_heads, model_.head_dim);
   inference_weights_ = std::make_unique<model::InferenceWeights>(
       kernels_, model_, llama_weights_, settings_.int8_weights,
-      plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{});
+      plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{},
+      int8_.empty() ? nullptr : &int8_.matrices);
   const int64_t prefill_rows = settings_.slots * (settings_.max_prefill_length / ca);
   ws_ =
       model::allocate_inference_workspace(kernels_, model_, std::max(prefill_rows, local_slots()));

@@ -25,6 +25,7 @@
 #include "maxctx/infer/sampler.h"
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/inference.h"
+#include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::infer {
@@ -67,8 +68,11 @@ class InferenceEngine {
   // initialised; the engine keeps it. Collective only in that every rank must build one.
   // weights: the flat llama_weight_specs(model) buffer in model.weight_dtype; the f32 vector
   // form converts it to that dtype first.
+  // int8: a quantized checkpoint's projections (their regions of `weights` hold no values), read
+  // instead of quantizing the weights; needs settings.int8_weights.
   InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
-                  const model::LlamaConfig& model, Tensor weights, const Mesh& mesh);
+                  const model::LlamaConfig& model, Tensor weights, const Mesh& mesh,
+                  model::Int8Parameters int8 = {});
   InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
                   const model::LlamaConfig& model, const std::vector<float>& weights,
                   const Mesh& mesh);
@@ -114,6 +118,7 @@ class InferenceEngine {
   model::LlamaConfig model_;
   Tensor flat_;  // (total_numel) the parameters, in the model's weight_dtype
   model::LlamaWeights llama_weights_;
+  model::Int8Parameters int8_;  // a quantized checkpoint's codes and scales, or empty
   const Communicator& ca_;
   parallel::InferencePlans plans_;  // cache, prefill/decode attention, row split
   std::unique_ptr<model::InferenceWeights> inference_weights_;

@@ -26,6 +26,12 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   namespace fs = std::filesystem;
   InferenceModel m;
   const std::string& dir = c.load_parameters_path;
+  if (c.checkpoint_is_quantized && (dir.empty() || c.quantization != "int8")) {
+    fail(
+        "checkpoint_is_quantized=true needs load_parameters_path=<a quantized checkpoint> and "
+        "quantization=int8 (got load_parameters_path='{}', quantization='{}')",
+        dir, c.quantization);
+  }
   if (dir.empty()) {
     m.config = model::llama_config_from(c);
     check_weights_fit(m.config);
@@ -55,7 +61,22 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   check_weights_fit(m.config);
   const auto specs = model::llama_weight_specs(m.config);
   m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
-  model::load_hf_weights(kernels, specs, m.weights.view(), dir);
+  if (c.checkpoint_is_quantized) {
+    if (m.config.tie_embeddings) {
+      fail(
+          "checkpoint_is_quantized: a model with tied embeddings (lm_head = the embedding) is "
+          "not supported; load its F32 checkpoint with quantization=int8");
+    }
+    m.int8 = model::read_int8_checkpoint(kernels, specs, m.weights.view(), dir);
+  } else {
+    if (model::is_int8_checkpoint(dir)) {
+      fail(
+          "{} is a quantized checkpoint (int8 projections): load it with "
+          "checkpoint_is_quantized=true quantization=int8",
+          dir);
+    }
+    model::load_hf_weights(kernels, specs, m.weights.view(), dir);
+  }
   m.source = fs::exists(config_json)
                  ? fmt::format("{} (dimensions from its config.json)", dir)
                  : fmt::format("{} (dimensions from model '{}')", dir, c.model_name);

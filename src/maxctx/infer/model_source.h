@@ -6,7 +6,9 @@
 // is one (llama_config_from_hf), else from the config's model keys (model_name, base_*), which
 // must then describe the checkpoint (a shape mismatch is an error naming the tensor). Empty:
 // the counter-based random initialisation of training (init_weights_seed), for tests and
-// benchmarks, which says so in `source`.
+// benchmarks, which says so in `source`. checkpoint_is_quantized=true (with quantization=int8):
+// the directory was written by `maxctx export ... quantization=int8` and its projections are
+// read as int8 codes (model/quantized_checkpoint.h), not re-quantized.
 #pragma once
 
 #include <string>
@@ -15,13 +17,15 @@
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/quantized_checkpoint.h"
 
 namespace maxctx::infer {
 
 struct InferenceModel {
   model::LlamaConfig config;
-  Tensor weights;      // llama_weight_specs(config) layout, tensor size 1, weight_dtype
-  std::string source;  // for the log: the directory, or "random init (seed N)"
+  Tensor weights;              // llama_weight_specs(config) layout, tensor size 1, weight_dtype
+  std::string source;          // for the log: the directory, or "random init (seed N)"
+  model::Int8Parameters int8;  // checkpoint_is_quantized: the projections' codes and scales
 };
 
 // Weights are read (or initialised) straight into config.weight_dtype through `kernels`: a BF16

@@ -155,6 +155,9 @@ class Kernels {
   // ---- int8 (the rule: kernels/ref/int8.h) ----
   // A weight (out, in) quantized per output row and packed for int8_matmul_forward.
   virtual Int8Weights int8_pack_weights(TensorView weight) const = 0;
+  // The same from codes (out, in) int8 and scale (out) f32 already quantized by that rule (a
+  // quantized checkpoint): packed without re-quantizing.
+  virtual Int8Weights int8_pack_codes(TensorView codes, TensorView scale) const = 0;
   // in (N, in_dim) quantized per row into `rows` (reused across calls).
   virtual void int8_quantize_rows(Int8Rows& rows, TensorView in) const = 0;
   // out (N, out) = rows · wᵀ, exact int32 sums scaled once.

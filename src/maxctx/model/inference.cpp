@@ -6,27 +6,47 @@
 namespace maxctx::model {
 namespace {
 
-int64_t linear_bytes(const Linear& l) {
-  if (l.i8 != nullptr) return l.out_dim * l.in_dim + 2 * l.out_dim * int64_t{sizeof(float)};
-  return static_cast<int64_t>(l.weight.bytes());
+// int8 codes plus a scale and a row sum per output row, or the weights as stored.
+int64_t weight_bytes(TensorView weight, const kernels::Int8Weights* i8) {
+  if (i8 != nullptr) return i8->out_dim * i8->in_dim + 2 * i8->out_dim * int64_t{sizeof(float)};
+  return static_cast<int64_t>(weight.bytes());
+}
+
+int64_t linear_bytes(const Linear& l) { return weight_bytes(l.weight, l.i8); }
+
+// The int8 copy of `weight` (a whole projection or a row split's rows of one) packed from the
+// quantized matrix whose region holds it.
+kernels::Int8Weights pack_prequantized(const kernels::Kernels& k, TensorView weight,
+                                       const std::vector<QuantizedMatrix>& matrices) {
+  const auto* at = static_cast<const std::byte*>(weight.raw());
+  for (const QuantizedMatrix& m : matrices) {
+    const auto* begin = static_cast<const std::byte*>(m.region.raw());
+    if (at < begin || at >= begin + m.region.bytes()) continue;
+    const int64_t in_dim = m.region.shape()[1];
+    MAXCTX_CHECK(weight.shape().rank() == 2 && weight.shape()[1] == in_dim,
+                 "a projection's rows inside a quantized matrix");
+    const int64_t first = (at - begin) / static_cast<int64_t>(in_dim * dtype_size(weight.dtype()));
+    const int64_t end = first + weight.shape()[0];
+    return k.int8_pack_codes(m.codes.rows(first, end), m.scale.rows(first, end));
+  }
+  fail("the quantized checkpoint holds no int8 codes for a projection of shape ({}, {})",
+       weight.shape()[0], weight.shape()[1]);
 }
 
 }  // namespace
 
 InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig& c,
                                    const LlamaWeights& w, bool quantize_int8,
-                                   parallel::RowSplitPart part)
+                                   parallel::RowSplitPart part,
+                                   const std::vector<QuantizedMatrix>* prequantized)
     : split(part) {
+  MAXCTX_CHECK(prequantized == nullptr || quantize_int8,
+               "a quantized checkpoint's weights are read as int8 (quantization=int8)");
   MAXCTX_CHECK(part.ranks >= 1 && part.rank >= 0 && part.rank < part.ranks,
                "row split part {} of {}", part.rank, part.ranks);
   embed = w.embed;
   final_norm = w.final_norm;
   lm_head = linear_of(w.lm_head);
-  if (c.moe && quantize_int8) {
-    fail(
-        "quantization=int8 of a mixture of experts' weights is not implemented yet (#17); run "
-        "the Mixtral model with quantization=''");
-  }
   for (const LayerWeights& lw : w.layers) {
     layers.push_back({lw.attn_norm, linear_of(lw.wq), linear_of(lw.wk), linear_of(lw.wv),
                       linear_of(lw.wo), lw.mlp_norm, linear_of(lw.w_gate), linear_of(lw.w_up),
@@ -46,26 +66,40 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     }
   }
   if (!quantize_int8) return;
-  std::vector<Linear*> all;
+  // Every weight to quantize, and where its int8 copy goes (the view emptied once it is set).
+  struct Target {
+    TensorView* weight;
+    const kernels::Int8Weights** i8;
+  };
+  std::vector<Target> all;
+  auto add = [&](Linear& l) {
+    if (l.out_dim > 0) all.push_back({&l.weight, &l.i8});  // a MoE layer's MLP ones are empty
+  };
   for (DecoderLayerWeights& l : layers) {
-    for (Linear* p : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      all.push_back(p);
+    for (Linear* p : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) add(*p);
+    // The experts as the dense MLP; the router stays fp32 (X rows: small, and the choices
+    // follow its logits' order).
+    for (ExpertWeights& e : l.moe.experts) {
+      all.push_back({&e.w_gate, &e.w_gate_i8});
+      all.push_back({&e.w_up, &e.w_up_i8});
+      all.push_back({&e.w_down, &e.w_down_i8});
     }
   }
-  all.push_back(&lm_head);
+  add(lm_head);
   // A part's rows quantize to the same codes and scales as in the whole matrix (per-row scales).
   for (MlpRowsPart& m : mlp_parts) {
-    for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) all.push_back(p);
+    for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
   }
-  if (!mlp_parts.empty()) all.push_back(&lm_head_part);
+  if (!mlp_parts.empty()) add(lm_head_part);
   // Filled completely before any pointer into it is taken.
   quantized_.reserve(all.size());
-  for (Linear* p : all) {
-    quantized_.push_back(k.int8_pack_weights(p->weight));
+  for (const Target& t : all) {
+    quantized_.push_back(prequantized != nullptr ? pack_prequantized(k, *t.weight, *prequantized)
+                                                 : k.int8_pack_weights(*t.weight));
   }
   for (size_t i = 0; i < all.size(); ++i) {
-    all[i]->i8 = &quantized_[i];
-    all[i]->weight = TensorView();
+    *all[i].i8 = &quantized_[i];
+    *all[i].weight = TensorView();
   }
 }
 
@@ -80,7 +114,8 @@ int64_t InferenceWeights::bytes_per_step(bool row_split) const {
       // Every expert, as a step with enough tokens reads them all.
       bytes += static_cast<int64_t>(l.moe.router.bytes());
       for (const ExpertWeights& e : l.moe.experts) {
-        bytes += static_cast<int64_t>(e.w_gate.bytes() + e.w_up.bytes() + e.w_down.bytes());
+        bytes += weight_bytes(e.w_gate, e.w_gate_i8) + weight_bytes(e.w_up, e.w_up_i8) +
+                 weight_bytes(e.w_down, e.w_down_i8);
       }
     } else if (row_split) {
       const MlpRowsPart& m = mlp_parts[i];

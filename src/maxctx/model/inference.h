@@ -28,11 +28,24 @@ namespace maxctx::model {
 // than one rank it also holds this rank's rows of the MLP projections and of the output head
 // (views of the fp32 rows, or int8 copies of them: per-row scales, so the same codes as the
 // whole matrix's), which a forward given a RowSplit reads instead.
+// One projection of a checkpoint saved already quantized (checkpoint_is_quantized): its int8
+// codes and per-row scales, and the region of the weight buffer it stands for (which holds no
+// values: the forward reads only the int8 copy).
+struct QuantizedMatrix {
+  TensorView region;  // (out, in) in the LlamaWeights' buffer
+  TensorView codes;   // (out, in) int8
+  TensorView scale;   // (out) f32
+};
+
 class InferenceWeights {
  public:
+  // With `prequantized` (quantize_int8 must be set) every projection is packed from its codes
+  // and scales there instead of quantized from the weights: the same int8 copy, bit for bit,
+  // when they came from the same weights.
   InferenceWeights(const kernels::Kernels& kernels, const LlamaConfig& config,
                    const LlamaWeights& weights, bool quantize_int8,
-                   parallel::RowSplitPart split = {});
+                   parallel::RowSplitPart split = {},
+                   const std::vector<QuantizedMatrix>* prequantized = nullptr);
   InferenceWeights(const InferenceWeights&) = delete;
   InferenceWeights& operator=(const InferenceWeights&) = delete;
 

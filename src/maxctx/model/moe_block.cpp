@@ -85,8 +85,9 @@ struct MoeDims {
 
 // F is this rank's hidden units (the experts' w1 rows: mlp_dim / tensor).
 MoeDims moe_dims(const LlamaConfig& c, const MoeLayerWeights& w, int64_t batch, int64_t seq) {
-  return {batch * seq, c.emb_dim, w.experts[0].w_gate.shape()[0], c.num_experts,
-          c.num_experts_per_tok};
+  const ExpertWeights& e = w.experts[0];
+  const int64_t F = e.w_gate_i8 != nullptr ? e.w_gate_i8->out_dim : e.w_gate.shape()[0];
+  return {batch * seq, c.emb_dim, F, c.num_experts, c.num_experts_per_tok};
 }
 
 void check_weights(const LlamaConfig& c, const MoeLayerWeights& w) {
@@ -272,6 +273,17 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
   const TensorView y = leading_rows(b.expert_out, R, E);
   for_each_expert(b.dispatch, [&](size_t e, int64_t r0, int64_t r1) {
     const ExpertWeights& ew = w.experts[e];
+    if (ew.w_gate_i8 != nullptr) {
+      // int8 experts (inference): the input rows quantized per row, as model/decoder_layer.cpp's
+      // project does for a dense model's projections; w1 and w3 share one quantization.
+      k.int8_quantize_rows(b.int8_rows, rows.in.rows(r0, r1));
+      k.int8_matmul_forward(rows.gate.rows(r0, r1), b.int8_rows, *ew.w_gate_i8);
+      k.int8_matmul_forward(rows.up.rows(r0, r1), b.int8_rows, *ew.w_up_i8);
+      k.swiglu_forward(rows.hidden.rows(r0, r1), rows.gate.rows(r0, r1), rows.up.rows(r0, r1));
+      k.int8_quantize_rows(b.int8_rows, rows.hidden.rows(r0, r1));
+      k.int8_matmul_forward(y.rows(r0, r1), b.int8_rows, *ew.w_down_i8);
+      return;
+    }
     k.matmul_forward(rows.gate.rows(r0, r1), rows.in.rows(r0, r1), ew.w_gate);
     k.matmul_forward(rows.up.rows(r0, r1), rows.in.rows(r0, r1), ew.w_up);
     k.swiglu_forward(rows.hidden.rows(r0, r1), rows.gate.rows(r0, r1), rows.up.rows(r0, r1));

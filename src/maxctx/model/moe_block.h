@@ -31,11 +31,16 @@
 
 namespace maxctx::model {
 
-// One expert's SwiGLU projections as nn.Linear stores them.
+// One expert's SwiGLU projections as nn.Linear stores them. Inference with quantization=int8
+// sets the int8 copies (per-output-channel scales, as a dense model's projections) and empties
+// the views; the forward then reads the copies.
 struct ExpertWeights {
   TensorView w_gate;  // (F, E) Hugging Face w1
   TensorView w_up;    // (F, E) w3
   TensorView w_down;  // (E, F) w2
+  const kernels::Int8Weights* w_gate_i8 = nullptr;
+  const kernels::Int8Weights* w_up_i8 = nullptr;
+  const kernels::Int8Weights* w_down_i8 = nullptr;
 };
 
 struct MoeLayerWeights {
@@ -90,13 +95,14 @@ struct MoeBuffers {
   Tensor router_probs;   // (N, X) f32 softmax over all experts
   MoeRouting routing;
   MoeDispatch dispatch;
-  Tensor expert_in;           // (R, E) activation dtype: the rows each expert runs on
-  Tensor gate;                // (R, F) activation dtype
-  Tensor up;                  // (R, F)
-  Tensor hidden;              // (R, F) silu(gate)·up
-  Tensor expert_out;          // (R, E) f32
-  Tensor statistics;          // (B, 2, X) f32 whole-sequence load-balance statistics
-  double load_balance = 0.0;  // load_balance_sum of the last forward (0 when the weight is 0)
+  Tensor expert_in;             // (R, E) activation dtype: the rows each expert runs on
+  Tensor gate;                  // (R, F) activation dtype
+  Tensor up;                    // (R, F)
+  Tensor hidden;                // (R, F) silu(gate)·up
+  Tensor expert_out;            // (R, E) f32
+  kernels::Int8Rows int8_rows;  // an expert's input rows quantized (int8 experts only)
+  Tensor statistics;            // (B, 2, X) f32 whole-sequence load-balance statistics
+  double load_balance = 0.0;    // load_balance_sum of the last forward (0 when the weight is 0)
 };
 
 // The backward's workspace, shared by the layers.

@@ -356,6 +356,14 @@ class CpuKernels final : public Kernels {
     std::vector<float> scratch;
     return cpu::int8_pack_weights(f32_input(weight, scratch, "int8_pack_weights"), out_dim, in_dim);
   }
+  Int8Weights int8_pack_codes(TensorView codes, TensorView scale) const override {
+    MAXCTX_CHECK(codes.dtype() == DType::kI8 && codes.shape().rank() == 2,
+                 "int8_pack_codes: codes must be (out, in) int8");
+    const int64_t out_dim = codes.shape()[0];
+    check_numel(scale, out_dim, "int8_pack_codes scale");
+    return cpu::int8_pack_codes(codes.data<int8_t>(), f32(scale, "int8_pack_codes", "scale"),
+                                out_dim, codes.shape()[1]);
+  }
   void int8_quantize_rows(Int8Rows& rows, TensorView in) const override {
     MAXCTX_CHECK_EQ(in.shape().rank(), 2, "int8 rows are quantized from an (N, in_dim) tensor");
     std::vector<float> scratch;

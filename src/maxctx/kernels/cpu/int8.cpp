@@ -133,23 +133,35 @@ bool int8_vnni_available() {
 Int8Weights int8_pack_weights(const float* w, int64_t out_dim, int64_t in_dim) {
   MAXCTX_CHECK(out_dim > 0 && in_dim > 0, "int8 weights need positive dims, got ({}, {})", out_dim,
                in_dim);
+  std::vector<int8_t> codes(static_cast<size_t>(out_dim * in_dim));
+  std::vector<float> scale(static_cast<size_t>(out_dim));
+  for (int64_t o = 0; o < out_dim; ++o) {
+    scale[o] =
+        ref::quantize_row_int8(codes.data() + o * in_dim, w + o * in_dim, in_dim, kInt8Levels);
+  }
+  return int8_pack_codes(codes.data(), scale.data(), out_dim, in_dim);
+}
+
+Int8Weights int8_pack_codes(const int8_t* codes, const float* scale, int64_t out_dim,
+                            int64_t in_dim) {
+  MAXCTX_CHECK(out_dim > 0 && in_dim > 0, "int8 weights need positive dims, got ({}, {})", out_dim,
+               in_dim);
   Int8Weights p;
   p.out_dim = out_dim;
   p.in_dim = in_dim;
   p.quads = (in_dim + 3) / 4;
   p.blocks = (out_dim + kInt8BlockRows - 1) / kInt8BlockRows;
   p.packed = AlignedBuffer(static_cast<size_t>(p.blocks * p.quads * 64));
-  p.scale.resize(static_cast<size_t>(out_dim));
+  p.scale.assign(scale, scale + out_dim);
   p.row_sum.resize(static_cast<size_t>(out_dim));
-  std::vector<int8_t> codes(static_cast<size_t>(in_dim));
   int8_t* packed = reinterpret_cast<int8_t*>(p.packed.data());
   for (int64_t o = 0; o < out_dim; ++o) {
-    p.scale[o] = ref::quantize_row_int8(codes.data(), w + o * in_dim, in_dim, kInt8Levels);
+    const int8_t* row = codes + o * in_dim;
     int32_t sum = 0;
     const int64_t block = o / kInt8BlockRows, r = o % kInt8BlockRows;
     for (int64_t i = 0; i < in_dim; ++i) {
-      sum += codes[i];
-      packed[(block * p.quads + i / 4) * 64 + r * 4 + i % 4] = codes[i];
+      sum += row[i];
+      packed[(block * p.quads + i / 4) * 64 + r * 4 + i % 4] = row[i];
     }
     p.row_sum[o] = sum;
   }

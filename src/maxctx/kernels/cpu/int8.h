@@ -27,6 +27,10 @@ using kernels::Int8Weights;
 
 // Quantizes and packs `w` (out_dim, in_dim) float, as ref::quantize_rows_int8 with levels 127.
 Int8Weights int8_pack_weights(const float* w, int64_t out_dim, int64_t in_dim);
+// Packs codes already quantized (codes (out_dim, in_dim), w ≈ codes · scale per row): what
+// int8_pack_weights gives for the weights those codes came from (a quantized checkpoint).
+Int8Weights int8_pack_codes(const int8_t* codes, const float* scale, int64_t out_dim,
+                            int64_t in_dim);
 
 // Resizes `out` (keeping its capacity) and fills it from in (N, in_dim).
 void int8_quantize_rows(Int8Rows& out, const float* in, int64_t N, int64_t in_dim);

@@ -1,0 +1,156 @@
+// Checkpoints saved already quantized (checkpoint_is_quantized, model/quantized_checkpoint.h):
+// written from the tiny_llama and tiny_mixtral fixtures, loaded through load_inference_model
+// as decode and bench-inference load them, they decode bit-identically (every token and every
+// step's logits) to the F32 checkpoint quantized on load, on context_autoregressive = the
+// ranks; and the ways such a checkpoint can be wrong are one clear error each.
+#include "maxctx/model/quantized_checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "infer/infer_test_util.h"
+#include "maxctx/config/config.h"
+#include "maxctx/infer/model_source.h"
+#include "maxctx/io/safetensors.h"
+#include "maxctx/model/hf_import.h"
+
+namespace maxctx::infer {
+namespace {
+
+using testing::mesh_of;
+
+namespace fs = std::filesystem;
+
+const kernels::Kernels& cpu() { return maxctx::kernels::backend(maxctx::Device::kCpu); }
+
+// A directory of this rank's own (every rank writes its copy: no rank waits on another's file).
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("quantized_" + name + "_" + std::to_string(Communicator::world().rank()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+Config inference_config(std::vector<std::string> overrides) {
+  overrides.insert(overrides.end(), {"max_prefill_predict_length=24", "max_target_length=40",
+                                     "per_device_batch_size=1"});
+  return load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", overrides,
+                     Communicator::world().size());
+}
+
+// The fixture's F32 weights quantized into `dir`, with its config.json beside them.
+fs::path write_quantized(const char* fixture, const std::string& name) {
+  const fs::path dir = scratch(name);
+  const model::LlamaConfig mc = model::llama_config_from_hf(fs::path(fixture) / "config.json");
+  const std::vector<float> weights = testing::fixture_weights(mc, fixture);
+  model::write_int8_checkpoint(cpu(), model::llama_weight_specs(mc), weights.data(), dir);
+  fs::copy_file(fs::path(fixture) / "config.json", dir / "config.json");
+  return dir;
+}
+
+GenerateResult decode(const Config& c) {
+  InferenceModel m = load_inference_model(c, cpu());
+  const Mesh mesh = mesh_of(c);
+  InferenceEngine engine(cpu(), inference_settings_from(c, mesh), m.config, std::move(m.weights),
+                         mesh, std::move(m.int8));
+  const auto prompts = testing::make_prompts(engine.settings().slots, 24, m.config.vocab_size, 5);
+  return engine.generate(prompts, true);
+}
+
+class QuantizedCheckpoint : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
+  const std::string fixture = GetParam();
+  const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
+  // About a quarter of the F32 file: the projections are 1 byte a weight.
+  EXPECT_LT(fs::file_size(dir / "model.safetensors"),
+            fs::file_size(fs::path(fixture) / "model.safetensors") / 2);
+  const GenerateResult want =
+      decode(inference_config({"load_parameters_path=" + fixture, "quantization=int8"}));
+  const GenerateResult got =
+      decode(inference_config({"load_parameters_path=" + dir.string(), "quantization=int8",
+                               "checkpoint_is_quantized=true"}));
+  EXPECT_EQ(got.tokens, want.tokens);
+  ASSERT_EQ(got.logits.size(), want.logits.size());
+  for (size_t step = 0; step < want.logits.size(); ++step) {
+    ASSERT_EQ(got.logits[step].size(), want.logits[step].size());
+    EXPECT_EQ(std::memcmp(got.logits[step].data(), want.logits[step].data(),
+                          want.logits[step].size() * sizeof(float)),
+              0)
+        << "step " << step << " logits differ";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedCheckpoint,
+                         ::testing::Values(MAXCTX_TEST_FIXTURES "/tiny_llama",
+                                           MAXCTX_TEST_FIXTURES "/tiny_mixtral"),
+                         [](const auto& param_info) {
+                           return fs::path(param_info.param).filename().string();
+                         });
+
+std::string load_error(const std::vector<std::string>& overrides) {
+  try {
+    load_inference_model(inference_config(overrides), cpu());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(QuantizedCheckpointErrors, EachIsOneClearError) {
+  const std::string fixture = testing::fixture_dir();
+  const fs::path good = write_quantized(fixture.c_str(), "errors");
+  std::string e = load_error(
+      {"load_parameters_path=" + fixture, "quantization=int8", "checkpoint_is_quantized=true"});
+  EXPECT_NE(e.find("is not a quantized checkpoint"), std::string::npos) << e;
+  e = load_error({"load_parameters_path=" + good.string(), "quantization=int8"});
+  EXPECT_NE(e.find("is a quantized checkpoint (int8 projections): load it with "
+                   "checkpoint_is_quantized=true"),
+            std::string::npos)
+      << e;
+  e = load_error({"load_parameters_path=" + good.string(), "checkpoint_is_quantized=true"});
+  EXPECT_NE(e.find("checkpoint_is_quantized=true needs load_parameters_path"), std::string::npos)
+      << e;
+
+  // A projection stored as F32 where the codes belong.
+  const model::LlamaConfig mc = model::llama_config_from_hf(fs::path(fixture) / "config.json");
+  const auto specs = model::llama_weight_specs(mc);
+  const std::vector<float> weights = testing::fixture_weights(mc);
+  const fs::path f32_dir = scratch("wrong_dtype");
+  std::vector<io::TensorToWrite> tensors;
+  for (const model::WeightSpec& s : specs) {
+    const std::vector<int64_t> shape =
+        s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
+    tensors.push_back(io::tensor_to_write(
+        s.name, io::StDType::kF32, shape,
+        std::span<const float>(weights.data() + s.offset, static_cast<size_t>(s.numel()))));
+  }
+  io::write_safetensors(f32_dir / "model.safetensors", tensors,
+                        {{model::kQuantizationMetadataKey, "int8"}});
+  fs::copy_file(fs::path(fixture) / "config.json", f32_dir / "config.json");
+  e = load_error({"load_parameters_path=" + f32_dir.string(), "quantization=int8",
+                  "checkpoint_is_quantized=true"});
+  EXPECT_NE(e.find("model.layers.0.self_attn.q_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("I8"), std::string::npos) << e;
+  EXPECT_NE(e.find("F32"), std::string::npos) << e;
+
+  // Codes of another shape: a checkpoint of a model with a wider MLP under this config.json.
+  model::LlamaConfig wider = mc;
+  wider.mlp_dim += 16;
+  const fs::path shape_dir = scratch("wrong_shape");
+  const std::vector<float> wider_weights = testing::init_weights(wider, 3);
+  model::write_int8_checkpoint(cpu(), model::llama_weight_specs(wider), wider_weights.data(),
+                               shape_dir);
+  fs::copy_file(fs::path(fixture) / "config.json", shape_dir / "config.json");
+  e = load_error({"load_parameters_path=" + shape_dir.string(), "quantization=int8",
+                  "checkpoint_is_quantized=true"});
+  EXPECT_NE(e.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find(std::to_string(wider.mlp_dim)), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace maxctx::infer
