@@ -65,9 +65,12 @@ class Storage {
     return out;
   }
   bool same_bits(const Storage& other) const {
+    // (memcmp of an empty vector's null data() is undefined even for 0 bytes: UBSan.)
     return f32_.size() == other.f32_.size() && bf16_.size() == other.bf16_.size() &&
-           std::memcmp(f32_.data(), other.f32_.data(), f32_.size() * sizeof(float)) == 0 &&
-           std::memcmp(bf16_.data(), other.bf16_.data(), bf16_.size() * sizeof(bf16)) == 0;
+           (f32_.empty() ||
+            std::memcmp(f32_.data(), other.f32_.data(), f32_.size() * sizeof(float)) == 0) &&
+           (bf16_.empty() ||
+            std::memcmp(bf16_.data(), other.bf16_.data(), bf16_.size() * sizeof(bf16)) == 0);
   }
 
  private:
