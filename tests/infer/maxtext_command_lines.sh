@@ -8,8 +8,7 @@
 #      ici_context_autoregressive_parallelism=8) on 2 and 4 ranks with the quantized checkpoint
 #      (checkpoint_is_quantized=True) and prefill lengths 64,128; its JSON must hold both
 #      prefill lengths and the autoregressive step.
-# MaxText's profiler keys (profiler, enable_jax_profiler, skip_first_n_steps_for_profiler) are
-# left out here: this branch predates the profiling issue's keys.
+# MaxText's profiler keys are in both lines (profiler=xplane: each run leaves its trace.json).
 #   maxtext_command_lines.sh <build dir> <source dir>
 set -euo pipefail
 build=$1
@@ -29,7 +28,8 @@ for np in 2 4; do
     dataset_type=synthetic ici_fsdp_parallelism="$np" attention=flash model_name=mixtral-tiny \
     run_name="$run" base_output_directory="$work" sa_block_q=128 sa_block_kv=128 \
     sa_block_kv_compute=128 sa_block_q_dkv=128 sa_block_kv_dkv=128 sa_block_kv_dkv_compute=128 \
-    sa_block_q_dq=128 sa_block_kv_dq=128 > "$work/$run.log" 2>&1 ||
+    sa_block_q_dq=128 sa_block_kv_dq=128 profiler=xplane skip_first_n_steps_for_profiler=1 \
+    > "$work/$run.log" 2>&1 ||
     { echo "FAIL: the training line on $np ranks:"; tail -5 "$work/$run.log"; exit 1; }
   python3 - "$work/$run/metrics.jsonl" <<'PY'
 import json, math, sys
@@ -39,6 +39,7 @@ assert len(losses) == 3 and all(math.isfinite(l) and 0 < l < 10 for l in losses)
 print("training line losses:", ", ".join(f"{l:.4f}" for l in losses))
 PY
   [[ -f "$work/$run/checkpoints/3/model.safetensors" ]] || { echo "FAIL: no checkpoint"; exit 1; }
+  [[ -s "$work/$run/trace.json" ]] || { echo "FAIL: profiler=xplane left no trace"; exit 1; }
 done
 
 "$maxctx" export "$src/configs/base.yml" model_name=mixtral-tiny \
@@ -57,9 +58,11 @@ for ca in 2 4; do
     compute_axis_order=0,2,1,3 ar_cache_axis_order=0,2,1,3 \
     inference_microbenchmark_prefill_lengths=64,128 base_output_directory="$work" \
     run_name="$run" sparse_matmul=False model_call_mode=inference \
+    enable_jax_profiler=False profiler=xplane \
     load_parameters_path="$work/mixtral_int8" inference_microbenchmark_loop_iters=2 \
     inference_microbenchmark_log_file_path="$work/$run.json" > "$work/$run.log" 2>&1 ||
     { echo "FAIL: the inference line on $ca ranks:"; tail -5 "$work/$run.log"; exit 1; }
+  [[ -s "$work/$run/trace.json" ]] || { echo "FAIL: bench-inference left no trace"; exit 1; }
   python3 - "$work/$run.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -131,6 +131,10 @@ class TracedKernels final : public Kernels {
     const trace::Span span("int8_pack_weights", trace::Category::kCompute);
     return inner_.int8_pack_weights(weight);
   }
+  Int8Weights int8_pack_codes(TensorView codes, TensorView scale) const override {
+    const trace::Span span("int8_pack_codes", trace::Category::kCompute);
+    return inner_.int8_pack_codes(codes, scale);
+  }
   void int8_quantize_rows(Int8Rows& rows, TensorView in) const override {
     const trace::Span span("int8_quantize_rows", trace::Category::kCompute);
     inner_.int8_quantize_rows(rows, in);
