@@ -109,6 +109,11 @@ TEST(Config, InheritanceErrors) {
             std::string::npos);
   EXPECT_NE(load_error(dir.write("list.yml", "- 1\n- 2\n"), {}).find("mapping"), std::string::npos);
   EXPECT_NE(load_error("/nonexistent/maxctx.yml", {}).find("does not exist"), std::string::npos);
+  // A key that is not a name (YAML's complex keys; found by fuzz_yaml_config) is one error.
+  EXPECT_NE(load_error(dir.write("complex_key.yml", "? [a, b]\n: 1\n"), {}).find("is not a name"),
+            std::string::npos);
+  EXPECT_NE(load_error(dir.write("map_key.yml", "? {a: 1}\n: 1\n"), {}).find("is not a name"),
+            std::string::npos);
   // A key given twice in a file is refused, as on the command line (it used to take the last).
   EXPECT_NE(load_error(dir.write("twice.yml", "steps: 3\nsteps: 5\n"), {})
                 .find("sets 'steps' twice; give each key once"),

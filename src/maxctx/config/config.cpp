@@ -96,6 +96,12 @@ YAML::Node read_yaml_file(const fs::path& path) {
     // key, and a file follows the same rule rather than letting one of them win silently.
     std::set<std::string> keys;
     for (const auto& entry : root) {
+      // YAML also allows null keys and lists or mappings as keys ("? [a, b]"); they name no
+      // config key, and yaml-cpp's root["name"] lookups would throw on them.
+      if (!entry.first.IsScalar()) {
+        fail("config file '{}' has a key that is not a name (null, a list or a mapping)",
+             path.string());
+      }
       const std::string key = entry.first.Scalar();
       if (!keys.insert(key).second) {
         fail("config file '{}' sets '{}' twice; give each key once", path.string(), key);
@@ -134,7 +140,7 @@ void collect_yaml_chain(const fs::path& path, std::vector<fs::path>& visiting,
   }
   const std::string where = fmt::format("in {}", path.string());
   for (const auto& entry : root) {
-    const std::string key = entry.first.as<std::string>();
+    const std::string key = entry.first.Scalar();
     if (key == "base_config") continue;
     require_known_key(key, where);
     settings.push_back({key, entry.second, where});
@@ -518,7 +524,7 @@ Config load_config(const std::string& config_path, const std::vector<std::string
     const YAML::Node root = read_yaml_file(path);
     const std::string where = fmt::format("in {}", path.string());
     for (const auto& entry : root) {
-      const std::string key = entry.first.as<std::string>();
+      const std::string key = entry.first.Scalar();
       require_known_key(key, where);
       if (key == "model_name") fail("model file '{}' must not set model_name", path.string());
       if (set_on_command_line.count(key) && !config.override_model_config) {
