@@ -238,5 +238,16 @@ TEST(ByteLevelBpe, TokenIdsMustBeWholeNumbersInRange) {
   expect_load_error(text_id, "token 'hello' has id \"259\"");
 }
 
+// A field of the wrong JSON type anywhere (found by fuzz_tokenizer: a model "type" that is a
+// list) is one error naming the file, not an escaped nlohmann exception.
+TEST(ByteLevelBpe, FieldsOfTheWrongTypeAreOneError) {
+  json list_type = tiny_tokenizer_json();
+  list_type["model"]["type"] = json::array({"h e", "l l"});
+  expect_load_error(list_type, "not a valid tokenizer.json");
+  json text_fallback = tiny_tokenizer_json();
+  text_fallback["model"]["byte_fallback"] = "yes";
+  expect_load_error(text_fallback, "not a valid tokenizer.json");
+}
+
 }  // namespace
 }  // namespace maxctx::tokenizer

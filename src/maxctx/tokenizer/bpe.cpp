@@ -314,7 +314,9 @@ std::string ByteLevelBpe::decode(std::span<const int32_t> ids) const {
   return text;
 }
 
-std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& path) {
+// A function-try-block: any field of the wrong JSON type (a "type" that is a list, found by
+// fuzz_tokenizer) is one error naming the file, whichever accessor meets it.
+std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& path) try {
   const json root = parse_json_file(path, "tokenizer.json");
   if (!root.is_object() || !root.contains("model") || !root.at("model").is_object()) {
     fail("{}: not a Hugging Face tokenizer.json (no \"model\" object)", path.string());
@@ -402,6 +404,8 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
   if (spec.bos_token.empty()) spec.bos_token = known({"<|begin_of_text|>", "<s>", "<|endoftext|>"});
   if (spec.eos_token.empty()) spec.eos_token = known({"<|end_of_text|>", "</s>", "<|endoftext|>"});
   return std::make_unique<ByteLevelBpe>(std::move(spec), origin);
+} catch (const json::exception& e) {
+  fail("{}: not a valid tokenizer.json: {}", path.string(), e.what());
 }
 
 std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& encoder_json,
