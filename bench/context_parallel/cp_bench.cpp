@@ -54,35 +54,18 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--mode") {
-      o.mode = value;
-    } else if (key == "--config") {
-      o.config = value;
-    } else if (key == "--out") {
-      o.out = value;
-    } else if (key == "--run-dir") {
-      o.run_dir = value;
-    } else if (key == "--model") {
-      o.model_name = value;
-    } else if (key == "--strategy") {
-      o.strategy = value;
-    } else if (key == "--set") {
-      o.extra.push_back(value);
-    } else if (key == "--seq") {
-      o.seq = std::stoll(value);
-    } else if (key == "--warmup") {
-      o.warmup = std::stoi(value);
-    } else if (key == "--steps") {
-      o.steps = std::stoi(value);
-    } else if (key == "--reps") {
-      o.reps = std::stoi(value);
-    } else {
-      std::fprintf(stderr, "cp_bench: unknown option %s\n", key.c_str());
-      std::exit(2);
-    }
-  }
+  bench::parse_flags(argc, argv, "cp_bench",
+                     {{"--mode", [&](const std::string& v) { o.mode = v; }},
+                      {"--config", [&](const std::string& v) { o.config = v; }},
+                      {"--out", [&](const std::string& v) { o.out = v; }},
+                      {"--run-dir", [&](const std::string& v) { o.run_dir = v; }},
+                      {"--model", [&](const std::string& v) { o.model_name = v; }},
+                      {"--strategy", [&](const std::string& v) { o.strategy = v; }},
+                      {"--set", [&](const std::string& v) { o.extra.push_back(v); }},
+                      {"--seq", [&](const std::string& v) { o.seq = std::stoll(v); }},
+                      {"--warmup", [&](const std::string& v) { o.warmup = std::stoi(v); }},
+                      {"--steps", [&](const std::string& v) { o.steps = std::stoi(v); }},
+                      {"--reps", [&](const std::string& v) { o.reps = std::stoi(v); }}});
   if (o.mode != "attention" && o.mode != "step") {
     std::fprintf(stderr, "cp_bench: --mode attention|step is required\n");
     std::exit(2);

@@ -68,23 +68,12 @@ std::string write_corpus(const fs::path& dir, int64_t documents) {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--config") {
-      o.config = value;
-    } else if (key == "--out") {
-      o.out = value;
-    } else if (key == "--run-dir") {
-      o.run_dir = value;
-    } else if (key == "--seq") {
-      o.seq = std::stoll(value);
-    } else if (key == "--documents") {
-      o.documents = std::stoll(value);
-    } else {
-      std::fprintf(stderr, "text_data_bench: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  bench::parse_flags(argc, argv, "text_data_bench",
+                     {{"--config", [&](const std::string& v) { o.config = v; }},
+                      {"--out", [&](const std::string& v) { o.out = v; }},
+                      {"--run-dir", [&](const std::string& v) { o.run_dir = v; }},
+                      {"--seq", [&](const std::string& v) { o.seq = std::stoll(v); }},
+                      {"--documents", [&](const std::string& v) { o.documents = std::stoll(v); }}});
   maxctx::MpiRuntime mpi(&argc, &argv);
   fs::create_directories(o.run_dir);
   const double load_start = bench::load_average_1min();

@@ -73,42 +73,23 @@ bench::StepTimes step_seconds(const Options& o, bool profile, int rep) {
   return bench::time_training_steps(trainer, mesh, 1, o.steps);
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  maxctx::MpiRuntime mpi(&argc, &argv);
   Options o;
   if (argc % 2 == 0) {
     std::fprintf(stderr, "trace_bench: options come in pairs (--name value)\n");
     return 2;
   }
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--config") {
-      o.config = value;
-    } else if (key == "--out") {
-      o.out = value;
-    } else if (key == "--run-dir") {
-      o.run_dir = value;
-    } else if (key == "--model") {
-      o.model = value;
-    } else if (key == "--seq") {
-      o.seq = std::stoll(value);
-    } else if (key == "--steps") {
-      o.steps = std::stoi(value);
-    } else if (key == "--reps") {
-      o.reps = std::stoi(value);
-    } else {
-      std::fprintf(stderr, "trace_bench: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  bench::parse_flags(argc, argv, "trace_bench",
+                     {{"--config", [&](const std::string& v) { o.config = v; }},
+                      {"--out", [&](const std::string& v) { o.out = v; }},
+                      {"--run-dir", [&](const std::string& v) { o.run_dir = v; }},
+                      {"--model", [&](const std::string& v) { o.model = v; }},
+                      {"--seq", [&](const std::string& v) { o.seq = std::stoll(v); }},
+                      {"--steps", [&](const std::string& v) { o.steps = std::stoi(v); }},
+                      {"--reps", [&](const std::string& v) { o.reps = std::stoi(v); }}});
+  maxctx::MpiRuntime mpi(&argc, &argv);
   std::filesystem::create_directories(o.run_dir);
   const double load_start = bench::load_average_1min();
   json result = {{"trace_compiled_in", static_cast<bool>(MAXCTX_TRACE)},
@@ -122,21 +103,15 @@ int main(int argc, char** argv) {
   }
   bench::StepTimes off, on;
   for (int rep = 0; rep < o.reps; ++rep) {
-    const bench::StepTimes a = step_seconds(o, false, rep);
-    off.cpu.insert(off.cpu.end(), a.cpu.begin(), a.cpu.end());
-    off.wall.insert(off.wall.end(), a.wall.begin(), a.wall.end());
-    if (MAXCTX_TRACE) {
-      const bench::StepTimes b = step_seconds(o, true, rep);
-      on.cpu.insert(on.cpu.end(), b.cpu.begin(), b.cpu.end());
-      on.wall.insert(on.wall.end(), b.wall.begin(), b.wall.end());
-    }
+    off.append(step_seconds(o, false, rep));
+    if (MAXCTX_TRACE) on.append(step_seconds(o, true, rep));
   }
   result["step_cpu_seconds_profiler_off"] = bench::time_summary(off.cpu);
   result["step_wall_seconds_profiler_off"] = bench::time_summary(off.wall);
   if (MAXCTX_TRACE) {
     result["step_cpu_seconds_profiler_on"] = bench::time_summary(on.cpu);
     result["step_wall_seconds_profiler_on"] = bench::time_summary(on.wall);
-    result["on_vs_off_cpu_median"] = median(on.cpu) / median(off.cpu);
+    result["on_vs_off_cpu_median"] = bench::median(on.cpu) / bench::median(off.cpu);
   }
   result["load_average"] = {{"start", load_start}, {"end", bench::load_average_1min()}};
   const std::string text = result.dump(2) + "\n";

@@ -20,7 +20,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,13 +49,6 @@ struct Options {
   int timed_steps = 2;
   std::string remat_prefix;  // e.g. "taskset -c 1": pins the timed one-rank children
 };
-
-std::vector<int64_t> split_ints(const std::string& text) {
-  std::vector<int64_t> values;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) values.push_back(std::stoll(part));
-  return values;
-}
 
 // /proc/self/status's VmHWM (the peak resident set), in bytes.
 double vm_hwm_bytes() {
@@ -267,31 +259,17 @@ int main(int argc, char** argv) {
   if (argc >= 7 && std::string(argv[1]) == "--fsdp-child") return fsdp_child(argc, argv);
   if (argc >= 9 && std::string(argv[1]) == "--remat-child") return remat_child(argc, argv);
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--config") {
-      o.config = value;
-    } else if (key == "--out") {
-      o.out = value;
-    } else if (key == "--run-dir") {
-      o.run_dir = value;
-    } else if (key == "--fsdp") {
-      o.fsdp = split_ints(value);
-    } else if (key == "--fsdp-seq") {
-      o.fsdp_seq = std::stoll(value);
-    } else if (key == "--seqs") {
-      o.seqs = split_ints(value);
-    } else if (key == "--budget-gib") {
-      o.budget_gib = std::stod(value);
-    } else if (key == "--remat-prefix") {
-      o.remat_prefix = value;
-    } else if (key == "--timed-steps") {
-      o.timed_steps = std::stoi(value);
-    } else {
-      std::fprintf(stderr, "memory_bench: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  bench::parse_flags(
+      argc, argv, "memory_bench",
+      {{"--config", [&](const std::string& v) { o.config = v; }},
+       {"--out", [&](const std::string& v) { o.out = v; }},
+       {"--run-dir", [&](const std::string& v) { o.run_dir = v; }},
+       {"--fsdp", [&](const std::string& v) { o.fsdp = bench::split_ints(v); }},
+       {"--fsdp-seq", [&](const std::string& v) { o.fsdp_seq = std::stoll(v); }},
+       {"--seqs", [&](const std::string& v) { o.seqs = bench::split_ints(v); }},
+       {"--budget-gib", [&](const std::string& v) { o.budget_gib = std::stod(v); }},
+       {"--remat-prefix", [&](const std::string& v) { o.remat_prefix = v; }},
+       {"--timed-steps", [&](const std::string& v) { o.timed_steps = std::stoi(v); }}});
   fs::create_directories(o.run_dir);
   o.run_dir = fs::absolute(o.run_dir).string();
   const double load_start = bench::load_average_1min();

@@ -13,7 +13,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -37,13 +36,6 @@ struct Options {
   int64_t seq = 2048;
   int steps = 2;
 };
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
-  return parts;
-}
 
 maxctx::Config training_config(const std::string& base, const std::string& model, int64_t seq,
                                const std::string& dtype, const std::string& weight_dtype,
@@ -89,25 +81,14 @@ double child_peak_rss(const Options& o, const char* self, const std::string& mod
 int main(int argc, char** argv) {
   if (argc >= 9 && std::string(argv[1]) == "--rss-child") return rss_child(argc, argv);
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--config") {
-      o.config = value;
-    } else if (key == "--out") {
-      o.out = value;
-    } else if (key == "--run-dir") {
-      o.run_dir = value;
-    } else if (key == "--models") {
-      o.models = split_commas(value);
-    } else if (key == "--seq") {
-      o.seq = std::stoll(value);
-    } else if (key == "--steps") {
-      o.steps = std::stoi(value);
-    } else {
-      std::fprintf(stderr, "precision_bench: unknown option %s\n", key.c_str());
-      return 2;
-    }
-  }
+  bench::parse_flags(
+      argc, argv, "precision_bench",
+      {{"--config", [&](const std::string& v) { o.config = v; }},
+       {"--out", [&](const std::string& v) { o.out = v; }},
+       {"--run-dir", [&](const std::string& v) { o.run_dir = v; }},
+       {"--models", [&](const std::string& v) { o.models = bench::split_commas(v); }},
+       {"--seq", [&](const std::string& v) { o.seq = std::stoll(v); }},
+       {"--steps", [&](const std::string& v) { o.steps = std::stoi(v); }}});
   fs::create_directories(o.run_dir);
   const double load_start = bench::load_average_1min();
   // The children run before this process starts MPI, so that each is a fresh singleton.

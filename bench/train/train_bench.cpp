@@ -51,27 +51,14 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string key = argv[i], value = argv[i + 1];
-    if (key == "--config") {
-      o.config = value;
-    } else if (key == "--out") {
-      o.out = value;
-    } else if (key == "--run-dir") {
-      o.run_dir = value;
-    } else if (key == "--model") {
-      o.model_name = value;
-    } else if (key == "--seq") {
-      o.seq = std::stoll(value);
-    } else if (key == "--warmup") {
-      o.warmup = std::stoi(value);
-    } else if (key == "--steps") {
-      o.steps = std::stoi(value);
-    } else {
-      std::fprintf(stderr, "train_bench: unknown option %s\n", key.c_str());
-      std::exit(2);
-    }
-  }
+  bench::parse_flags(argc, argv, "train_bench",
+                     {{"--config", [&](const std::string& v) { o.config = v; }},
+                      {"--out", [&](const std::string& v) { o.out = v; }},
+                      {"--run-dir", [&](const std::string& v) { o.run_dir = v; }},
+                      {"--model", [&](const std::string& v) { o.model_name = v; }},
+                      {"--seq", [&](const std::string& v) { o.seq = std::stoll(v); }},
+                      {"--warmup", [&](const std::string& v) { o.warmup = std::stoi(v); }},
+                      {"--steps", [&](const std::string& v) { o.steps = std::stoi(v); }}});
   return o;
 }
 

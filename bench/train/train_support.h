@@ -1,6 +1,6 @@
-// What the training benchmarks (bench/train, bench/context_parallel) share: timing a Trainer's
-// steps on every rank, the process's peak resident memory, the load average, and the JSON of a
-// list of times.
+// What the training benchmarks (bench/train, bench/context_parallel, bench/trace, bench/data)
+// share: timing a Trainer's steps on every rank, the process's peak resident memory, the load
+// average, the JSON of a list of times, and parsing their "--flag value" command lines.
 //
 // A step's time is the slowest rank's wall time from a barrier to the end of Trainer::run(1);
 // its CPU time is this process's (on a shared machine the CPU time counts only the time this
@@ -12,11 +12,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -68,18 +70,42 @@ inline void parse_flags(int argc, char** argv, const char* program,
   }
 }
 
+// "a,b,c" -> {"a", "b", "c"}: an option's list value.
+inline std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string part; std::getline(in, part, ',');) parts.push_back(part);
+  return parts;
+}
+
+inline std::vector<int64_t> split_ints(const std::string& text) {
+  std::vector<int64_t> values;
+  for (const std::string& part : split_commas(text)) values.push_back(std::stoll(part));
+  return values;
+}
+
+// The median of a non-empty list (the mean of the middle two for an even count).
+inline double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
 // {"min", "median", "all"} of a non-empty list.
-inline nlohmann::json time_summary(std::vector<double> seconds) {
-  const nlohmann::json all = seconds;
-  std::sort(seconds.begin(), seconds.end());
-  const size_t n = seconds.size();
-  const double median = n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
-  return {{"min", seconds.front()}, {"median", median}, {"all", all}};
+inline nlohmann::json time_summary(const std::vector<double>& seconds) {
+  return {{"min", *std::min_element(seconds.begin(), seconds.end())},
+          {"median", median(seconds)},
+          {"all", seconds}};
 }
 
 struct StepTimes {
   std::vector<double> wall;  // slowest rank's, per timed step
   std::vector<double> cpu;   // this rank's process CPU time, per timed step
+
+  void append(const StepTimes& more) {
+    wall.insert(wall.end(), more.wall.begin(), more.wall.end());
+    cpu.insert(cpu.end(), more.cpu.begin(), more.cpu.end());
+  }
 };
 
 // Runs `warmup` steps, then `timed` steps one at a time (collective over the mesh).
