@@ -3,6 +3,8 @@
 # rank on 2 ranks (one per core). Writes BUILD_DIR/bench/collectives.json.
 set -euo pipefail
 build_dir=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 mkdir -p "$build_dir/bench"
-mpirun --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1 \
-  "$build_dir/bench/collectives_bench" --out "$build_dir/bench/collectives.json"
+"${mpi[@]}" -np 2 "$build_dir/bench/collectives_bench" --out "$build_dir/bench/collectives.json"

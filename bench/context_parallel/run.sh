@@ -11,7 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 pieces="$build_dir/bench/context_parallel_pieces"
 rm -rf "$pieces"
 mkdir -p "$pieces"
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 bench=("$build_dir/bench/cp_bench" --config "$here/../../configs/base.yml"
   --run-dir "$pieces/runs")
 seq=16384

@@ -16,7 +16,8 @@ config="$here/../../configs/inference.yml"
 pieces="$build_dir/bench/inference_pieces"
 rm -rf "$pieces"
 mkdir -p "$pieces"
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 
 bench() {  # bench <ranks> <piece name> [key=value ...]
   local np=$1 name=$2

@@ -7,12 +7,8 @@ set -euo pipefail
 build_dir=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build_dir/bench"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-pin=()
-if command -v taskset > /dev/null; then
-  cpu=$(($(nproc) - 1))
-  pin=(taskset -c "$cpu")
-fi
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 torch_json="$build_dir/bench/kernels_torch.json"
 rm -f "$torch_json"
 if /usr/bin/python3 -c "import torch" > /dev/null 2>&1; then

@@ -15,7 +15,8 @@ config="$here/../../configs/inference.yml"
 pieces="$build_dir/bench/moe_inference_pieces"
 rm -rf "$pieces"
 mkdir -p "$pieces"
-mpi=(mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -x OPENBLAS_NUM_THREADS=1)
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 model=(model_name=mixtral-tiny override_model_config=true base_emb_dim=512 base_mlp_dim=1024
   base_num_query_heads=8 base_num_kv_heads=4 head_dim=64 base_num_decoder_layers=4
   num_experts=8 num_experts_per_tok=2 vocab_size=32000 quantization=int8 quantize_kvcache=true)

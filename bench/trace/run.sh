@@ -13,11 +13,8 @@ cmake -S "$root" -B "$notrace" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMAXCTX_TRAC
   -DMAXCTX_BUILD_TESTS=OFF > /dev/null
 cmake --build "$notrace" --target trace_bench -j "$(nproc)" > /dev/null
 mkdir -p "$build_dir/bench"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-pin=()
-if command -v taskset > /dev/null; then
-  pin=(taskset -c "$(($(nproc) - 1))")
-fi
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 runs="$build_dir/bench/trace_runs"
 parts=()
 for round in 1 2 3; do

@@ -5,11 +5,8 @@ set -euo pipefail
 build_dir=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$build_dir/bench"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-pin=()
-if command -v taskset > /dev/null; then
-  pin=(taskset -c "$(($(nproc) - 1))")
-fi
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
 run_dir="$build_dir/bench/train_runs"
 rm -rf "$run_dir"
 "${pin[@]}" "$build_dir/bench/train_bench" --config "$here/../../configs/base.yml" \
