@@ -13,7 +13,7 @@ if [ "$(id -u)" -eq 0 ]; then mpi+=(--allow-run-as-root); fi
 if [ "$(nproc)" -lt 2 ]; then mpi+=(--oversubscribe); fi
 echo "maxctx demo: recall over 1024-token rows, sequence split over 2 ranks (context=2)"
 "${mpi[@]}" "$build_dir/maxctx" train "$here/configs/demo.yml" \
-  base_output_directory="$out" "$@" | sed -u "s/.*\x1b\[K//" | grep -v "^Config "
+  base_output_directory="$out" "$@" | grep -v "^Config "
 # Summary from the JSONL metrics: mean loss and accuracy over the first and last 20 steps.
 awk -F'[:,]' '
   { for (i = 1; i < NF; i++) {

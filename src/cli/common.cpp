@@ -7,14 +7,12 @@
 #include <string>
 
 #include "maxctx/core/check.h"
-#include "maxctx/core/log.h"
-#include "maxctx/core/trace.h"
-#include "maxctx/io/trace_summary.h"
 #include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/mesh/trace_file.h"
+#include "maxctx/train/profiler.h"
 
 namespace maxctx::cli {
 
@@ -45,10 +43,7 @@ const kernels::Kernels& kernels_for(const Config& config) {
 void run_profiled(const Config& config, const Mesh& mesh, const char* command,
                   const std::function<void()>& work) {
   if (config.profiler.empty()) return work();
-  if (!MAXCTX_TRACE) {
-    fail("profiler={}: this build has no trace spans (configured with -DMAXCTX_TRACE=OFF)",
-         config.profiler);
-  }
+  train::check_trace_compiled_in(config.profiler);
   const std::filesystem::path base = config.base_output_directory.empty()
                                          ? std::filesystem::path("runs")
                                          : std::filesystem::path(config.base_output_directory);
@@ -58,11 +53,7 @@ void run_profiled(const Config& config, const Mesh& mesh, const char* command,
   run_on_root(mesh.world(), [&] { std::filesystem::create_directories(path.parent_path()); });
   start_trace(mesh.world());
   work();
-  write_trace(mesh.world(), path);
-  run_on_root(mesh.world(), [&] {
-    log::info("profiler: trace of {} in {}\n{}", command, path.string(),
-              format_trace_summary(summarize_trace(path)));
-  });
+  train::write_profile(mesh.world(), path, command);
 }
 
 }  // namespace maxctx::cli

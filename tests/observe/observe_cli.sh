@@ -76,6 +76,10 @@ expect_error() {  # expect_error <text> <command...>
 echo '{"traceEvents": 5}' > "$work/bad.json"
 expect_error "no traceEvents array" "$maxctx" trace-summary "$work/bad.json"
 expect_error "cannot open the trace" "$maxctx" trace-summary "$work/missing.json"
+# plot --trace reads the trace as trace-summary does (a string timestamp used to escape as a JSON
+# library exception and MPI_Abort).
+echo '{"traceEvents": [{"name": "a", "ph": "X", "ts": "0", "dur": 1, "pid": 0}]}' > "$work/bad_ts.json"
+expect_error "without numeric ts" "$maxctx" plot --trace "$work/bad_ts.json"
 expect_error "a run directory" "$maxctx" plot "$work/missing_run"
 expect_error "unknown option --width" "$maxctx" plot --width 3 "$work/decode"
 expect_error "is not allowed" "$maxctx" decode "$src/configs/inference.yml" profiler=perfetto

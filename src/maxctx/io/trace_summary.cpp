@@ -70,37 +70,49 @@ struct RankSpans {
 
 }  // namespace
 
-std::vector<RankTime> summarize_trace(const std::filesystem::path& trace, int top_ops) {
+std::vector<TraceSpan> read_trace_spans(const std::filesystem::path& trace) {
   std::ifstream in(trace);
   if (!in.good()) fail("cannot open the trace {}", trace.string());
   const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
   if (doc.is_discarded()) fail("{} is not JSON", trace.string());
   if (!(doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array()))
     fail("{} is not a Chrome trace: it has no traceEvents array", trace.string());
-  std::map<int, RankSpans> ranks;
+  std::vector<TraceSpan> spans;
   for (const nlohmann::json& e : doc["traceEvents"]) {
     if (!e.is_object() || e.value("ph", "") != "X") continue;
     if (!(e.contains("ts") && e["ts"].is_number() && e.contains("dur") && e["dur"].is_number() &&
           e.contains("pid") && e["pid"].is_number_integer()))
       fail("{}: a complete event without numeric ts, dur and pid", trace.string());
-    RankSpans& r = ranks[e["pid"].get<int>()];
-    const double begin = e["ts"].get<double>();
-    const Interval span{begin, begin + e["dur"].get<double>()};
-    const std::string category = e.value("cat", "");
-    const std::string name = e.value("name", "");
+    TraceSpan span;
+    span.name = e.value("name", "");
+    span.category = e.value("cat", "");
+    span.pid = e["pid"].get<int>();
+    span.tid = e.value("tid", 0);
+    span.begin_us = e["ts"].get<double>();
+    span.duration_us = e["dur"].get<double>();
+    spans.push_back(std::move(span));
+  }
+  if (spans.empty()) fail("{} holds no complete (\"ph\": \"X\") events", trace.string());
+  return spans;
+}
+
+std::vector<RankTime> summarize_trace(const std::filesystem::path& trace, int top_ops) {
+  std::map<int, RankSpans> ranks;
+  for (const TraceSpan& s : read_trace_spans(trace)) {
+    RankSpans& r = ranks[s.pid];
+    const Interval span{s.begin_us, s.begin_us + s.duration_us};
     r.extent.begin = std::min(r.extent.begin, span.begin);
     r.extent.end = std::max(r.extent.end, span.end);
-    if (category == "step") r.steps.push_back(span);
-    if (!is_leaf(category)) continue;
-    r.by_category[category].push_back(span);
-    const bool in_flight = e.value("tid", 0) != 0;
-    OpTime& op = r.ops[in_flight ? name + " (in flight)" : name];
-    op.name = in_flight ? name + " (in flight)" : name;
-    op.category = category;
+    if (s.category == "step") r.steps.push_back(span);
+    if (!is_leaf(s.category)) continue;
+    r.by_category[s.category].push_back(span);
+    const bool in_flight = s.tid != 0;
+    OpTime& op = r.ops[in_flight ? s.name + " (in flight)" : s.name];
+    op.name = in_flight ? s.name + " (in flight)" : s.name;
+    op.category = s.category;
     op.ms += (span.end - span.begin) / 1000.0;
     ++op.calls;
   }
-  if (ranks.empty()) fail("{} holds no complete (\"ph\": \"X\") events", trace.string());
 
   std::vector<RankTime> out;
   for (auto& [pid, r] : ranks) {

@@ -39,7 +39,18 @@ struct RankTime {
   std::vector<OpTime> top_ops;  // longest first
 };
 
-// Reads the trace (an error names the file and what is wrong with it) and sums it per rank.
+// One complete event ("ph": "X") of a trace: a span of rank `pid` on track `tid` (0 the main one).
+struct TraceSpan {
+  std::string name, category;
+  int pid = 0, tid = 0;
+  double begin_us = 0.0, duration_us = 0.0;
+};
+
+// The complete events of a trace file in file order, for the summary and the timeline plot (an
+// error names the file and what is wrong with it; a trace without one is an error).
+std::vector<TraceSpan> read_trace_spans(const std::filesystem::path& trace);
+
+// Reads the trace (read_trace_spans) and sums it per rank.
 std::vector<RankTime> summarize_trace(const std::filesystem::path& trace, int top_ops = 8);
 
 // A table, one row per rank, the compute imbalance across ranks, then each rank's top ops.

@@ -3,13 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/io/trace_summary.h"
 #include "maxctx/plot/canvas.h"
 
 namespace maxctx::plot {
@@ -65,30 +64,22 @@ int lane_rows(std::vector<Box>& boxes) {
 
 void render_timeline(const std::filesystem::path& trace, const std::filesystem::path& png,
                      const TimelineWindow& window, int width) {
-  std::ifstream in(trace);
-  if (!in.good()) fail("cannot open the trace {}", trace.string());
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
-  if (!(!doc.is_discarded() && doc.is_object() && doc.contains("traceEvents") &&
-        doc["traceEvents"].is_array()))
-    fail("{} is not a Chrome trace (JSON with a traceEvents array)", trace.string());
   std::map<int, std::map<int, std::vector<Box>>> tracks;  // pid -> tid -> spans
   double first_step_begin = -1, first_step_end = -1, lo = 1e300, hi = -1e300;
-  for (const nlohmann::json& e : doc["traceEvents"]) {
-    if (!e.is_object() || e.value("ph", "") != "X") continue;
+  for (const TraceSpan& span : read_trace_spans(trace)) {
     Box b;
-    b.name = e.value("name", "");
-    b.category = e.value("cat", "");
-    b.begin_ms = e.value("ts", 0.0) / 1000.0;
-    b.end_ms = b.begin_ms + e.value("dur", 0.0) / 1000.0;
+    b.name = span.name;
+    b.category = span.category;
+    b.begin_ms = span.begin_us / 1000.0;
+    b.end_ms = b.begin_ms + span.duration_us / 1000.0;
     lo = std::min(lo, b.begin_ms);
     hi = std::max(hi, b.end_ms);
     if (b.category == "step" && (first_step_begin < 0 || b.begin_ms < first_step_begin)) {
       first_step_begin = b.begin_ms;
       first_step_end = b.end_ms;
     }
-    tracks[e.value("pid", 0)][e.value("tid", 0)].push_back(b);
+    tracks[span.pid][span.tid].push_back(b);
   }
-  if (tracks.empty()) fail("{} holds no spans", trace.string());
   const double from = window.from_ms >= 0     ? window.from_ms
                       : first_step_begin >= 0 ? first_step_begin
                                               : lo;

@@ -1,5 +1,7 @@
 #include "maxctx/train/profiler.h"
 
+#include <fmt/format.h>
+
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
@@ -9,6 +11,22 @@
 #include "maxctx/mesh/trace_file.h"
 
 namespace maxctx::train {
+
+void check_trace_compiled_in(const std::string& profiler) {
+  if (!MAXCTX_TRACE) {
+    fail("profiler={}: this build has no trace spans (configured with -DMAXCTX_TRACE=OFF)",
+         profiler);
+  }
+}
+
+void write_profile(const Communicator& world, const std::filesystem::path& path,
+                   const std::string& what) {
+  write_trace(world, path);
+  run_on_root(world, [&] {
+    log::info("profiler: trace of {} in {}\n{}", what, path.string(),
+              format_trace_summary(summarize_trace(path)));
+  });
+}
 
 StepProfiler::StepProfiler(const Config& c, const Communicator& world,
                            std::filesystem::path trace_path, int64_t first_step)
@@ -23,10 +41,7 @@ StepProfiler::StepProfiler(const Config& c, const Communicator& world,
     fail("skip_first_n_steps_for_profiler = {} and profiler_steps = {}: need >= 0 and >= 1",
          c.skip_first_n_steps_for_profiler, c.profiler_steps);
   }
-  if (!MAXCTX_TRACE) {
-    fail("profiler={}: this build has no trace spans (configured with -DMAXCTX_TRACE=OFF)",
-         c.profiler);
-  }
+  check_trace_compiled_in(c.profiler);
   enabled_ = true;
   begin_ = first_step + c.skip_first_n_steps_for_profiler;
   end_ = begin_ + c.profiler_steps;
@@ -47,11 +62,7 @@ void StepProfiler::after_step(int64_t step) {
 void StepProfiler::finish() {
   if (!recording_) return;
   recording_ = false;
-  write_trace(world_, path_);
-  run_on_root(world_, [&] {
-    log::info("profiler: trace of steps {}..{} in {}\n{}", begin_, last_traced_, path_.string(),
-              format_trace_summary(summarize_trace(path_)));
-  });
+  write_profile(world_, path_, fmt::format("steps {}..{}", begin_, last_traced_));
 }
 
 }  // namespace maxctx::train

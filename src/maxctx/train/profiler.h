@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 
 #include "maxctx/mesh/communicator.h"
 
@@ -17,6 +18,15 @@ struct Config;
 }
 
 namespace maxctx::train {
+
+// What every profiled run shares (this window of steps, and `decode`/`bench-inference`'s whole
+// run, cli/common.h's run_profiled). Fails, naming `profiler`, in a build configured with
+// -DMAXCTX_TRACE=OFF (no spans to record).
+void check_trace_compiled_in(const std::string& profiler);
+// Collective: stops recording, writes every rank's events to `path`, and logs on rank 0
+// "profiler: trace of <what> in <path>" with the trace's summary.
+void write_profile(const Communicator& world, const std::filesystem::path& path,
+                   const std::string& what);
 
 class StepProfiler {
  public:
