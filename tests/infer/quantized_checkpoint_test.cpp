@@ -65,7 +65,8 @@ class QuantizedCheckpoint : public ::testing::TestWithParam<const char*> {};
 TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
   const std::string fixture = GetParam();
   const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
-  // About a quarter of the F32 file: the projections are 1 byte a weight.
+  // The projections are 1 byte a weight: 0.42 of the F32 file here (the F32 embedding weighs
+  // much in these tiny models), about a quarter for a full-size one.
   EXPECT_LT(fs::file_size(dir / "model.safetensors"),
             fs::file_size(fs::path(fixture) / "model.safetensors") / 2);
   const GenerateResult want =
