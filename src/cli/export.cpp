@@ -200,15 +200,7 @@ int run_export(const Args& args) {
     }
     model::write_int8_checkpoint(kernels_for(c), specs, params.data(), out);
   } else {
-    std::vector<io::TensorToWrite> tensors;
-    for (const model::WeightSpec& s : specs) {
-      std::vector<int64_t> shape =
-          s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
-      tensors.push_back(
-          io::tensor_to_write(s.name, io::StDType::kF32, std::move(shape),
-                              std::span<const float>(params.data() + s.offset, s.numel())));
-    }
-    io::write_safetensors(out / "model.safetensors", tensors, {{"format", "pt"}});
+    model::save_hf_weights(specs, params.data(), out / "model.safetensors");
   }
   write_text(out / "config.json", hf_config(c, m, tokenizer.get()).dump(2) + "\n");
   std::string copied;

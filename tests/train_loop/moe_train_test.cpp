@@ -81,9 +81,6 @@ TEST(MoeTraining, SparseAndDenseDispatchTrainAlike) {
   expect_same_run(dense, sparse, 1e-5);
 }
 
-// dtype=bfloat16 (bf16 expert inputs and hidden units through the same kernel table) and also
-// bf16 weights stay close to fp32: losses within 1e-2 relative over the 3 steps (bf16 rounding
-// of the activations, 2^-8 per rounding; a flipped near-tie of the router counts too).
 // Every remat policy keeps a mixture of experts' routing and expert rows and recomputes the
 // rest of the layer from its input: the same kernels on the same inputs, so the run of `none`
 // bit for bit (losses, load-balance loss, parameters), on both dispatch paths.
@@ -108,6 +105,9 @@ TEST(MoeTraining, RematPoliciesTrainLikeNone) {
   }
 }
 
+// dtype=bfloat16 (bf16 expert inputs and hidden units through the same kernel table) and also
+// bf16 weights stay close to fp32: losses within 1e-2 relative over the 3 steps (bf16 rounding
+// of the activations, 2^-8 per rounding; a flipped near-tie of the router counts too).
 TEST(MoeTraining, Bf16IsCloseToFp32) {
   if (Communicator::world().size() != 1) GTEST_SKIP() << "one rank";
   testing::SharedTempDir dir;

@@ -235,7 +235,8 @@ def load_balance_loss(cfg, probs, top_index, weight):
 
 
 def moe_mlp(cfg, w, p, x, aux):
-    """Σ_k w_k · expert_k(x) over the chosen experts; appends (probs, top_index) to aux."""
+    """Σ_k w_k · expert_k(x) over the chosen experts; appends (probs, top_index, router logits)
+    to aux."""
     router_logits = x @ w[p + "block_sparse_moe.gate.weight"].T
     probs, top_index, combine = route(cfg, router_logits)
     aux.append((probs, top_index, router_logits.detach()))
@@ -292,8 +293,9 @@ def loss_of(logits, targets, segments):
 
 
 def objective(cfg, spec, w, batch):
-    """(total loss, lm loss, moe_lb_loss, aux): the loss trained on. For a Mixtral, MaxText's
-    train.py adds the mean over layers of the layers' load-balance losses to the lm loss."""
+    """(total loss, lm loss, moe_lb_loss, logits, aux): the loss trained on (moe_lb_loss None
+    for a dense model). For a Mixtral, MaxText's train.py adds the mean over layers of the
+    layers' load-balance losses to the lm loss."""
     aux = []
     logits = forward(cfg, w, *batch[:3], aux=aux)
     lm = loss_of(logits, batch[3], batch[2])
@@ -411,8 +413,7 @@ def hf_config(cfg, bf16=False):
             "router_jitter_noise": 0.0,
         }
         out.update(cfg)
-        if out.get("sliding_window") is None:
-            out["sliding_window"] = None
+        out.setdefault("sliding_window", None)  # MixtralConfig writes the key, null: no window
         return out
     out = {
         "architectures": ["LlamaForCausalLM"],

@@ -282,4 +282,18 @@ void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSp
   }
 }
 
+void save_hf_weights(const std::vector<WeightSpec>& specs, const float* flat, const fs::path& path,
+                     const std::map<std::string, std::string>& metadata) {
+  std::vector<io::TensorToWrite> tensors;
+  for (const WeightSpec& s : specs) {
+    MAXCTX_CHECK(s.rows == s.global_rows && s.cols == s.global_cols,
+                 "a Hugging Face checkpoint holds whole tensors, not {}'s shard", s.name);
+    std::vector<int64_t> shape =
+        s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
+    tensors.push_back(io::tensor_to_write(s.name, io::StDType::kF32, std::move(shape),
+                                          std::span<const float>(flat + s.offset, s.numel())));
+  }
+  io::write_safetensors(path, tensors, metadata);
+}
+
 }  // namespace maxctx::model

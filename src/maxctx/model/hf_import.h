@@ -1,6 +1,7 @@
-// Hugging Face Llama/Mistral checkpoints in: config.json mapped to LlamaConfig, safetensors
-// tensors (F32/BF16/F16, one file or sharded through model.safetensors.index.json) read into
-// the flat weight buffer by their Hugging Face names.
+// Hugging Face Llama/Mistral/Mixtral checkpoints in: config.json mapped to LlamaConfig,
+// safetensors tensors (F32/BF16/F16, one file or sharded through model.safetensors.index.json)
+// read into the flat weight buffer by their Hugging Face names; and the weights back out as F32
+// (save_hf_weights: what `maxctx export` writes).
 //
 // Strict by design: a config.json field this mapping does not know, or knows but cannot honour
 // (biases, another activation, an unknown rope_scaling type), is an error naming the field, so
@@ -8,6 +9,8 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "maxctx/model/llama_config.h"
@@ -26,5 +29,11 @@ void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
 // not split is read straight into place; others pass through one tensor-sized staging buffer.
 void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
                      TensorView flat, const std::filesystem::path& checkpoint_dir);
+
+// The way back: writes the whole (unsharded) F32 parameters `flat` as `path` (a model.safetensors
+// under the Hugging Face names, vectors 1-D), which load_hf_weights reads back bit-exactly.
+void save_hf_weights(const std::vector<WeightSpec>& specs, const float* flat,
+                     const std::filesystem::path& path,
+                     const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
 }  // namespace maxctx::model

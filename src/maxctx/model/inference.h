@@ -22,12 +22,6 @@
 
 namespace maxctx::model {
 
-// The weights inference reads. Views the training layout (LlamaWeights, which must outlive this);
-// with quantize_int8 every projection and the output head get an int8 copy, which is then what
-// the forward reads (the embedding lookup and the norms stay fp32). With a row split of more
-// than one rank it also holds this rank's rows of the MLP projections and of the output head
-// (views of the fp32 rows, or int8 copies of them: per-row scales, so the same codes as the
-// whole matrix's), which a forward given a RowSplit reads instead.
 // One projection of a checkpoint saved already quantized (checkpoint_is_quantized): its int8
 // codes and per-row scales, and the region of the weight buffer it stands for (which holds no
 // values: the forward reads only the int8 copy).
@@ -37,6 +31,13 @@ struct QuantizedMatrix {
   TensorView scale;   // (out) f32
 };
 
+// The weights inference reads. Views the training layout (LlamaWeights, which must outlive this);
+// with quantize_int8 every projection (a mixture's experts too) and the output head get an int8
+// copy, which is then what the forward reads (the embedding lookup, the norms and a mixture's
+// router stay fp32). With a row split of more than one rank it also holds this rank's rows of
+// the dense MLP's projections (a mixture of experts is not split) and of the output head (views
+// of the fp32 rows, or int8 copies of them: per-row scales, so the same codes as the whole
+// matrix's), which a forward given a RowSplit reads instead.
 class InferenceWeights {
  public:
   // With `prequantized` (quantize_int8 must be set) every projection is packed from its codes

@@ -82,7 +82,8 @@ void dense_dispatch(const MoeRouting& routing, int64_t batch, int64_t seq, int64
 void sequence_statistics(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
                          int64_t X, int64_t K, float* stats);
 // Σ_b share_b · X · weight · Σ_x density[b,x] · mean_s p[b,s,x] from whole-sequence statistics:
-// density = the sequence's choices of x over its S·K choices, S = Σ_x choices / K; every
+// density = the sequence's choices of x over its S tokens (MaxText's mean over the sequence of
+// the top-k one-hots summed over k), S = Σ_x choices / K; every
 // position counts (MaxText does not mask padding). share_b = local_seq / S: the rank's part of
 // a sequence it shares, so that the ranks' sum counts each sequence once.
 double load_balance_sum(const float* stats, int64_t batch, int64_t local_seq, int64_t X, int64_t K,

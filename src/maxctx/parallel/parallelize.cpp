@@ -98,7 +98,7 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
   plans.model.tensor_size = static_cast<int>(dims.tensor);
   plans.model.tensor_rank = dims.tensor_rank;
   if (dims.context > 1) {
-    plans.sequence = std::make_unique<TensorAllReduce>(context);  // any axis' sum will do
+    plans.sequence = std::make_unique<TensorAllReduce>(context);  // sums over the axis given
     plans.model.sequence = plans.sequence.get();
   }
   return plans;
