@@ -214,6 +214,11 @@ TEST(Config, MaxTextTpuKeysAreAcceptedAndChecked) {
   EXPECT_EQ(defaults.ar_cache_axis_order, "1,2,0,3");
   EXPECT_NE(load_error(kBase, {"ar_cache_axis_order=0,1,1,3"}).find("permutation of 0,1,2,3"),
             std::string::npos);
+  // Seven characters holding 0-3 once each are not enough: the commas sit between the digits.
+  for (const char* misplaced : {"ar_cache_axis_order=0123,,,", "ar_cache_axis_order=0,12,,3"}) {
+    EXPECT_NE(load_error(kBase, {misplaced}).find("permutation of 0,1,2,3"), std::string::npos)
+        << misplaced;
+  }
   EXPECT_NE(load_error(kBase, {"ar_cache_axis_order=0,1,2"}).find("permutation of 0,1,2,3"),
             std::string::npos);
   EXPECT_NE(load_error(kBase, {"compute_axis_order=1,0,2,3"}).find("use one of: 0,1,2,3, 0,2,1,3"),

@@ -302,12 +302,19 @@ void validate_and_derive(Config& c, int64_t num_devices) {
     positive(value, key);
   }
   {
-    std::string sorted;
-    for (char ch : c.ar_cache_axis_order) {
-      if (ch != ',') sorted += ch;
+    // "d,d,d,d": digits at even positions, commas between them, the digits 0-3 once each.
+    const std::string& order = c.ar_cache_axis_order;
+    std::string digits;
+    bool comma_separated = order.size() == 7;
+    for (size_t i = 0; i < order.size(); ++i) {
+      if (i % 2 == 1) {
+        comma_separated = comma_separated && order[i] == ',';
+      } else {
+        digits += order[i];
+      }
     }
-    std::sort(sorted.begin(), sorted.end());
-    require(sorted == "0123" && c.ar_cache_axis_order.size() == 7,
+    std::sort(digits.begin(), digits.end());
+    require(comma_separated && digits == "0123",
             fmt::format("ar_cache_axis_order = '{}' must be a permutation of 0,1,2,3 (e.g. "
                         "MaxText's default 1,2,0,3)",
                         c.ar_cache_axis_order));
