@@ -11,7 +11,8 @@
 //  - gradient_accumulation_steps = 2 gives the losses and parameters of the batch twice as large
 //    (1e-5 relative, norm-relative for the parameters), on 1 rank, data=2, fsdp=2, context=2.
 //  - hf text data (JSON Lines, two files by glob) packed into rows: context = 2, 3 give the
-//    single-device losses, parameters and eval losses (1e-5); a run stopped and resumed from its
+//    single-device losses, parameters and eval losses (1e-5), and so do data = 2 and fsdp = 2
+//    (each rank evaluating its block of the eval rows); a run stopped and resumed from its
 //    checkpoint is bit-identical to the uninterrupted one.
 #include <gtest/gtest.h>
 
@@ -281,16 +282,36 @@ std::vector<std::string> text_overrides(const testing::SharedTempDir& dir,
        "eval_steps=-1", "steps=4", "learning_rate_schedule_steps=4"});
 }
 
+// `common` on this rank alone with `rows` rows per step, run to the end.
+TrainerRun single_device_run(const std::vector<std::string>& common, int rows) {
+  TrainerRun reference =
+      make_run(with_overrides(common, {"run_name=reference", "ici_fsdp_parallelism=1",
+                                       "per_device_batch_size=" + std::to_string(rows)}),
+               /*single_device=*/true);
+  reference.trainer->run();
+  return reference;
+}
+
+// The losses, eval numbers and final parameters of `reference` (1e-5, fp32). Collective.
+void expect_text_run_near(Trainer& run, Trainer& reference) {
+  expect_losses_near(run, reference, 1e-5);
+  const auto& ref_history = reference.history();
+  for (size_t i = 0; i < ref_history.size(); ++i) {
+    const StepRecord& got = run.history()[i];
+    ASSERT_EQ(got.evaluated, ref_history[i].evaluated);
+    if (!got.evaluated) continue;
+    EXPECT_EQ(got.eval_weights, ref_history[i].eval_weights);
+    EXPECT_LT(std::fabs(got.eval_loss - ref_history[i].eval_loss) / ref_history[i].eval_loss, 1e-5);
+  }
+  EXPECT_LT(norm_relative_error(run.gather_parameters(), reference.gather_parameters()), 1e-5);
+}
+
 TEST(TextData, PackedRowsUnderContextEqualTheSingleDeviceRun) {
   const int world = Communicator::world().size();
   testing::SharedTempDir dir;
   // One row per device and step; the single device reads the same global batch.
   const auto common = text_overrides(dir, "text");
-  TrainerRun reference = make_run(
-      with_overrides(common,
-                     {"run_name=reference", "ici_fsdp_parallelism=1", "per_device_batch_size=1"}),
-      /*single_device=*/true);
-  reference.trainer->run();
+  TrainerRun reference = single_device_run(common, 1);
   const auto& ref_history = reference.trainer->history();
   ASSERT_EQ(ref_history.size(), 4u);
   EXPECT_TRUE(ref_history[1].evaluated && ref_history[3].evaluated && !ref_history[0].evaluated);
@@ -312,18 +333,24 @@ TEST(TextData, PackedRowsUnderContextEqualTheSingleDeviceRun) {
     SCOPED_TRACE(mesh.back());
     TrainerRun run = make_run(with_overrides(common, mesh));
     run.trainer->run();
-    expect_losses_near(*run.trainer, *reference.trainer, 1e-5);
-    for (size_t i = 0; i < ref_history.size(); ++i) {
-      const StepRecord& got = run.trainer->history()[i];
-      ASSERT_EQ(got.evaluated, ref_history[i].evaluated);
-      if (!got.evaluated) continue;
-      EXPECT_EQ(got.eval_weights, ref_history[i].eval_weights);
-      EXPECT_LT(std::fabs(got.eval_loss - ref_history[i].eval_loss) / ref_history[i].eval_loss,
-                1e-5);
-    }
-    EXPECT_LT(norm_relative_error(run.trainer->gather_parameters(),
-                                  reference.trainer->gather_parameters()),
-              1e-5);
+    expect_text_run_near(*run.trainer, *reference.trainer);
+  }
+}
+
+// Evaluation splits its rows over data x fsdp as training does (each rank its block of every eval
+// batch): data=2 and fsdp=2 give the single-device run's losses, eval numbers and parameters.
+TEST(TextData, EvaluationOverDataAndFsdpEqualsTheSingleDeviceRun) {
+  if (Communicator::world().size() != 2) GTEST_SKIP() << "2 ranks";
+  testing::SharedTempDir dir;
+  const auto common = text_overrides(dir, "rows");
+  TrainerRun reference = single_device_run(common, 2);
+  for (const auto& mesh : std::vector<std::vector<std::string>>{
+           {"ici_fsdp_parallelism=1", "ici_data_parallelism=2", "per_device_batch_size=1"},
+           {"ici_fsdp_parallelism=2", "per_device_batch_size=1"}}) {
+    SCOPED_TRACE(mesh[1]);
+    TrainerRun run = make_run(with_overrides(common, mesh));
+    run.trainer->run();
+    expect_text_run_near(*run.trainer, *reference.trainer);
   }
 }
 

@@ -78,23 +78,24 @@ Evaluation::Evaluation(const Config& c, const Mesh& mesh, const parallel::Parall
 }
 
 StepSums Evaluation::run(const StepModel& model) {
+  return evaluate(
+      model, batches_, [this](int64_t b) { return read_batch(b); }, acts_);
+}
+
+Batch Evaluation::read_batch(int64_t b) const {
   const bool whole_set = set_rows_ > 0 && eval_steps_ <= 0;
-  std::vector<Batch> batches;
-  for (int64_t b = 0; b < batches_; ++b) {
-    const int64_t first = b * global_rows_ + data_rank_ * rows_per_shard_;
-    Batch batch = source_->read(first, rows_per_shard_, cp_, cp_rank_, load_balance_);
-    const int64_t columns = batch.seq_len;
-    for (int64_t r = 0; r < rows_per_shard_ && whole_set; ++r) {
-      if (first + r < set_rows_) continue;
-      // Past the end of the set (the last batch of one pass): an unscored padding row.
-      for (std::vector<int32_t>* array : {&batch.tokens, &batch.targets, &batch.positions,
-                                          &batch.segment_ids, &batch.target_segment_ids}) {
-        std::fill_n(array->begin() + r * columns, columns, 0);
-      }
+  const int64_t first = b * global_rows_ + data_rank_ * rows_per_shard_;
+  Batch batch = source_->read(first, rows_per_shard_, cp_, cp_rank_, load_balance_);
+  const int64_t columns = batch.seq_len;
+  for (int64_t r = 0; r < rows_per_shard_ && whole_set; ++r) {
+    if (first + r < set_rows_) continue;
+    // Past the end of the set (the last batch of one pass): an unscored padding row.
+    for (std::vector<int32_t>* array : {&batch.tokens, &batch.targets, &batch.positions,
+                                        &batch.segment_ids, &batch.target_segment_ids}) {
+      std::fill_n(array->begin() + r * columns, columns, 0);
     }
-    batches.push_back(std::move(batch));
   }
-  return evaluate(model, batches, acts_);
+  return batch;
 }
 
 }  // namespace maxctx::train

@@ -38,6 +38,9 @@ class Evaluation {
   int64_t batches() const { return batches_; }
 
  private:
+  // This rank's share of eval batch `b` of an evaluation.
+  Batch read_batch(int64_t b) const;
+
   std::shared_ptr<const DataSource> source_;
   int64_t set_rows_ = -1;    // rows of one pass over the set; -1: unbounded (generated data)
   int64_t global_rows_ = 0;  // rows of one eval batch over the job

@@ -67,12 +67,13 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
   return {totals[0], global_weight, totals[1], totals[2], totals[3] * lb_scale};
 }
 
-StepSums evaluate(const StepModel& m, std::span<const Batch> batches,
-                  model::LlamaActivations& acts) {
+StepSums evaluate(const StepModel& m, int64_t count,
+                  const std::function<Batch(int64_t)>& read_batch, model::LlamaActivations& acts) {
   // The optimizer changed the master shard since the weights were last gathered.
   if (m.plans.parameters) m.plans.parameters->begin_step();
   double totals[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, weight, correct, scored
-  for (const Batch& batch : batches) {
+  for (int64_t b = 0; b < count; ++b) {
+    const Batch batch = read_batch(b);
     const std::vector<float> loss_weights = loss_weights_of(batch);
     const model::LossSums sums = model::llama_forward(
         m.config, m.weights, token_batch(batch, loss_weights), m.plans.model, acts);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -55,9 +56,10 @@ struct StepModel {
 StepSums forward_backward(const StepModel& model, std::span<const Batch> micro_batches,
                           model::LlamaActivations& acts, std::vector<float>& accumulated);
 
-// Σ weight·xent and Σ weight of `batches` (this rank's shares) over the whole job, forward
-// only, with the current parameters. Collective.
-StepSums evaluate(const StepModel& model, std::span<const Batch> batches,
-                  model::LlamaActivations& acts);
+// Σ weight·xent and Σ weight of the `count` batches read_batch(0), ..., read_batch(count - 1)
+// (this rank's shares) over the whole job, forward only, with the current parameters. Each batch
+// is read just before its forward, so an eval set is never held in memory whole. Collective.
+StepSums evaluate(const StepModel& model, int64_t count,
+                  const std::function<Batch(int64_t)>& read_batch, model::LlamaActivations& acts);
 
 }  // namespace maxctx::train

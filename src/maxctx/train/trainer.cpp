@@ -194,7 +194,6 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     s.evaluation =
         std::make_unique<Evaluation>(c, mesh, s.axes, s.run_dir, s.model_config, s.kernels);
   }
-  const bool latest = start.resumed;
 
   // Checks the profiler keys before anything is written in the run directory.
   s.profiler = std::make_unique<StepProfiler>(c, mesh.world(), s.run_dir / "trace.json", s.step);
@@ -209,7 +208,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   options.tokens_per_device = training_tokens_per_device(
       c.per_device_batch_size, c.max_target_length, c.gradient_accumulation_steps);
   options.flush_period = c.log_period;
-  options.append = latest;
+  options.append = start.resumed;  // the metrics of the steps before the checkpoint stay
   if (c.enable_tensorboard) options.tensorboard_dir = (s.run_dir / "tensorboard").string();
   // Rank 0 creates the run directory and the metrics file; every rank learns whether it could.
   run_on_root(mesh.world(), [&] {
