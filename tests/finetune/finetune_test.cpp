@@ -23,6 +23,8 @@
 #include "../train_loop/train_support.h"
 #include "maxctx/io/golden_logits.h"
 #include "maxctx/mesh/mesh.h"
+#include "maxctx/train/initial_state.h"
+#include "maxctx/train/metrics.h"
 #include "maxctx/train/token_file.h"
 #include "maxctx/train/trainer.h"
 
@@ -97,6 +99,20 @@ std::pair<double, int64_t> golden_loss_sum(const std::vector<io::GoldenPrompt>& 
     }
   }
   return {sum, count};
+}
+
+// A Mixtral directory loaded under the dense base config: the config the run reports (its FLOP
+// count) describes the experts it loaded.
+TEST(StartFromWeights, MixtralDirectoryKeepsItsExpertsInTheConfig) {
+  const Config config =
+      load_config(testing::kBaseConfig, {"load_parameters_path=" + kFixtures + "/tiny_mixtral"}, 1);
+  const model::LlamaConfig loaded = training_model_config(config);
+  ASSERT_TRUE(loaded.moe);
+  const Config described = with_model_dimensions(config, loaded);
+  const FlopsModel flops = flops_model(described);
+  EXPECT_EQ(flops.num_experts, loaded.num_experts);
+  EXPECT_EQ(flops.num_experts_per_tok, loaded.num_experts_per_tok);
+  EXPECT_EQ(described.decoder_block, "mixtral");
 }
 
 TEST(StartFromWeights, HuggingFaceDirectoryGivesTheGoldenFirstStepLoss) {

@@ -109,6 +109,10 @@ Config with_model_dimensions(Config c, const model::LlamaConfig& m) {
   c.derived.num_kv_heads = m.num_kv_heads;
   c.derived.mlp_dim = m.mlp_dim;
   c.derived.num_decoder_layers = m.num_layers;
+  // A Mixtral directory loaded under a dense config: the FLOP count reads the experts.
+  c.num_experts = m.num_experts;
+  c.num_experts_per_tok = m.num_experts_per_tok;
+  if (m.moe) c.decoder_block = "mixtral";
   return c;
 }
 
