@@ -12,8 +12,11 @@ seconds=${2:-60}
 shift 2 2> /dev/null || shift $#
 here=$(cd "$(dirname "$0")" && pwd)
 harnesses=("$@")
-if ((${#harnesses[@]} == 0)); then
-  harnesses=(safetensors_header hf_config yaml_config tokenizer golden_logits)
+if ((${#harnesses[@]} == 0)); then  # every harness: fuzz/fuzz_<name>.cpp
+  for source in "$here"/fuzz_*.cpp; do
+    name=${source##*/fuzz_}
+    harnesses+=("${name%.cpp}")
+  done
 fi
 mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"
 failed=0

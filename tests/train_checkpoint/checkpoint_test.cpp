@@ -242,7 +242,8 @@ TEST_F(CheckpointTest, LatestStepSkipsTemporaryAndIncompleteDirectories) {
   write_text(root / "30.tmp-999" / "state.json",
              R"({"format": "maxctx-checkpoint-v1", "step": 30, "data_position": 0, "config": ""})");
   // Step 40 lacks its safetensors files; step 50 has them but an unparseable state.json;
-  // "0070" is not a step name; a plain file named 80 is not a directory.
+  // "0070" is not a step name; a plain file named 80 is not a directory, nor is a dangling link
+  // named 90.
   fs::create_directories(dir(40));
   write_text(dir(40) / "state.json",
              R"({"format": "maxctx-checkpoint-v1", "step": 40, "data_position": 0, "config": ""})");
@@ -250,6 +251,7 @@ TEST_F(CheckpointTest, LatestStepSkipsTemporaryAndIncompleteDirectories) {
   write_text(dir(50) / "state.json", R"({"format": "maxctx-checkpoint-v1", "step": 5)");
   fs::copy(dir(20), root / "0070", fs::copy_options::recursive);
   write_text(root / "80", "not a checkpoint");
+  fs::create_directory_symlink(root / "no_such_directory", root / "90");
   // A damaged newest checkpoint is an error naming it, never a silent resume from step 20
   // (issue #21, defect 7); once it is moved away, the next damaged one is named, then 20 wins.
   const auto latest_error = [&] {

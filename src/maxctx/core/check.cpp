@@ -36,10 +36,7 @@ void check_failed(const char* file, int line, const std::string& what) {
   }
   std::fprintf(stderr, "[rank %d] %s\n", log::rank(), message.c_str());
   std::fflush(stderr);
-  if (abort_hook()) {
-    abort_hook()();
-  }
-  std::abort();
+  end_job();
 }
 
 void abort_job(const std::string& message) {

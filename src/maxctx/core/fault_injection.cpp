@@ -99,10 +99,6 @@ void inject_fault(FaultKind kind, int64_t step) {
   std::abort();
 }
 
-}  // namespace maxctx
-
-namespace maxctx {
-
 void inject_step_faults(int64_t step) {
   if (!fault_plan()) return;
   inject_fault(FaultKind::kAlloc, step);

@@ -4,18 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "maxctx/core/check.h"
 
 namespace maxctx {
 
 int64_t physical_memory_bytes() {
-  // MAXCTX_TEST_PHYSICAL_MEMORY pretends the machine has this many bytes (tests of the refusal
-  // that must not depend on the machine they run on).
-  if (const char* pretend = std::getenv("MAXCTX_TEST_PHYSICAL_MEMORY")) {
-    return std::strtoll(pretend, nullptr, 10);
-  }
   const long pages = ::sysconf(_SC_PHYS_PAGES);
   const long page_size = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page_size <= 0) return INT64_MAX;  // unknown: do not refuse

@@ -41,11 +41,6 @@ class Watchdog {
     thread_ = std::thread([this] { watch(); });
   }
 
-  double timeout() {
-    std::lock_guard lock(mutex_);
-    return timeout_;
-  }
-
   void stop() {
     g_watching.store(false, std::memory_order_relaxed);
     {
@@ -100,7 +95,6 @@ Watchdog& watchdog() {
 }  // namespace
 
 void set_collective_timeout(double seconds) { watchdog().set_timeout(seconds); }
-double collective_timeout() { return watchdog().timeout(); }
 void stop_collective_watchdog() { watchdog().stop(); }
 
 WaitScope::WaitScope(const char* verb, const CommunicatorImpl* comm) {

@@ -24,7 +24,6 @@ class CommunicatorImpl;
 // Starts (or retimes) the process's watchdog thread; 0 stops watching. Collective on nothing:
 // every rank calls it with the same configured value (collective_timeout_seconds).
 void set_collective_timeout(double seconds);
-double collective_timeout();
 // Stops the thread (MPI runtime teardown, before MPI_Finalize).
 void stop_collective_watchdog();
 

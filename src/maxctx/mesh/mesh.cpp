@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -90,13 +91,14 @@ std::string processor_name() {
 
 unsigned axis_bit(Axis axis) { return 1u << axis_index(axis); }
 
-// "axis data", "axes fsdp+context": the watchdog's name for a group.
-std::string group_label(unsigned mask) {
+// A group's axes joined by '+' ("data+context"): its name in traces and, as "axis data" or
+// "axes fsdp+context", in the collective watchdog's messages.
+std::string group_axes(unsigned mask) {
   std::vector<std::string_view> names;
   for (Axis axis : kAllAxes) {
     if ((mask & axis_bit(axis)) != 0) names.push_back(axis_name(axis));
   }
-  return fmt::format("{} {}", names.size() == 1 ? "axis" : "axes", fmt::join(names, "+"));
+  return fmt::format("{}", fmt::join(names, "+"));
 }
 
 }  // namespace
@@ -126,13 +128,10 @@ Mesh::Mesh(const MeshSpec& spec, Communicator base) : world_(std::move(base)) {
     const int64_t color = masked_linear_index(coords_, sizes, all_axes & ~mask);
     const int64_t key = masked_linear_index(coords_, sizes, mask);
     groups_[mask] = world_.split(static_cast<int>(color), static_cast<int>(key));
-    std::string axes;  // the group's name in traces: its axes, "data+context"
-    for (Axis axis : kAllAxes) {
-      if ((mask & axis_bit(axis)) != 0)
-        axes += fmt::format("{}{}", axes.empty() ? "" : "+", axis_name(axis));
-    }
+    const std::string axes = group_axes(mask);
     groups_[mask].set_trace_name(axes);
-    groups_[mask].impl()->set_label(group_label(mask));
+    groups_[mask].impl()->set_label(
+        fmt::format("{} {}", std::popcount(mask) == 1 ? "axis" : "axes", axes));
     MAXCTX_CHECK_EQ(static_cast<int64_t>(groups_[mask].rank()), key,
                     "a group's rank is the row-major index over its axes");
   }

@@ -225,22 +225,6 @@ std::vector<int64_t> step_directories(const fs::path& run_dir) {
   const fs::path root = run_dir / kCheckpointsDir;
   std::error_code ec;
   if (!fs::exists(root, ec)) return {};
-  std::vector<int64_t> steps;
-  for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
-    const std::optional<int64_t> step = parse_step_name(it->path().filename().string());
-    if (step && it->is_directory(ec)) steps.push_back(*step);
-  }
-  if (ec) fail("cannot list checkpoint directory '{}': {}", root.string(), ec.message());
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-// Steps with a complete checkpoint, ascending.
-std::vector<int64_t> complete_steps(const fs::path& run_dir) {
-  const fs::path root = run_dir / kCheckpointsDir;
-  std::error_code ec;
-  if (!fs::exists(root, ec)) return {};
   if (!fs::is_directory(root, ec)) {
     fail("'{}' is not a directory; a run keeps its checkpoints in a directory of that name",
          root.string());
@@ -249,10 +233,19 @@ std::vector<int64_t> complete_steps(const fs::path& run_dir) {
   for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
        it.increment(ec)) {
     const std::optional<int64_t> step = parse_step_name(it->path().filename().string());
-    if (step && is_complete(it->path(), *step)) steps.push_back(*step);
+    std::error_code entry_ec;  // a dangling link named like a step is no checkpoint, no error
+    if (step && it->is_directory(entry_ec)) steps.push_back(*step);
   }
   if (ec) fail("cannot list checkpoint directory '{}': {}", root.string(), ec.message());
   std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// Steps with a complete checkpoint, ascending.
+std::vector<int64_t> complete_steps(const fs::path& run_dir) {
+  std::vector<int64_t> steps = step_directories(run_dir);
+  std::erase_if(
+      steps, [&](int64_t step) { return !is_complete(checkpoint_directory(run_dir, step), step); });
   return steps;
 }
 
@@ -396,22 +389,22 @@ void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
 }
 
 std::optional<int64_t> latest_checkpoint_step(const fs::path& run_dir) {
-  const std::vector<int64_t> steps = complete_steps(run_dir);
+  const std::vector<int64_t> all = step_directories(run_dir);
+  if (all.empty()) return std::nullopt;
   // A <step>/ directory is only ever created complete (written aside, renamed into place), so
   // a newest one that is not complete was damaged afterwards. Resuming silently from an older
   // one would redo steps and drop the newest state without a word: refuse, naming the file.
-  const std::vector<int64_t> all = step_directories(run_dir);
-  if (!all.empty() && (steps.empty() || all.back() != steps.back())) {
-    const int64_t newest = all.back();
+  const int64_t newest = all.back();
+  const fs::path newest_dir = checkpoint_directory(run_dir, newest);
+  if (const std::optional<std::string> damage = incompleteness(newest_dir, newest)) {
+    const std::vector<int64_t> steps = complete_steps(run_dir);
     fail(
         "the newest checkpoint '{}' is damaged ({}); move it away to resume from {}, or "
         "choose another run_name",
-        checkpoint_directory(run_dir, newest).string(),
-        *incompleteness(checkpoint_directory(run_dir, newest), newest),
+        newest_dir.string(), *damage,
         steps.empty() ? std::string("the start") : fmt::format("checkpoint {}", steps.back()));
   }
-  if (steps.empty()) return std::nullopt;
-  return steps.back();
+  return newest;
 }
 
 void remove_old_checkpoints(const fs::path& run_dir, int64_t keep) {
