@@ -391,7 +391,7 @@ TEST(SafetensorsReader, ShortMissingAndNonRegularFiles) {
   EXPECT_THAT(open_error(fifo_path), HasSubstr("is not a regular file"));
 }
 
-// Nesting past io::kMaxJsonDepth, in the header and in its metadata, is one clear error, not a
+// Nesting past kMaxJsonDepth, in the header and in its metadata, is one clear error, not a
 // stack overflow (a 100000-deep value used to crash the reader and its error path).
 TEST(SafetensorsReader, DeeplyNestedHeaderIsRejected) {
   TempDir dir;

@@ -238,6 +238,24 @@ TEST(ByteLevelBpe, TokenIdsMustBeWholeNumbersInRange) {
   expect_load_error(text_id, "token 'hello' has id \"259\"");
 }
 
+// A deeply nested value is refused before any of it is parsed or printed (a 100000-deep
+// "normalizer" overflowed the stack while its error line printed it).
+TEST(ByteLevelBpe, DeeplyNestedFileIsOneError) {
+  const std::string tiny = tiny_tokenizer_json().dump();
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  // The tiny tokenizer with "normalizer": <deep> as its first member.
+  const std::string text = "{\"normalizer\": " + deep + ", " + tiny.substr(1);
+  TempDir dir;
+  const auto path = dir.path() / "tokenizer.json";
+  std::ofstream(path) << text;
+  try {
+    ByteLevelBpe::from_tokenizer_json(path);
+    ADD_FAILURE() << "expected the nesting bound";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << e.what();
+  }
+}
+
 // A field of the wrong JSON type anywhere (found by fuzz_tokenizer: a model "type" that is a
 // list) is one error naming the file, not an escaped nlohmann exception.
 TEST(ByteLevelBpe, FieldsOfTheWrongTypeAreOneError) {

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
-#include "maxctx/io/json_checks.h"
+#include "maxctx/core/json_checks.h"
 
 namespace maxctx::io {
 namespace {

@@ -21,7 +21,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/dtype.h"
-#include "maxctx/io/json_checks.h"
+#include "maxctx/core/json_checks.h"
 
 namespace maxctx::io {
 

@@ -13,7 +13,7 @@
 #include "maxctx/config/size_limits.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/finite.h"
-#include "maxctx/io/json_checks.h"
+#include "maxctx/core/json_checks.h"
 #include "maxctx/io/safetensors.h"
 
 namespace maxctx::model {
@@ -95,7 +95,7 @@ LlamaConfig llama_config_from_hf(const fs::path& path) {
   std::ifstream in(path);
   if (!in) fail("{}: cannot open the Hugging Face config", path.string());
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (const io::JsonCheck check = io::check_json(text); check.too_deep) {
+  if (const JsonCheck check = check_json(text); check.too_deep) {
     fail("{}: config.json is {}", path.string(), *check.error);
   }
   json config;

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/json_checks.h"
 #include "maxctx/tokenizer/bpe_unicode.h"
 
 namespace maxctx::tokenizer {
@@ -32,8 +33,14 @@ std::string read_file(const fs::path& path, const char* what) {
 }
 
 json parse_json_file(const fs::path& path, const char* what) {
+  const std::string text = read_file(path, what);
+  // Bounded nesting first: error lines print parts of the file (a 100000-deep "normalizer"
+  // overflowed the stack while being printed).
+  if (const JsonCheck check = check_json(text); check.too_deep) {
+    fail("{}: the {} is {}", path.string(), what, *check.error);
+  }
   try {
-    return json::parse(read_file(path, what));
+    return json::parse(text);
   } catch (const json::exception& e) {
     fail("{}: the {} is not valid JSON ({})", path.string(), what, e.what());
   }

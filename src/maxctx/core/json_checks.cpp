@@ -1,11 +1,11 @@
-#include "maxctx/io/json_checks.h"
+#include "maxctx/core/json_checks.h"
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
-namespace maxctx::io {
+namespace maxctx {
 namespace {
 
 using nlohmann::json;
@@ -61,4 +61,4 @@ JsonCheck check_json(std::string_view text) {
   return checker.result;
 }
 
-}  // namespace maxctx::io
+}  // namespace maxctx
