@@ -34,7 +34,7 @@ std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r,
   const DType dt = c.dtype;
   const DType f32 = DType::kF32;
   using A = LayerActivations;
-  return {
+  std::vector<LayerField> fields = {
       {&A::attn_norm_rstd, {N}, f32, r.save_all},
       {&A::attn_norm_out, {N, E}, dt, r.save_all},
       {&A::q, {N, Hq, D}, dt, r.save_all || r.qkv},
@@ -45,10 +45,13 @@ std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r,
       {&A::residual_mid, {N, E}, dt, r.save_all || r.out_proj},
       {&A::mlp_norm_rstd, {N}, f32, r.save_all},
       {&A::mlp_norm_out, {N, E}, dt, r.save_all},
-      {&A::gate, {N, F}, dt, r.save_all || r.mlpwi},
-      {&A::up, {N, F}, dt, r.save_all || r.mlpwi},
-      {&A::swiglu_out, {N, F}, dt, r.save_all},
   };
+  // A mixture of experts keeps its hidden units in its own buffers (LayerActivations::moe).
+  if (c.moe) return fields;
+  fields.push_back({&A::gate, {N, F}, dt, r.save_all || r.mlpwi});
+  fields.push_back({&A::up, {N, F}, dt, r.save_all || r.mlpwi});
+  fields.push_back({&A::swiglu_out, {N, F}, dt, r.save_all});
+  return fields;
 }
 
 int64_t bytes_of(const Shape& shape, DType dtype) {
@@ -97,10 +100,13 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   a.d_k = k.empty({N, Hkv, D});
   a.d_v = k.empty({N, Hkv, D});
   a.d_attn = k.empty({N, Hq, D});
-  a.d_gate = k.empty({N, F});
-  a.d_up = k.empty({N, F});
-  a.d_swiglu = k.empty({N, F});
-  if (c.moe) a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
+  if (c.moe) {
+    a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
+  } else {
+    a.d_gate = k.empty({N, F});
+    a.d_up = k.empty({N, F});
+    a.d_swiglu = k.empty({N, F});
+  }
   return a;
 }
 
@@ -122,7 +128,7 @@ ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPoli
                       + E * f32                       // proj
                       + 3 * E * f32                   // d_residual, d_normed, d_x
                       + 2 * (q_dim + kv_dim) * f32    // d_q, d_k, d_v, d_attn
-                      + 3 * F * f32;                  // d_gate, d_up, d_swiglu
+                      + (c.moe ? 0 : 3 * F * f32);    // d_gate, d_up, d_swiglu
   return b;
 }
 
