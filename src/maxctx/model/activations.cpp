@@ -3,20 +3,6 @@
 namespace maxctx::model {
 namespace {
 
-// This rank's dims (legend of activations.h).
-struct Dims {
-  int64_t N, E, Hq, Hkv, D, F;
-};
-
-Dims dims_of(const LlamaConfig& c, int64_t batch, int64_t seq, int tensor_size) {
-  return {batch * seq,
-          c.emb_dim,
-          c.num_query_heads / tensor_size,
-          c.num_kv_heads / tensor_size,
-          c.head_dim,
-          c.mlp_dim / tensor_size};
-}
-
 // One view of a layer: its shape, dtype, and whether the remat policy keeps it per layer (else
 // it lives in the scratch set every layer shares). The one list that allocation and the byte
 // count below read.
@@ -29,7 +15,7 @@ struct LayerField {
 
 std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r, int64_t batch,
                                      int64_t seq, int tensor_size) {
-  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, batch, seq, tensor_size);
+  const auto [N, E, Hq, Hkv, D, F] = local_dims(c, batch, seq, tensor_size);
   // What the forward saves for backward is in the activation dtype; statistics are f32.
   const DType dt = c.dtype;
   const DType f32 = DType::kF32;
@@ -60,10 +46,19 @@ int64_t bytes_of(const Shape& shape, DType dtype) {
 
 }  // namespace
 
+LocalDims local_dims(const LlamaConfig& c, int64_t batch, int64_t seq, int tensor_size) {
+  return {batch * seq,
+          c.emb_dim,
+          c.num_query_heads / tensor_size,
+          c.num_kv_heads / tensor_size,
+          c.head_dim,
+          c.mlp_dim / tensor_size};
+}
+
 LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConfig& c,
                                       int64_t batch, int64_t seq, int tensor_size,
                                       const RematPolicy& remat) {
-  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, batch, seq, tensor_size);
+  const auto [N, E, Hq, Hkv, D, F] = local_dims(c, batch, seq, tensor_size);
   // Statistics, logits, the tensor-axis sums (proj) and the backward's gradients are f32.
   const DType dt = c.dtype;
   LlamaActivations a;
@@ -118,7 +113,7 @@ ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPoli
   }
   const int64_t act = static_cast<int64_t>(dtype_size(c.dtype));
   const int64_t f32 = 4;
-  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, 1, 1, tensor_size);
+  const auto [N, E, Hq, Hkv, D, F] = local_dims(c, 1, 1, tensor_size);
   const int64_t q_dim = Hq * D;
   const int64_t kv_dim = Hkv * D;
   b.other_per_token = (c.num_layers + 1) * E * act    // residual stream, every layer's input

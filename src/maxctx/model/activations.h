@@ -22,6 +22,13 @@
 
 namespace maxctx::model {
 
+// This rank's share of the model's dimensions (the legend above; heads and the mlp width split
+// over tensor), read by the allocation and by the model's forward and backward.
+struct LocalDims {
+  int64_t N, E, Hq, Hkv, D, F;
+};
+LocalDims local_dims(const LlamaConfig& config, int64_t batch, int64_t seq, int tensor_size);
+
 // Views into LlamaActivations::storage: the layer's own buffers or the shared scratch set.
 struct LayerActivations {
   TensorView attn_norm_rstd;  // (N) 1/rms of the layer input
