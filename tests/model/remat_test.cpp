@@ -5,7 +5,9 @@
 // refused with the supported list. Multi-rank meshes (context, tensor): tests/train_loop.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "maxctx/core/check.h"
 #include "model_test_util.h"
@@ -70,7 +72,8 @@ TEST(Remat, Bf16ActivationsTiedEmbeddingsAndWindow) {
   expect_every_policy_equals_none(c);
 }
 
-// The layers' saved bytes are what activation_bytes_per_token says (the docs' formula).
+// The layers' saved bytes are what activation_bytes_per_token counts: the kept views once per
+// layer, the rest once (the counts themselves against the docs: BytesPerTokenFollowTheDocsTable).
 TEST(Remat, SavedLayerBytesFollowTheFormula) {
   const LlamaConfig c = testing::tiny_config();
   const int64_t B = 2, S = 12;
@@ -94,6 +97,78 @@ TEST(Remat, SavedLayerBytesFollowTheFormula) {
   const ActivationBytes full = activation_bytes_per_token(c, remat_policy_from("full"));
   EXPECT_EQ(full.layers_per_token * c.num_layers, none.layers_per_token);
   EXPECT_EQ(full.other_per_token, none.other_per_token);
+}
+
+// docs/architecture.md "Activation memory", written out again: the bytes per token of each group
+// of a layer's activations and the policies that keep it (the rest is one scratch set), so that
+// the list activations.cpp allocates from and counts with is held against the table, not itself.
+int64_t docs_layers_per_token(const LlamaConfig& c, const std::string& policy, int tensor_size) {
+  const int64_t a = static_cast<int64_t>(dtype_size(c.dtype));
+  const int64_t E = c.emb_dim, Hq = c.num_query_heads / tensor_size;
+  const int64_t q = Hq * c.head_dim, kv = c.num_kv_heads / tensor_size * c.head_dim;
+  // A mixture of experts' hidden units are in its own buffers, which the table does not count.
+  const int64_t F = c.moe ? 0 : c.mlp_dim / tensor_size;
+  const bool none = policy == "none";
+  const bool minimal = policy.starts_with("minimal");
+  const bool save_dot = policy.starts_with("save_dot");
+  const bool context = policy == "minimal_with_context" || policy == "minimal_flash" ||
+                       policy == "save_dot_with_context_except_mlp";
+  const struct {
+    int64_t bytes;
+    bool kept;
+  } groups[] = {
+      {2 * (E * a + 4), none},                                                       // norms
+      {(q + 2 * kv) * a, none || minimal || save_dot || policy == "save_qkv_proj"},  // qkv
+      {q * a + 4 * Hq, none || context},                                             // context
+      {E * a, none || minimal || save_dot || policy == "save_out_proj"},             // out_proj
+      {2 * F * a, none || minimal},                                                  // mlpwi
+      {F * a, none},                                                                 // SwiGLU
+  };
+  int64_t bytes = 0;
+  for (const auto& g : groups) bytes += g.kept ? c.num_layers * g.bytes : g.bytes;
+  return bytes;
+}
+
+// The docs' "other": what allocate_activations holds besides the layers' views, summed from the
+// tensors it allocated (a mixture of experts leaves the dense MLP's gradients unallocated).
+int64_t allocated_other_bytes(const LlamaActivations& acts) {
+  int64_t bytes = 0;
+  for (const Tensor& t : acts.residual) bytes += static_cast<int64_t>(t.view().bytes());
+  for (const Tensor* t :
+       {&acts.rope_cos, &acts.rope_sin, &acts.final_norm_rstd, &acts.final_norm_out, &acts.logits,
+        &acts.xent_lse, &acts.token_loss, &acts.proj, &acts.d_residual, &acts.d_normed, &acts.d_x,
+        &acts.d_q, &acts.d_k, &acts.d_v, &acts.d_attn, &acts.d_gate, &acts.d_up, &acts.d_swiglu}) {
+    if (!t->view().empty()) bytes += static_cast<int64_t>(t->view().bytes());
+  }
+  return bytes;
+}
+
+TEST(Remat, BytesPerTokenFollowTheDocsTable) {
+  LlamaConfig bf16 = testing::tiny_config();
+  bf16.dtype = DType::kBF16;
+  LlamaConfig moe = testing::tiny_config();
+  moe.moe = true;
+  moe.num_experts = 4;
+  moe.num_experts_per_tok = 2;
+  const std::string supported = supported_remat_policies();
+  for (const LlamaConfig& c : {testing::tiny_config(), bf16, moe}) {
+    for (const int tensor_size : {1, 2}) {
+      for (size_t begin = 0; begin <= supported.size();) {
+        const size_t end = std::min(supported.find('|', begin), supported.size());
+        const std::string policy = supported.substr(begin, end - begin);
+        begin = end + 1;
+        SCOPED_TRACE(policy + " " + std::string(dtype_name(c.dtype)) + (c.moe ? " moe" : "") +
+                     " tensor " + std::to_string(tensor_size));
+        const RematPolicy r = remat_policy_from(policy);
+        const ActivationBytes formula = activation_bytes_per_token(c, r, tensor_size);
+        EXPECT_EQ(formula.layers_per_token, docs_layers_per_token(c, policy, tensor_size));
+        const int64_t B = 2, S = 12;
+        const LlamaActivations acts =
+            allocate_activations(kernels::backend(Device::kCpu), c, B, S, tensor_size, r);
+        EXPECT_EQ(formula.other_per_token * B * S, allocated_other_bytes(acts));
+      }
+    }
+  }
 }
 
 TEST(Remat, UnknownAndOffloadingPoliciesAreRefusedWithTheSupportedList) {

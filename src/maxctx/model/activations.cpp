@@ -3,20 +3,6 @@
 namespace maxctx::model {
 namespace {
 
-// This rank's dims (legend of activations.h).
-struct Dims {
-  int64_t N, E, Hq, Hkv, D, F;
-};
-
-Dims dims_of(const LlamaConfig& c, int64_t batch, int64_t seq, int tensor_size) {
-  return {batch * seq,
-          c.emb_dim,
-          c.num_query_heads / tensor_size,
-          c.num_kv_heads / tensor_size,
-          c.head_dim,
-          c.mlp_dim / tensor_size};
-}
-
 // One view of a layer: its shape, dtype, and whether the remat policy keeps it per layer (else
 // it lives in the scratch set every layer shares). The one list that allocation and the byte
 // count below read.
@@ -29,12 +15,12 @@ struct LayerField {
 
 std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r, int64_t batch,
                                      int64_t seq, int tensor_size) {
-  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, batch, seq, tensor_size);
+  const auto [N, E, Hq, Hkv, D, F] = local_dims(c, batch, seq, tensor_size);
   // What the forward saves for backward is in the activation dtype; statistics are f32.
   const DType dt = c.dtype;
   const DType f32 = DType::kF32;
   using A = LayerActivations;
-  return {
+  std::vector<LayerField> fields = {
       {&A::attn_norm_rstd, {N}, f32, r.save_all},
       {&A::attn_norm_out, {N, E}, dt, r.save_all},
       {&A::q, {N, Hq, D}, dt, r.save_all || r.qkv},
@@ -45,10 +31,13 @@ std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r,
       {&A::residual_mid, {N, E}, dt, r.save_all || r.out_proj},
       {&A::mlp_norm_rstd, {N}, f32, r.save_all},
       {&A::mlp_norm_out, {N, E}, dt, r.save_all},
-      {&A::gate, {N, F}, dt, r.save_all || r.mlpwi},
-      {&A::up, {N, F}, dt, r.save_all || r.mlpwi},
-      {&A::swiglu_out, {N, F}, dt, r.save_all},
   };
+  // A mixture of experts keeps its hidden units in its own buffers (LayerActivations::moe).
+  if (c.moe) return fields;
+  fields.push_back({&A::gate, {N, F}, dt, r.save_all || r.mlpwi});
+  fields.push_back({&A::up, {N, F}, dt, r.save_all || r.mlpwi});
+  fields.push_back({&A::swiglu_out, {N, F}, dt, r.save_all});
+  return fields;
 }
 
 int64_t bytes_of(const Shape& shape, DType dtype) {
@@ -57,10 +46,19 @@ int64_t bytes_of(const Shape& shape, DType dtype) {
 
 }  // namespace
 
+LocalDims local_dims(const LlamaConfig& c, int64_t batch, int64_t seq, int tensor_size) {
+  return {batch * seq,
+          c.emb_dim,
+          c.num_query_heads / tensor_size,
+          c.num_kv_heads / tensor_size,
+          c.head_dim,
+          c.mlp_dim / tensor_size};
+}
+
 LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConfig& c,
                                       int64_t batch, int64_t seq, int tensor_size,
                                       const RematPolicy& remat) {
-  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, batch, seq, tensor_size);
+  const auto [N, E, Hq, Hkv, D, F] = local_dims(c, batch, seq, tensor_size);
   // Statistics, logits, the tensor-axis sums (proj) and the backward's gradients are f32.
   const DType dt = c.dtype;
   LlamaActivations a;
@@ -97,10 +95,13 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   a.d_k = k.empty({N, Hkv, D});
   a.d_v = k.empty({N, Hkv, D});
   a.d_attn = k.empty({N, Hq, D});
-  a.d_gate = k.empty({N, F});
-  a.d_up = k.empty({N, F});
-  a.d_swiglu = k.empty({N, F});
-  if (c.moe) a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
+  if (c.moe) {
+    a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
+  } else {
+    a.d_gate = k.empty({N, F});
+    a.d_up = k.empty({N, F});
+    a.d_swiglu = k.empty({N, F});
+  }
   return a;
 }
 
@@ -112,7 +113,7 @@ ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPoli
   }
   const int64_t act = static_cast<int64_t>(dtype_size(c.dtype));
   const int64_t f32 = 4;
-  const auto [N, E, Hq, Hkv, D, F] = dims_of(c, 1, 1, tensor_size);
+  const auto [N, E, Hq, Hkv, D, F] = local_dims(c, 1, 1, tensor_size);
   const int64_t q_dim = Hq * D;
   const int64_t kv_dim = Hkv * D;
   b.other_per_token = (c.num_layers + 1) * E * act    // residual stream, every layer's input
@@ -122,7 +123,7 @@ ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPoli
                       + E * f32                       // proj
                       + 3 * E * f32                   // d_residual, d_normed, d_x
                       + 2 * (q_dim + kv_dim) * f32    // d_q, d_k, d_v, d_attn
-                      + 3 * F * f32;                  // d_gate, d_up, d_swiglu
+                      + (c.moe ? 0 : 3 * F * f32);    // d_gate, d_up, d_swiglu
   return b;
 }
 

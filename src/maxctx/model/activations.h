@@ -22,6 +22,13 @@
 
 namespace maxctx::model {
 
+// This rank's share of the model's dimensions (the legend above; heads and the mlp width split
+// over tensor), read by the allocation and by the model's forward and backward.
+struct LocalDims {
+  int64_t N, E, Hq, Hkv, D, F;
+};
+LocalDims local_dims(const LlamaConfig& config, int64_t batch, int64_t seq, int tensor_size);
+
 // Views into LlamaActivations::storage: the layer's own buffers or the shared scratch set.
 struct LayerActivations {
   TensorView attn_norm_rstd;  // (N) 1/rms of the layer input
@@ -34,11 +41,12 @@ struct LayerActivations {
   TensorView residual_mid;    // (N, E) the stream after attention, before the MLP
   TensorView mlp_norm_rstd;   // (N)
   TensorView mlp_norm_out;    // (N, E)
-  TensorView gate;            // (N, F) x·W_gateᵀ
-  TensorView up;              // (N, F) x·W_upᵀ
-  TensorView swiglu_out;      // (N, F) silu(gate)·up
-  // A mixture of experts' routing and expert rows (mixtral only): owned per layer, kept by
-  // every remat policy (a recomputation redoes the norm before it, not the experts).
+  TensorView gate;            // (N, F) x·W_gateᵀ (dense MLP only)
+  TensorView up;              // (N, F) x·W_upᵀ (dense MLP only)
+  TensorView swiglu_out;      // (N, F) silu(gate)·up (dense MLP only)
+  // A mixture of experts' routing and expert rows (mixtral only; then gate, up and swiglu_out
+  // are empty): owned per layer, kept by every remat policy (a recomputation redoes the norm
+  // before it, not the experts).
   MoeBuffers moe;
 };
 
@@ -68,9 +76,9 @@ struct LlamaActivations {
   Tensor d_k;         // (N, Hkv, D)
   Tensor d_v;         // (N, Hkv, D)
   Tensor d_attn;      // (N, Hq, D)
-  Tensor d_gate;      // (N, F)
-  Tensor d_up;        // (N, F)
-  Tensor d_swiglu;    // (N, F)
+  Tensor d_gate;      // (N, F) dense MLP only
+  Tensor d_up;        // (N, F) dense MLP only
+  Tensor d_swiglu;    // (N, F) dense MLP only
 
   MoeGradBuffers moe_grad;  // a mixture of experts' backward workspace (mixtral only)
 };
@@ -81,7 +89,9 @@ LlamaActivations allocate_activations(const kernels::Kernels& kernels, const Lla
                                       const RematPolicy& remat = {});
 
 // Bytes of the layers' saved activations per token (summed over layers, the shared scratch set
-// counted once) and of everything else allocate_activations holds per token, for `remat`.
+// counted once) and of everything else allocate_activations holds per token, for `remat`. A
+// mixture of experts' buffers (MoeBuffers, MoeGradBuffers: their rows follow the dispatch, not
+// the token count alone) are not counted.
 struct ActivationBytes {
   int64_t layers_per_token = 0;  // L × what one layer keeps, + one scratch set
   int64_t other_per_token = 0;   // stream, head, logits, RoPE tables, backward workspace

@@ -7,23 +7,6 @@
 namespace maxctx::model {
 namespace {
 
-// This rank's share of the model's dimensions.
-struct LocalDims {
-  int64_t N, E, Hq, Hkv, D, F, V;
-  int64_t q_dim() const { return Hq * D; }
-  int64_t kv_dim() const { return Hkv * D; }
-};
-
-LocalDims local_dims(const LlamaConfig& c, const TokenBatch& b, const parallel::ModelPlan& plan) {
-  return {b.batch * b.seq,
-          c.emb_dim,
-          c.num_query_heads / plan.tensor_size,
-          c.num_kv_heads / plan.tensor_size,
-          c.head_dim,
-          c.mlp_dim / plan.tensor_size,
-          c.vocab_size};
-}
-
 kernels::AttentionParams attention_dims(const LlamaConfig& c, const LocalDims& d) {
   kernels::AttentionParams p;
   p.heads_q = d.Hq;
@@ -168,8 +151,8 @@ struct TrainingLayers {
   TrainingLayers(const LlamaConfig& c, const TokenBatch& b, parallel::ModelPlan& plan,
                  LlamaActivations& acts)
       : attention(*plan.attention),
-        inputs{token_layout(b), attention_dims(c, local_dims(c, b, plan)), acts.rope_cos.view(),
-               acts.rope_sin.view()} {
+        inputs{token_layout(b), attention_dims(c, local_dims(c, b.batch, b.seq, plan.tensor_size)),
+               acts.rope_cos.view(), acts.rope_sin.view()} {
     layer_plan.kernels = plan.kernels;
     layer_plan.attention = &attention;
     layer_plan.tensor = plan.tensor;
@@ -192,7 +175,7 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
                        parallel::ModelPlan& plan, LlamaActivations& acts) {
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
-  const LocalDims d = local_dims(c, b, plan);
+  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   k.rope_cos_sin(acts.rope_cos.view(), acts.rope_sin.view(), b.positions, c.rope);
   TrainingLayers layers(c, b, plan, acts);
   before_use(plan, 0);
@@ -236,7 +219,7 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
   MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
-  const LocalDims d = local_dims(c, b, plan);
+  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   TrainingLayers layers(c, b, plan, acts);
   const TensorView d_logits = acts.logits.view();  // in place: logits are not needed after this
   k.cross_entropy_backward(d_logits, acts.logits.view(), acts.xent_lse.view(), b.targets,

@@ -29,9 +29,6 @@ struct RematPolicy {
   bool context = false;   // the attention output and lse
   bool out_proj = false;  // the stream after attention
   bool mlpwi = false;     // gate and up (mlpwi_0, mlpwi_1)
-
-  // Whether the backward recomputes anything of a layer.
-  bool recomputes() const { return !save_all; }
 };
 
 // MaxText's remat_policy by name: none, full, minimal, minimal_with_context (minimal_flash),
