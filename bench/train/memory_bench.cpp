@@ -97,6 +97,7 @@ int fsdp_child(int argc, char** argv) {
   spec.dcn = config.derived.dcn_parallelism;
   const maxctx::Mesh mesh(spec);
   maxctx::train::Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
+  trainer.track_parameter_memory();
   reset_peak_rss();
   trainer.run(1);
   const maxctx::train::ParameterMemory m = trainer.parameter_memory();

@@ -66,6 +66,7 @@ TrainedRun train(const testing::SharedTempDir& dir, const std::string& tokens, c
   spec.dcn = config.derived.dcn_parallelism;
   const Mesh mesh = alone ? Mesh(MeshSpec{}, Communicator::self()) : Mesh(spec);
   Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
+  trainer.track_parameter_memory();
   trainer.run();
   return {trainer.history(), trainer.gather_parameters(), trainer.parameter_memory()};
 }

@@ -103,6 +103,7 @@ void ShardedParameters::gradients_ready(int unit) {
 }
 
 void ShardedParameters::measure_units() {
+  if (!track_unit_memory_) return;
   const Allocator& a = kernels_.allocator();
   const int64_t bytes = static_cast<int64_t>(
       a.resident_bytes(full_params_.view().raw(), full_params_.view().bytes()) +

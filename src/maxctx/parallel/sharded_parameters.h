@@ -68,9 +68,13 @@ class ShardedParameters final : public WeightPlan {
   void after_use(int unit) override;
   void gradients_ready(int unit) override;
 
+  // Measure the full buffers' resident pages whenever a unit is freed from now on (for
+  // memory_use's peak_unit_bytes). Off by default: a measurement walks both full buffers'
+  // pages (mincore), ~30 times a step, which a training step need not pay.
+  void track_unit_memory() { track_unit_memory_ = true; }
   // What the parameters, gradients and optimizer state hold on this rank, in bytes: the shards
   // (master weights, both moments, the reduced gradients), and the most that the full buffers'
-  // units in use held at once so far (resident pages, measured whenever a unit is freed).
+  // units in use held at once since track_unit_memory (resident pages; 0 without it).
   struct MemoryUse {
     int64_t shard_bytes = 0;
     int64_t peak_unit_bytes = 0;
@@ -95,6 +99,7 @@ class ShardedParameters final : public WeightPlan {
 
   std::vector<bool> gathered_;
   Tensor full_params_, full_grads_;
+  bool track_unit_memory_ = false;
   int64_t peak_unit_bytes_ = 0;
   Tensor master_, grad_shard_, adam_m_, adam_v_;
 };

@@ -332,6 +332,8 @@ std::vector<float> Trainer::gather_parameters() {
 
 fs::path Trainer::run_directory() const { return state_->run_dir; }
 
+void Trainer::track_parameter_memory() { state_->plans.parameters->track_unit_memory(); }
+
 ParameterMemory Trainer::parameter_memory() const {
   const auto use = state_->plans.parameters->memory_use();
   return {use.shard_bytes, use.peak_unit_bytes};

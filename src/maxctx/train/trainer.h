@@ -39,7 +39,7 @@ struct StepRecord {
 
 // What the parameters, gradients and optimizer state hold on this rank (parallel/
 // sharded_parameters.h MemoryUse): the fsdp shards, and the most the gathered units in use held
-// at once so far.
+// at once since track_parameter_memory.
 struct ParameterMemory {
   int64_t shard_bytes = 0;
   int64_t peak_unit_bytes = 0;
@@ -62,6 +62,9 @@ class Trainer {
   // The whole model's parameters in the unsharded Hugging Face layout (collective).
   std::vector<float> gather_parameters();
   std::filesystem::path run_directory() const;
+  // Measure the gathered units' resident memory from now on (off by default: it walks the full
+  // buffers' pages each time a unit is freed); parameter_memory's peak_unit_bytes is 0 without.
+  void track_parameter_memory();
   ParameterMemory parameter_memory() const;
 
  private:
