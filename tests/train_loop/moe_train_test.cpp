@@ -14,6 +14,7 @@
 
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/memory_estimate.h"
 #include "maxctx/train/trainer.h"
 #include "train_support.h"
 
@@ -197,6 +198,8 @@ TEST(MoeTraining, MixtralPresets) {
   EXPECT_EQ(m8x7.num_experts, 8);
   EXPECT_EQ(m8x7.num_experts_per_tok, 2);
   EXPECT_EQ(m8x7.num_parameters(), 46702792704);
+  // The memory check's weight bytes count the same experts (it once counted one MLP).
+  EXPECT_EQ(model::parameter_bytes(m8x7), 4.0 * 46702792704.0);
   const model::LlamaConfig m8x22 =
       model::llama_config_from(load_config(testing::kBaseConfig, {"model_name=mixtral-8x22b"}, 1));
   EXPECT_EQ(m8x22.emb_dim, 6144);

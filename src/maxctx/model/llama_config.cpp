@@ -4,15 +4,24 @@
 
 namespace maxctx::model {
 
-int64_t LlamaConfig::num_parameters() const {
-  const int64_t per_layer = 2 * emb_dim                            // two RMSNorm weights
-                            + emb_dim * (q_dim() + 2 * kv_dim())   // q, k, v
-                            + q_dim() * emb_dim                    // o
-                            + 3 * emb_dim * mlp_dim * num_experts  // gate, up, down
-                            + (moe ? num_experts * emb_dim : 0);   // the router
-  const int64_t head = tie_embeddings ? 0 : vocab_size * emb_dim;
-  return vocab_size * emb_dim + num_layers * per_layer + emb_dim + head;
+template <typename T>
+T parameter_count(const LlamaConfig& c) {
+  const T E = static_cast<T>(c.emb_dim), F = static_cast<T>(c.mlp_dim);
+  const T V = static_cast<T>(c.vocab_size), X = static_cast<T>(c.num_experts);
+  const T q = static_cast<T>(c.num_query_heads) * static_cast<T>(c.head_dim);
+  const T kv = static_cast<T>(c.num_kv_heads) * static_cast<T>(c.head_dim);
+  const T per_layer = 2 * E                      // two RMSNorm weights
+                      + E * (q + 2 * kv)         // q, k, v
+                      + q * E                    // o
+                      + 3 * E * F * X            // gate, up, down (of every expert)
+                      + (c.moe ? X * E : T(0));  // the router
+  const T head = c.tie_embeddings ? T(0) : V * E;
+  return V * E + static_cast<T>(c.num_layers) * per_layer + E + head;
 }
+template int64_t parameter_count<int64_t>(const LlamaConfig&);
+template double parameter_count<double>(const LlamaConfig&);
+
+int64_t LlamaConfig::num_parameters() const { return parameter_count<int64_t>(*this); }
 
 LlamaConfig llama_config_from(const Config& c) {
   if (c.rope_min_timescale != 1.0) {

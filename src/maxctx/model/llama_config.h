@@ -42,6 +42,12 @@ struct LlamaConfig {
   int64_t num_parameters() const;
 };
 
+// The parameter count of `config` (every expert and the router included) in T: int64_t (what
+// num_parameters gives), or double where the dimensions are not yet known to fit int64 (the
+// memory check before allocating).
+template <typename T>
+T parameter_count(const LlamaConfig& config);
+
 // Throws maxctx::Error for what the CPU model does not implement (rope_min_timescale != 1),
 // naming the key.
 LlamaConfig llama_config_from(const Config& config);

@@ -9,14 +9,7 @@
 namespace maxctx::model {
 
 double parameter_bytes(const LlamaConfig& m) {
-  const double E = static_cast<double>(m.emb_dim), F = static_cast<double>(m.mlp_dim);
-  const double q = static_cast<double>(m.num_query_heads) * static_cast<double>(m.head_dim);
-  const double kv = static_cast<double>(m.num_kv_heads) * static_cast<double>(m.head_dim);
-  const double V = static_cast<double>(m.vocab_size);
-  const double per_layer = 2 * E + E * (q + 2 * kv) + q * E + 3 * E * F;
-  const double count =
-      V * E * (m.tie_embeddings ? 1 : 2) + static_cast<double>(m.num_layers) * per_layer + E;
-  return count * static_cast<double>(dtype_size(m.weight_dtype));
+  return parameter_count<double>(m) * static_cast<double>(dtype_size(m.weight_dtype));
 }
 
 MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
