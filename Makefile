@@ -38,13 +38,16 @@ test-asan: deps
 	cmake --build --preset asan -j $(JOBS)
 	$(ASAN_ENV) ctest --preset asan -j $(JOBS) --timeout 900 $(ASAN_CTEST_ARGS)
 
-# libFuzzer harnesses (fuzz/): FUZZ_SECONDS each (default 60), at nice 19.
+# libFuzzer harnesses (fuzz/): past findings replayed, then FUZZ_SECONDS of fuzzing each
+# (default 60), at nice 19; FUZZ_RUNS=N fuzzes N executions each from a fixed seed instead
+# (reproducible; what CI runs).
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 # (Warnings are the gcc builds' business: clang's differ, and -Werror here would only fail CI.)
 fuzz: deps
 	cmake --preset fuzz -DMAXCTX_WERROR=OFF
 	cmake --build --preset fuzz -j $(JOBS) --target maxctx_fuzzers
-	bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
+	FUZZ_RUNS=$(FUZZ_RUNS) bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 demo: build
 	bash scripts/demo.sh $(BUILD_DIR)

@@ -84,3 +84,19 @@ out = corpus / "golden_logits"
 (out / "two.jsonl").write_text(
     json.dumps({"prompt": "a", "tokens": [3], "logits": [[1, 2, 3]]}) + "\n\n" +
     json.dumps({"prompt": "b", "tokens": [0, 1], "logits": [[0, 0, 0], [1e30, -1e30, 0]], "extra": {}}) + "\n")
+
+# Regression inputs: the reproducers of past findings, reduced to their cause. fuzz/run.sh runs
+# each once before fuzzing, so a finding that comes back fails on every machine at once.
+regressions = root / "fuzz" / "regressions"
+out = regressions / "yaml_config"
+out.mkdir(parents=True, exist_ok=True)
+(out / "complex_key.yml").write_text("? [a, b]\n: 1\nsteps: 3\n")
+out = regressions / "tokenizer"
+out.mkdir(parents=True, exist_ok=True)
+list_type = json.loads(json.dumps(tokenizer))
+list_type["model"]["type"] = ["h e", "l l"]
+(out / "model_type_list.json").write_text(json.dumps(list_type, ensure_ascii=False))
+(out / "deep_nesting.json").write_text("[" * 100000 + "]" * 100000)
+sparse = json.loads(json.dumps(tokenizer))
+sparse["added_tokens"][1]["id"] = 400000000
+(out / "sparse_ids.json").write_text(json.dumps(sparse, ensure_ascii=False))

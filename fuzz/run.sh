@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer harness of a fuzz build for a set time, each on a working copy of its
-# committed seed corpus (fuzz/corpus/<name>/; new inputs stay in the build directory), at the
-# lowest CPU priority so that it never starves a build or a test on the same machine.
+# Runs every libFuzzer harness of a fuzz build, at the lowest CPU priority so that it never
+# starves a build or a test on the same machine:
+#   1. each committed reproducer of a past finding (fuzz/regressions/<name>/) once;
+#   2. fuzzing from a working copy of the committed seed corpus (fuzz/corpus/<name>/; new inputs
+#      stay in the build directory), either for a set time (exploration: what a developer runs,
+#      different inputs every run) or, with FUZZ_RUNS=N, for N executions from seed 1
+#      (reproducible: the same inputs on every machine with the same clang, which is what CI
+#      runs, so that CI fails on a change and not on the luck of a new random input).
 #   fuzz/run.sh <fuzz build dir> [seconds per harness, default 60] [harness ...]
+#   FUZZ_RUNS=200000 fuzz/run.sh <fuzz build dir>
 # A finding (crash, sanitizer report, leak, timeout > 10 s, memory > 2 GiB) stops that harness,
 # leaves its reproducer in <build>/fuzz-artifacts/ and makes the script exit non-zero; every
 # harness still runs. Prints one line per harness: executions, seconds, outcome.
@@ -19,15 +25,34 @@ if ((${#harnesses[@]} == 0)); then  # every harness: fuzz/fuzz_<name>.cpp
   done
 fi
 mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"
+if [[ -n "${FUZZ_RUNS:-}" ]]; then
+  budget=(-runs="$FUZZ_RUNS" -seed=1)
+else
+  budget=(-max_total_time="$seconds")
+fi
+limits=(-timeout=10 -rss_limit_mb=2048)
 failed=0
 for name in "${harnesses[@]}"; do
+  regressions=("$here/regressions/$name"/*)
+  if [[ -e "${regressions[0]}" ]]; then
+    log=$build/fuzz-logs/$name-regressions.log
+    if ! nice -n 19 "$build/fuzz_$name" "${limits[@]}" "${regressions[@]}" > "$log" 2>&1; then
+      failed=1
+      echo "fuzz_$name: a past finding is back; see $log"
+      grep -m3 -E "ERROR|runtime error|SUMMARY|deadly signal|Running:" "$log"
+      continue
+    fi
+    echo "fuzz_$name: ${#regressions[@]} past findings replayed, none back"
+  fi
   corpus=$build/fuzz-corpus/$name
+  # A reproducible run starts from the committed seeds alone, not what earlier runs added.
+  [[ -n "${FUZZ_RUNS:-}" ]] && corpus=$build/fuzz-corpus-seeded/$name && rm -rf "$corpus"
   mkdir -p "$corpus"
   cp -n "$here/corpus/$name"/* "$corpus"/ 2> /dev/null || true
   log=$build/fuzz-logs/$name.log
   # The input is written to a file per execution; /dev/shm keeps that in memory.
-  nice -n 19 "$build/fuzz_$name" "$corpus" -max_total_time="$seconds" -timeout=10 \
-    -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
+  nice -n 19 "$build/fuzz_$name" "$corpus" "${budget[@]}" "${limits[@]}" \
+    -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$build/fuzz-artifacts/$name-" > "$log" 2>&1
   rc=$?
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
@@ -37,7 +62,7 @@ for name in "${harnesses[@]}"; do
     echo "fuzz_$name: FINDING after $runs executions (exit $rc); see $log and $build/fuzz-artifacts/"
     grep -m3 -E "ERROR|runtime error|SUMMARY|deadly signal" "$log"
   else
-    echo "fuzz_$name: $runs executions in ${took:-$seconds} s, no finding"
+    echo "fuzz_$name: $runs executions in ${took:-?} s, no finding"
   fi
 done
 exit $failed

@@ -267,5 +267,13 @@ TEST(ByteLevelBpe, FieldsOfTheWrongTypeAreOneError) {
   expect_load_error(text_fallback, "not a valid tokenizer.json");
 }
 
+TEST(ByteLevelBpe, SparseIdsAreRefusedBeforeTheTablesAreAllocated) {
+  // One id of 400 million in a 265-token file would size the id tables at ~13 GB (found by
+  // fuzz_tokenizer as a 3.2 GB allocation).
+  json sparse = tiny_tokenizer_json();
+  sparse["added_tokens"][2]["id"] = 400000000;
+  expect_load_error(sparse, "token ids are too sparse: the largest id is 400000000");
+}
+
 }  // namespace
 }  // namespace maxctx::tokenizer

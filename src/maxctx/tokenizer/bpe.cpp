@@ -155,6 +155,14 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   for (const auto& [token, id] : spec.vocab) size = std::max<int64_t>(size, int64_t{id} + 1);
   for (const AddedToken& t : spec.added_tokens) size = std::max<int64_t>(size, int64_t{t.id} + 1);
   if (size > std::numeric_limits<int32_t>::max()) fail("{}: token id out of range", origin);
+  // The id tables are indexed by id, so a stray huge id (one line of a damaged file) would
+  // allocate gigabytes. Real vocabularies number their tokens nearly densely; allow holes up to
+  // as many again as there are tokens, and refuse sparser numbering by name.
+  const int64_t count = static_cast<int64_t>(spec.vocab.size() + spec.added_tokens.size());
+  if (size > 2 * count + 1024) {
+    fail("{}: token ids are too sparse: the largest id is {} for {} tokens", origin, size - 1,
+         count);
+  }
   id_to_bytes_.assign(size, {});
   is_special_.assign(size, 0);
   std::vector<uint8_t> used(size, 0);
