@@ -20,17 +20,21 @@
 
 namespace maxctx::fuzz {
 
-// Writes data to /dev/shm/maxctx_fuzz_<pid>/<name> (created once) and returns that path.
+// Writes data to <dir>/<name> and returns that path. <dir> is $MAXCTX_FUZZ_DIR when set
+// (fuzz/run.sh sets a fixed one, so that the paths in error messages, and with them the code
+// paths, do not vary with the process id between reproducible runs), else
+// /dev/shm/maxctx_fuzz_<pid>; created once, removed at exit.
 inline std::filesystem::path write_input(const uint8_t* data, size_t size, const char* name) {
   static const std::filesystem::path dir = [] {
-    const std::filesystem::path d =
-        std::filesystem::path("/dev/shm") / ("maxctx_fuzz_" + std::to_string(::getpid()));
+    const char* given = std::getenv("MAXCTX_FUZZ_DIR");
+    static const std::filesystem::path d =
+        given != nullptr && *given != '\0'
+            ? std::filesystem::path(given)
+            : std::filesystem::path("/dev/shm") / ("maxctx_fuzz_" + std::to_string(::getpid()));
     std::filesystem::create_directories(d);
     std::atexit([] {
       std::error_code ignored;
-      std::filesystem::remove_all(
-          std::filesystem::path("/dev/shm") / ("maxctx_fuzz_" + std::to_string(::getpid())),
-          ignored);
+      std::filesystem::remove_all(d, ignored);
     });
     return d;
   }();
