@@ -2,6 +2,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/local_attention.h"
 #include "maxctx/parallel/tensor_parallel.h"
 
@@ -17,8 +18,9 @@ ParallelDims read_dims(const Mesh& mesh, RunKind kind) {
   d.context_autoregressive = mesh.axis_size(Axis::kContextAutoregressive);
   d.tensor = mesh.axis_size(Axis::kTensor);
   d.expert = mesh.axis_size(Axis::kExpert);
-  d.data_shards = d.data * d.fsdp;
-  d.data_rank = mesh.coord(Axis::kData) * d.fsdp + mesh.coord(Axis::kFsdp);
+  d.data_shards = d.data * d.fsdp * d.expert;
+  d.data_rank = (mesh.coord(Axis::kData) * d.fsdp + mesh.coord(Axis::kFsdp)) * d.expert +
+                mesh.coord(Axis::kExpert);
   d.tensor_rank = static_cast<int>(mesh.coord(Axis::kTensor));
   d.context_rank = mesh.coord(Axis::kContext);
   return d;
@@ -36,13 +38,6 @@ ParallelDims ParallelDims::training(const Mesh& mesh) {
         "`context` (ici_context_parallelism / dcn_context_parallelism), set "
         "ici_context_autoregressive_parallelism=1",
         d.context_autoregressive);
-  }
-  if (d.expert != 1) {
-    fail(
-        "expert parallelism = {} is not implemented yet (a mixture of experts runs every "
-        "expert on every rank; the expert axis comes with #17); set ici_expert_parallelism=1 "
-        "and dcn_expert_parallelism=1",
-        d.expert);
   }
   return d;
 }
@@ -86,9 +81,12 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
     plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor));
   }
   if (shard_parameters != nullptr) {
-    // ZeRO-3 over fsdp; gradients summed over the replica axes data × context.
+    // ZeRO-3 over fsdp; gradients summed over the replica axes data × context × expert (the
+    // experts' own over data × context).
     plans.parameters = std::make_unique<ShardedParameters>(
-        *shard_parameters, mesh.axis(Axis::kFsdp), mesh.group({Axis::kData, Axis::kContext}),
+        *shard_parameters, mesh.axis(Axis::kFsdp),
+        mesh.group({Axis::kData, Axis::kContext, Axis::kExpert}),
+        mesh.group({Axis::kData, Axis::kContext}), mesh.axis(Axis::kExpert),
         mesh.axis(Axis::kTensor), kernels, parse_dtype(c.weight_dtype));
   }
   plans.model.kernels = &kernels;
@@ -100,6 +98,10 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
   if (dims.context > 1) {
     plans.sequence = std::make_unique<TensorAllReduce>(context);  // sums over the axis given
     plans.model.sequence = plans.sequence.get();
+  }
+  if (dims.expert > 1) {
+    plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert));
+    plans.model.experts = plans.experts.get();
   }
   return plans;
 }

@@ -1,14 +1,15 @@
 // The one owner of sharding (torchtitan's ParallelDims + parallelize_llama): which mesh axes a
 // run may use, and the plans that carry the model over them.
 //
-//  - ParallelDims validates the mesh once, for training (data, fsdp, context, tensor; the
+//  - ParallelDims validates the mesh once, for training (data, fsdp, context, tensor, expert; the
 //    inference axis must be 1) or for inference (context_autoregressive only; the training axes
 //    must be 1), with one clear error naming the right axis, and gives each axis' size and this
 //    rank's coordinates.
 //  - parallelize_training builds what the model's training forward and backward run with: the
 //    attention plan (local, or context-parallel all_gather / ring by
-//    context_parallel_strategy), the tensor-axis reducer, and with `shard_parameters` the fsdp /
-//    data / context parameter sharding and gradient sync. train and check-logits call it.
+//    context_parallel_strategy), the tensor-axis reducer, the expert axis' row exchange, and
+//    with `shard_parameters` the fsdp / data / context / expert parameter sharding and gradient
+//    sync. train and check-logits call it.
 //  - parallelize_inference builds inference's: the sequence-sharded KV cache, prefill and decode
 //    attention over context_autoregressive, and the MLP/head row split of a sequence-sharded
 //    decode. The inference engine (decode, bench-inference) calls it.
@@ -36,8 +37,10 @@ enum class RunKind { kTraining, kInference };
 struct ParallelDims {
   RunKind kind = RunKind::kTraining;
   int64_t data = 1, fsdp = 1, context = 1, context_autoregressive = 1, tensor = 1, expert = 1;
-  int64_t data_shards = 1;  // data × fsdp: how a training batch's rows are split
-  int64_t data_rank = 0;    // this rank's share of the rows
+  // data × fsdp × expert: how a training batch's rows are split (MaxText's activation_batch
+  // rule: the expert axis shards the batch outside the experts, like data)
+  int64_t data_shards = 1;
+  int64_t data_rank = 0;  // this rank's share of the rows
   int tensor_rank = 0;
   int64_t context_rank = 0;
 
@@ -53,6 +56,7 @@ struct TrainingPlans {
   std::unique_ptr<TensorReducer> tensor;
   std::unique_ptr<ShardedParameters> parameters;  // null for a forward-only run
   std::unique_ptr<TensorReducer> sequence;        // sum over context (null when context = 1)
+  std::unique_ptr<ExpertExchange> experts;        // the expert axis (null when expert = 1)
   ModelPlan model;
 };
 
