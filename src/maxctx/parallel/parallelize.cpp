@@ -51,7 +51,16 @@ ParallelDims ParallelDims::inference(const Mesh& mesh) {
         "ici_context_autoregressive_parallelism={}",
         d.context, d.context * d.context_autoregressive);
   }
-  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor, Axis::kExpert}) {
+  if (d.expert != 1) {
+    // MaxText's inference shards the experts (`exp`) over expert and context_autoregressive;
+    // this engine runs every expert whole on every rank.
+    fail(
+        "expert = {}: inference runs every expert on every rank here (the expert axis is "
+        "implemented for training only); set ici_expert_parallelism=1 and "
+        "dcn_expert_parallelism=1 and shard over ici_context_autoregressive_parallelism",
+        d.expert);
+  }
+  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor}) {
     if (mesh.axis_size(axis) != 1) {
       fail(
           "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "

@@ -225,9 +225,9 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     s.metrics = std::make_unique<MetricLogger>(options);
   });
   if (!s.metrics) s.metrics = std::make_unique<MetricLogger>(options);  // ranks > 0: no file
-  log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={}",
+  log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={} expert={}",
             s.model_config.num_parameters(), s.loader->source().describe(), s.axes.data,
-            s.axes.fsdp, s.axes.context, s.axes.tensor);
+            s.axes.fsdp, s.axes.context, s.axes.tensor, s.axes.expert);
 }
 
 Trainer::~Trainer() = default;
