@@ -11,36 +11,21 @@
 #include <cmath>
 #include <vector>
 
-#include "maxctx/core/rng.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/model/moe_block.h"
 #include "maxctx/parallel/expert_parallel.h"
+#include "model/model_test_util.h"
 
 namespace maxctx::model {
 namespace {
 
 const kernels::Kernels& cpu() { return kernels::backend(Device::kCpu); }
 
-constexpr int64_t kE = 16, kF = 24, kX = 4, kB = 2, kS = 6;
+using testing::norm_relative_error;
+using testing::random_values;
+using testing::small_moe;
 
-LlamaConfig small_moe(bool sparse, double capacity_factor) {
-  LlamaConfig c;
-  c.emb_dim = kE;
-  c.mlp_dim = kF;
-  c.moe = true;
-  c.num_experts = kX;
-  c.num_experts_per_tok = 2;
-  c.sparse_matmul = sparse;
-  c.capacity_factor = capacity_factor;
-  c.load_balance_loss_weight = 0.01;
-  return c;
-}
-
-std::vector<float> random_values(int64_t n, uint64_t stream, float stddev) {
-  std::vector<float> v(static_cast<size_t>(n));
-  rng::fill_normal(v, 11, stream, 0, 0.0f, stddev);
-  return v;
-}
+constexpr int64_t kE = 16, kF = 24, kX = 4, kB = 2, kS = 6;  // small_moe's E, F and experts
 
 // Router and experts bound on a flat buffer; `held` experts keep their views, the others get
 // empty ones (what bind_weights gives another expert rank's experts).
@@ -89,15 +74,6 @@ Result run(const LlamaConfig& c, std::vector<float> params, const std::vector<fl
   return r;
 }
 
-double relative_error(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    scale += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / std::max(scale, 1e-300));
-}
-
 void expect_matches_one_rank(const LlamaConfig& c, bool skewed) {
   const Communicator world = Communicator::world();
   const int rank = world.rank();
@@ -120,9 +96,9 @@ void expect_matches_one_rank(const LlamaConfig& c, bool skewed) {
   const Result split = run(c, params, x, d_out, &exchange);
 
   const int64_t n = kB * kS * kE;
-  EXPECT_LT(relative_error(split.out.data(), one.out.data(), n), 1e-6);
-  EXPECT_LT(relative_error(split.d_x.data(), one.d_x.data(), n), 1e-6);
-  EXPECT_LT(relative_error(split.grads.data(), one.grads.data(), kX * kE), 1e-6) << "router";
+  EXPECT_LT(norm_relative_error(split.out.data(), one.out.data(), n), 1e-6);
+  EXPECT_LT(norm_relative_error(split.d_x.data(), one.d_x.data(), n), 1e-6);
+  EXPECT_LT(norm_relative_error(split.grads.data(), one.grads.data(), kX * kE), 1e-6) << "router";
   // An expert's gradient: the one-rank gradients of every rank's tokens, summed.
   std::vector<float> summed = one.grads;
   world.all_reduce<float>(summed, ReduceOp::kSum);
@@ -130,7 +106,7 @@ void expect_matches_one_rank(const LlamaConfig& c, bool skewed) {
   const int64_t expert_size = 3 * kF * kE;
   for (int64_t j = rank * held; j < (rank + 1) * held; ++j) {
     const int64_t at = kX * kE + j * expert_size;
-    EXPECT_LT(relative_error(split.grads.data() + at, summed.data() + at, expert_size), 1e-6)
+    EXPECT_LT(norm_relative_error(split.grads.data() + at, summed.data() + at, expert_size), 1e-6)
         << "expert " << j;
   }
   if (skewed && c.sparse_matmul) {
@@ -144,7 +120,7 @@ void expect_matches_one_rank(const LlamaConfig& c, bool skewed) {
   }
 }
 
-class ExpertExchangeTest : public testing::TestWithParam<std::tuple<bool, double, bool>> {};
+class ExpertExchangeTest : public ::testing::TestWithParam<std::tuple<bool, double, bool>> {};
 
 TEST_P(ExpertExchangeTest, MatchesTheBlockOnOneRank) {
   if (Communicator::world().size() == 1 || kX % Communicator::world().size() != 0) {
@@ -155,8 +131,9 @@ TEST_P(ExpertExchangeTest, MatchesTheBlockOnOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dispatch, ExpertExchangeTest,
-                         testing::Combine(testing::Values(true, false), testing::Values(-1.0, 0.5),
-                                          testing::Values(false, true)));
+                         ::testing::Combine(::testing::Values(true, false),
+                                            ::testing::Values(-1.0, 0.5),
+                                            ::testing::Values(false, true)));
 
 }  // namespace
 }  // namespace maxctx::model
