@@ -1,6 +1,7 @@
 #include "maxctx/parallel/parallelize.h"
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/local_attention.h"
@@ -52,13 +53,15 @@ ParallelDims ParallelDims::inference(const Mesh& mesh) {
         d.context, d.context * d.context_autoregressive);
   }
   if (d.expert != 1) {
-    // MaxText's inference shards the experts (`exp`) over expert and context_autoregressive;
-    // this engine runs every expert whole on every rank.
+    // MaxText's inference shards the experts (`exp`) over expert and context_autoregressive
+    // and the decode batch over expert too; this engine splits the experts over
+    // context_autoregressive alone.
     fail(
-        "expert = {}: inference runs every expert on every rank here (the expert axis is "
-        "implemented for training only); set ici_expert_parallelism=1 and "
-        "dcn_expert_parallelism=1 and shard over ici_context_autoregressive_parallelism",
-        d.expert);
+        "expert = {}: inference splits a mixture of experts' experts over "
+        "context_autoregressive, not over the expert axis (a training axis here); set "
+        "ici_expert_parallelism=1 and dcn_expert_parallelism=1 and shard over "
+        "ici_context_autoregressive_parallelism={}",
+        d.expert, d.expert * d.context_autoregressive);
   }
   for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor}) {
     if (mesh.axis_size(axis) != 1) {
@@ -144,6 +147,19 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
   plans.cache = std::make_unique<KvCache>(kernels, shape);
   plans.prefill = std::make_unique<PrefillAttention>(kernels, ca_axis, s.decode, *plans.cache);
   plans.decode = std::make_unique<DecodeAttention>(kernels, ca_axis, s.decode, *plans.cache);
+  // MaxText's inference shards the experts (`exp`) over context_autoregressive: each rank runs
+  // its experts' rows of every rank's tokens (prefill: each its prompt columns; decode: the same
+  // tokens, or each its slots). Experts that do not split evenly run whole on every rank.
+  if (s.num_experts > 0 && ca > 1) {
+    if (s.num_experts % ca == 0) {
+      plans.experts = std::make_unique<ExpertAllToAll>(ca_axis);
+    } else {
+      log::info(
+          "context_autoregressive = {} does not divide num_experts = {}: every rank runs every "
+          "expert",
+          ca, s.num_experts);
+    }
+  }
   return plans;
 }
 

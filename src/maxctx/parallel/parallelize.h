@@ -11,8 +11,9 @@
 //    with `shard_parameters` the fsdp / data / context / expert parameter sharding and gradient
 //    sync. train and check-logits call it.
 //  - parallelize_inference builds inference's: the sequence-sharded KV cache, prefill and decode
-//    attention over context_autoregressive, and the MLP/head row split of a sequence-sharded
-//    decode. The inference engine (decode, bench-inference) calls it.
+//    attention over context_autoregressive, the MLP/head row split of a sequence-sharded
+//    decode, and a mixture of experts' experts split over context_autoregressive. The inference
+//    engine (decode, bench-inference) calls it.
 // The per-weight tensor split is weight_sharding.h's; the token split is load_balance.h's.
 #pragma once
 
@@ -72,6 +73,7 @@ struct InferenceSharding {
   int64_t max_target_length = 0;    // prompt + generated tokens per slot
   bool quantize_kvcache = false;    // an int8 cache; else the cache holds `cache_dtype`
   DType cache_dtype = DType::kF32;  // the activation dtype (bf16: MaxText's inference default)
+  int64_t num_experts = 0;          // a mixture of experts' experts (0: a dense model)
 };
 
 struct InferencePlans {
@@ -79,6 +81,9 @@ struct InferencePlans {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<PrefillAttention> prefill;
   std::unique_ptr<DecodeAttention> decode;
+  // A mixture of experts' experts split over context_autoregressive (MaxText's `exp` rule for
+  // inference); null when ca = 1, for a dense model, or when ca does not divide num_experts.
+  std::unique_ptr<ExpertExchange> experts;
 };
 
 InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
