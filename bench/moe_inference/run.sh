@@ -3,8 +3,8 @@
 # bench-inference` (MaxText's inference_microbenchmark JSON) at context_autoregressive = 1 and 2,
 # one rank per core, one OpenMP/BLAS thread each, on a small Mixtral (mixtral-tiny's shape widened:
 # E 512, 8 experts of F 1024, 2 per token, 4 layers, GQA 8/4 heads of 64; random init):
-#   - the AR step at a 8K-token context (sequence-sharded cache; the experts run whole on every
-#     rank, so only the attention's share of the step's bytes halves), ca = 2 vs ca = 1;
+#   - the AR step at a 8K-token context (sequence-sharded cache; the experts split over the
+#     axis, each rank running its 4 experts' rows of the step's tokens), ca = 2 vs ca = 1;
 #   - a 4K-token prefill, ca = 2 vs ca = 1 (strong scaling).
 # Three rounds with ca = 1 and ca = 2 alternating; the JSON takes each figure's median round and
 # the ratios of those medians. Writes BUILD_DIR/bench/moe_inference.json. About 2 minutes.

@@ -92,10 +92,7 @@ int fsdp_child(int argc, char** argv) {
   const maxctx::Communicator world = maxctx::Communicator::world();
   const maxctx::Config config = training_config(argv[2], argv[3], std::stoll(argv[4]), world.size(),
                                                 "full", 1, argv[5], world.size());
-  maxctx::MeshSpec spec;
-  spec.ici = config.derived.ici_parallelism;
-  spec.dcn = config.derived.dcn_parallelism;
-  const maxctx::Mesh mesh(spec);
+  const maxctx::Mesh mesh = bench::mesh_of(config);
   maxctx::train::Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
   trainer.track_parameter_memory();
   reset_peak_rss();

@@ -19,6 +19,10 @@ rm -rf "$run_dir"
 # Mixture of experts: sparse and dense dispatch vs the dense model of equal active parameters.
 "${pin[@]}" "$build_dir/bench/moe_bench" --config "$here/../../configs/base.yml" \
   --run-dir "$run_dir" --out "$build_dir/bench/train_moe.json"
+# The expert axis on 2 ranks: expert = 2 vs expert = 1 (data = 2), both dispatch paths.
+"${mpi[@]}" -np 2 "$build_dir/bench/expert_bench" --config "$here/../../configs/base.yml" \
+  --run-dir "$run_dir" --out "$build_dir/bench/train_expert.json"
+rm -rf "$run_dir"
 # Memory: fsdp = 1, 2, 4 (mpirun) and remat_policy none / minimal / full (one rank, pinned).
 "$build_dir/bench/memory_bench" --config "$here/../../configs/base.yml" \
   --remat-prefix "${pin[*]}" --run-dir "$run_dir" --out "$build_dir/bench/train_memory.json"

@@ -108,6 +108,14 @@ struct StepTimes {
   }
 };
 
+// The mesh a config's ici_* / dcn_* keys describe, over every rank (collective).
+inline Mesh mesh_of(const Config& config) {
+  MeshSpec spec;
+  spec.ici = config.derived.ici_parallelism;
+  spec.dcn = config.derived.dcn_parallelism;
+  return Mesh(spec);
+}
+
 // Runs `warmup` steps, then `timed` steps one at a time (collective over the mesh).
 inline StepTimes time_training_steps(train::Trainer& trainer, const Mesh& mesh, int warmup,
                                      int timed) {

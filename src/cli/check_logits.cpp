@@ -42,7 +42,7 @@ constexpr const char* kUsage =
     "MaxText's forward_pass_logit_checker. <dir> is a Hugging Face checkpoint (config.json +\n"
     "safetensors), or a maxctx checkpoint directory (model.safetensors, model from the config's\n"
     "keys). The golden file is JSONL: {\"prompt\", \"tokens\", \"logits\" [seq][vocab]} per line.\n"
-    "Runs one forward per prompt on the mesh (context, tensor, data, fsdp axes; e.g.\n"
+    "Runs one forward per prompt on the mesh (context, tensor, expert, data, fsdp axes; e.g.\n"
     "`mpirun -np 4 maxctx check-logits ... ici_context_parallelism=4`) and prints the max\n"
     "|model - golden| and the max per-token KL(golden||model). Fails (exit 1) when any logit has\n"
     "|model - golden| > atol + rtol*|golden| (numpy.allclose) or when the max KL > max_kl_div.\n"
@@ -50,7 +50,7 @@ constexpr const char* kUsage =
 
 struct ModelOnMesh {
   model::LlamaConfig config;
-  std::vector<model::WeightSpec> specs;  // this tensor rank's blocks
+  std::vector<model::WeightSpec> specs;  // this tensor rank's blocks and expert rank's experts
   Tensor params;                         // in weight_dtype
   model::LlamaWeights weights;
   parallel::TrainingPlans plans;  // the training forward's, without parameter sharding
@@ -66,7 +66,9 @@ void load_model(const Config& c, const Mesh& mesh, const parallel::ParallelDims&
   const bool hf = fs::exists(dir / "config.json");
   m.config = hf ? model::llama_config_from_hf(dir / "config.json") : model::llama_config_from(c);
   model::apply_precision(c, m.config);
-  m.specs = model::llama_weight_specs(m.config, static_cast<int>(dims.tensor), dims.tensor_rank);
+  m.specs = model::llama_weight_specs(m.config, static_cast<int>(dims.tensor), dims.tensor_rank,
+                                      static_cast<int>(dims.expert),
+                                      static_cast<int>(mesh.coord(Axis::kExpert)));
   m.params = kernels.empty({model::total_numel(m.specs)}, m.config.weight_dtype);
   model::load_hf_weights(kernels, m.specs, m.params.view(), dir);
   m.weights = model::bind_weights(m.specs, m.params.view());
@@ -147,10 +149,12 @@ int run_check_logits(const Args& args) {
   ModelOnMesh m;
   load_model(c, mesh, dims, kernels_for(c), m);
   const std::vector<io::GoldenPrompt> golden = io::read_golden_logits(c.golden_logits_path);
-  log::info("check-logits: {} prompts from {}; mesh context {} ({}, load balance {}), tensor {}",
-            golden.size(), c.golden_logits_path, mesh.axis_size(Axis::kContext),
-            c.context_parallel_strategy, c.context_parallel_load_balance ? "on" : "off",
-            mesh.axis_size(Axis::kTensor));
+  log::info(
+      "check-logits: {} prompts from {}; mesh context {} ({}, load balance {}), tensor {}, "
+      "expert {}",
+      golden.size(), c.golden_logits_path, mesh.axis_size(Axis::kContext),
+      c.context_parallel_strategy, c.context_parallel_load_balance ? "on" : "off",
+      mesh.axis_size(Axis::kTensor), mesh.axis_size(Axis::kExpert));
 
   io::LogitComparison total;
   size_t kl_prompt = 0, worst_prompt = 0;

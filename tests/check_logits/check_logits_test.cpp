@@ -2,8 +2,9 @@
 // fixture (tests/fixtures/tiny_llama) gives the torch logits with max KL < 1e-6 and every logit
 // within 1e-5 on one rank and with context = 2 and 4 (all_gather and ring, balanced or not, the
 // 10- and 12-token prompts padded where they do not split), also with tensor parallelism and
-// data replicas; the Mixtral fixture (tests/fixtures/tiny_mixtral) likewise with context; and
-// copies of the golden file with perturbed logits fail, each on the bound it breaks.
+// data replicas; the Mixtral fixture (tests/fixtures/tiny_mixtral) likewise with context and
+// with expert; and copies of the golden file with perturbed logits fail, each on the bound it
+// breaks.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -68,6 +69,29 @@ TEST(CheckLogits, MixtralFixtureOnEveryContextSize) {
     args[3] = "ici_tensor_parallelism=2";
     args.push_back("ici_context_parallelism=" + std::to_string(world_size() / 2));
     EXPECT_EQ(cli::run_check_logits(args), 0) << sparse << " tensor 2";
+  }
+}
+
+// The Mixtral fixture with its experts split over the expert axis (every expert rank holds the
+// one prompt; its rows travel to their experts' ranks and back): expert = ranks, and on 4 ranks
+// expert = 2 with context = 2; both dispatch paths, KL <= 1e-6 (kTight).
+TEST(CheckLogits, MixtralFixtureOverTheExpertAxis) {
+  if (world_size() == 1) GTEST_SKIP() << "needs 2 or 4 ranks";
+  const std::string fixture = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_mixtral";
+  std::vector<std::vector<std::string>> meshes = {
+      {"ici_expert_parallelism=" + std::to_string(world_size())}};
+  if (world_size() == 4) {
+    meshes.push_back({"ici_expert_parallelism=2", "ici_context_parallelism=2"});
+  }
+  for (const std::vector<std::string>& mesh : meshes) {
+    for (const char* sparse : {"sparse_matmul=true", "sparse_matmul=false"}) {
+      cli::Args args = {std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml",
+                        "load_parameters_path=" + fixture,
+                        "golden_logits_path=" + fixture + "/golden_logits.jsonl", sparse};
+      args.insert(args.end(), mesh.begin(), mesh.end());
+      args.insert(args.end(), kTight.begin(), kTight.end());
+      EXPECT_EQ(cli::run_check_logits(args), 0) << sparse << " " << mesh[0];
+    }
   }
 }
 

@@ -182,6 +182,16 @@ TEST(InferenceConfig, OtherAxesAndFractionalBatchAreErrors) {
                 inference_settings_from(c, mesh);
               }).find("inference shards only over context_autoregressive"),
               std::string::npos);
+    // MaxText's inference command line with ici_expert_parallelism given: refused, with why.
+    const Config expert =
+        inference_config({"ici_expert_parallelism=-1", "ici_context_autoregressive_parallelism=1"});
+    const std::string refused = error_of([&] { inference_settings_from(expert, mesh_of(expert)); });
+    EXPECT_NE(refused.find(fmt::format("expert = {}: inference splits a mixture of experts' "
+                                       "experts over context_autoregressive, not over the expert "
+                                       "axis",
+                                       world)),
+              std::string::npos)
+        << refused;
   }
   // The config layer already refuses a fractional global batch; inference names it too.
   const std::string e = error_of([&] {

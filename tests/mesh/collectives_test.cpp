@@ -209,6 +209,36 @@ TYPED_TEST(TypedCollectivesTest, AllToAllSendsBlockPToRankP) {
   }
 }
 
+// Rank r sends rank p count(r, p) = (r + 2p) % 3 · m elements small(r, 1000 p + i) (some
+// blocks empty, the sizes differing per pair); rank p receives them as block r, in rank order.
+TYPED_TEST(TypedCollectivesTest, AllToAllvSendsUnevenBlocks) {
+  using T = TypeParam;
+  const int n = this->n_, r = this->r_;
+  const auto count = [](int from, int to, int64_t m) { return (from + 2 * to) % 3 * m; };
+  for (const int64_t limit : kLimits) {
+    const ElementLimit scope(limit);
+    for (const int64_t m : {1, 7}) {
+      std::vector<int64_t> send_counts(n), recv_counts(n);
+      std::vector<T> in;
+      for (int p = 0; p < n; ++p) {
+        send_counts[p] = count(r, p, m);
+        recv_counts[p] = count(p, r, m);
+        for (int64_t i = 0; i < send_counts[p]; ++i) in.push_back(small<T>(r, 1000 * p + i));
+      }
+      int64_t received = 0;
+      for (int64_t c : recv_counts) received += c;
+      std::vector<T> out(received, T{99});
+      this->world_.template all_to_allv<T>(in, send_counts, out, recv_counts);
+      int64_t at = 0;
+      for (int p = 0; p < n; ++p) {
+        for (int64_t i = 0; i < recv_counts[p]; ++i, ++at) {
+          ASSERT_EQ(out[at], small<T>(p, 1000 * r + i)) << "limit " << limit << " m " << m;
+        }
+      }
+    }
+  }
+}
+
 class CollectivesTest : public testing::Test {
  protected:
   const Communicator world_ = Communicator::world();

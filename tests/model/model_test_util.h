@@ -1,5 +1,5 @@
-// Helpers shared by the model tests: a flat parameter set with its gradient buffer, and the
-// norm-relative error used for whole tensors.
+// Helpers shared by the model tests: a flat parameter set with its gradient buffer, the
+// norm-relative error used for whole tensors, a small mixture of experts and random values.
 #pragma once
 
 #include <algorithm>
@@ -23,6 +23,28 @@ inline double norm_relative_error(const float* a, const float* b, int64_t n) {
     max_ref = std::max(max_ref, std::fabs(double(b[i])));
   }
   return max_ref == 0.0 ? max_diff : max_diff / max_ref;
+}
+
+// A small Mixtral block's config: E 16, mlp_dim 24, 4 experts, 2 per token,
+// load_balance_loss_weight 0.01, the dispatch path and capacity_factor given.
+inline LlamaConfig small_moe(bool sparse, double capacity_factor = -1.0) {
+  LlamaConfig c;
+  c.emb_dim = 16;
+  c.mlp_dim = 24;
+  c.moe = true;
+  c.num_experts = 4;
+  c.num_experts_per_tok = 2;
+  c.sparse_matmul = sparse;
+  c.capacity_factor = capacity_factor;
+  c.load_balance_loss_weight = 0.01;
+  return c;
+}
+
+// n values N(0, stddev²) of counter stream `stream` (seed 7).
+inline std::vector<float> random_values(int64_t n, uint64_t stream, float stddev) {
+  std::vector<float> v(static_cast<size_t>(n));
+  rng::fill_normal(v, 7, stream, 0, 0.0f, stddev);
+  return v;
 }
 
 struct LocalModel {

@@ -16,27 +16,10 @@ namespace maxctx::model {
 namespace {
 
 using testing::norm_relative_error;
+using testing::random_values;
+using testing::small_moe;
 
 const kernels::Kernels& cpu() { return kernels::backend(Device::kCpu); }
-
-LlamaConfig small_moe(bool sparse, double capacity_factor = -1.0) {
-  LlamaConfig c;
-  c.emb_dim = 16;
-  c.mlp_dim = 24;
-  c.moe = true;
-  c.num_experts = 4;
-  c.num_experts_per_tok = 2;
-  c.sparse_matmul = sparse;
-  c.capacity_factor = capacity_factor;
-  c.load_balance_loss_weight = 0.01;
-  return c;
-}
-
-std::vector<float> random_values(int64_t n, uint64_t stream, float stddev) {
-  std::vector<float> v(static_cast<size_t>(n));
-  rng::fill_normal(v, 7, stream, 0, 0.0f, stddev);
-  return v;
-}
 
 // Random router and experts in one f32 buffer, with views into it (rebound on copy).
 struct MoeParams {

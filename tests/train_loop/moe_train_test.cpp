@@ -5,9 +5,12 @@
 // parameters within 1e-5): on 2 ranks {data=2}, {fsdp=2}, {context=2} (all_gather and ring,
 // balanced or not, sparse and dense dispatch), {tensor=2} (experts' hidden units split), dense
 // dispatch with dropping on {fsdp=2} and {tensor=2}; on 4 ranks {context=2, tensor=2} and
-// {fsdp=2, context=2}. The mixture is per token; the load-balance statistics are summed per
-// sequence over context before the per-sequence loss. What is not implemented yet for a
-// mixture of experts is a clear error.
+// {fsdp=2, context=2}. The expert axis (experts split over it, rows exchanged with
+// all_to_allv, the batch split over it like data): {expert=2} on both dispatch paths and with
+// dropping; on 4 ranks {expert=2, context=2} (both paths), {fsdp=2, expert=2},
+// {expert=2, tensor=2} and {expert=4}. The mixture is per token; the load-balance statistics
+// are summed per sequence over context before the per-sequence loss. What is not implemented
+// yet for a mixture of experts is a clear error.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -135,11 +138,13 @@ struct MoeMesh {
   std::vector<std::string> mesh;      // ici_* and strategy keys
   std::vector<std::string> dispatch;  // given to the single-device reference too
   const char* per_device_batch_size;
+  int global_batch = 2;  // rows of a step (the reference's per_device_batch_size)
 };
 
 std::vector<MoeMesh> moe_meshes() {
   const std::vector<std::string> context = {"ici_fsdp_parallelism=1", "ici_context_parallelism=2"};
   const std::vector<std::string> tensor = {"ici_fsdp_parallelism=1", "ici_tensor_parallelism=2"};
+  const std::vector<std::string> expert = {"ici_fsdp_parallelism=1", "ici_expert_parallelism=2"};
   const auto with = [](std::vector<std::string> keys, std::vector<std::string> more) {
     keys.insert(keys.end(), more.begin(), more.end());
     return keys;
@@ -159,6 +164,16 @@ std::vector<MoeMesh> moe_meshes() {
       {2, tensor, dropping, "1"},
       {4, with(context, {"ici_tensor_parallelism=2"}), {}, "0.5"},
       {4, {"ici_fsdp_parallelism=2", "ici_context_parallelism=2"}, {}, "0.5"},
+      // The expert axis: 2 of the 4 experts per rank; the batch's rows split over it.
+      {2, expert, {}, "1"},
+      {2, expert, dense, "1"},
+      {2, expert, dropping, "1"},
+      {4, with(expert, {"ici_context_parallelism=2"}), {}, "0.5"},
+      {4, with(expert, {"ici_context_parallelism=2"}), dense, "0.5"},
+      {4, with(expert, {"ici_tensor_parallelism=2"}), {}, "1", 4},
+      {4, {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, {}, "1", 4},
+      {4, {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, dense, "1", 4},
+      {4, {"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"}, {}, "1", 4},
   };
 }
 
@@ -170,7 +185,8 @@ TEST(MoeTraining, MeshesMatchTheSingleDeviceRun) {
   const std::string tokens = testing::write_packed_token_file(dir.path());
   for (const MoeMesh& m : moe_meshes()) {
     if (m.ranks != world_size) continue;
-    std::vector<std::string> reference_keys = {"per_device_batch_size=2", "ici_fsdp_parallelism=1"};
+    std::vector<std::string> reference_keys = {
+        "per_device_batch_size=" + std::to_string(m.global_batch), "ici_fsdp_parallelism=1"};
     reference_keys.insert(reference_keys.end(), m.dispatch.begin(), m.dispatch.end());
     const TrainedRun reference =
         run_alone(testing::with_overrides(moe_overrides(dir, tokens, "reference"), reference_keys));
@@ -180,7 +196,7 @@ TEST(MoeTraining, MeshesMatchTheSingleDeviceRun) {
     overrides = testing::with_overrides(overrides, m.mesh);
     overrides = testing::with_overrides(overrides, m.dispatch);
     const Config config = load_config(testing::kBaseConfig, overrides, world_size);
-    ASSERT_EQ(config.derived.global_batch_size_to_train_on, 2);
+    ASSERT_EQ(config.derived.global_batch_size_to_train_on, m.global_batch);
     const Mesh mesh = testing::mesh_of(config);
     Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
     trainer.run();
@@ -230,10 +246,17 @@ TEST(MoeTraining, MeshesNotImplementedYetAreClearErrors) {
                            "per_device_batch_size=1", "sparse_matmul=false", "capacity_factor=1"})
                 .find("(token dropping) under context parallelism (2) is not implemented"),
             std::string::npos);
-  EXPECT_NE(trainer_error(
-                {"ici_fsdp_parallelism=1", "ici_expert_parallelism=2", "per_device_batch_size=1"})
-                .find("expert parallelism = 2 is not implemented yet"),
-            std::string::npos);
+  const std::string indivisible =
+      trainer_error({"ici_fsdp_parallelism=1", "ici_expert_parallelism=2",
+                     "per_device_batch_size=1", "num_experts=3", "override_model_config=true"});
+  EXPECT_NE(indivisible.find("expert parallelism 2 (ici_expert_parallelism x "
+                             "dcn_expert_parallelism) must divide num_experts 3"),
+            std::string::npos)
+      << indivisible;
+  const std::string batch = trainer_error(
+      {"ici_fsdp_parallelism=1", "ici_expert_parallelism=2", "per_device_batch_size=0.5"});
+  EXPECT_NE(batch.find("does not split over data x fsdp x expert = 1 x 1 x 2"), std::string::npos)
+      << batch;
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ void expect_error(const std::string& error, const std::string& part) {
 TEST(TrainMeshErrors, BatchNotDivisibleByDataTimesFsdp) {
   expect_error(mesh_error(4, {"ici_fsdp_parallelism=1", "ici_data_parallelism=2",
                               "ici_context_parallelism=2", "per_device_batch_size=0.75"}),
-               "does not split over data x fsdp = 2 x 1");
+               "does not split over data x fsdp x expert = 2 x 1 x 1");
 }
 
 TEST(TrainMeshErrors, ContextAutoregressiveIsNotATrainingAxis) {

@@ -127,6 +127,7 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
   sharding.max_target_length = settings_.max_target_length;
   sharding.quantize_kvcache = settings_.quantize_kvcache;
   sharding.cache_dtype = model_.dtype;
+  sharding.num_experts = model_.moe ? model_.num_experts : 0;
   plans_ = parallel::parallelize_inference(sharding, mesh, kernels_, model_.num_layers,
                                            model_.num_kv_heads, model_.head_dim);
   inference_weights_ = std::make_unique<model::InferenceWeights>(
@@ -213,7 +214,7 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   batch.positions = positions_.data();
   batch.segment_ids = segments_.data();
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill, ws_,
-                                 logit_rows_, row_logits_.data());
+                                 logit_rows_, row_logits_.data(), nullptr, plans_.experts.get());
   // Exactly one rank holds each slot's last row; the others add zeros, which is exact.
   std::fill(logits_.begin(), logits_.end(), 0.0f);
   for (size_t i = 0; i < logit_slots_.size(); ++i) {
@@ -265,7 +266,8 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   batch.positions = positions_.data();
   batch.segment_ids = segments_.data();
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.decode, ws_,
-                                 logit_rows_, row_logits_.data(), plans_.row_split.get());
+                                 logit_rows_, row_logits_.data(), plans_.row_split.get(),
+                                 plans_.experts.get());
   if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
     ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(logits_));
   } else {

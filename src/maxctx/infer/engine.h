@@ -103,6 +103,8 @@ class InferenceEngine {
   const parallel::KvCache& cache() const { return *plans_.cache; }
   // Whether decode steps split the MLP and head rows over the axis (sequence sharding, ca > 1).
   bool decode_row_split() const { return plans_.row_split != nullptr; }
+  // Over how many ranks a mixture of experts' experts are split (1: every rank runs them all).
+  int64_t expert_ranks() const { return plans_.experts ? plans_.experts->ranks() : 1; }
   int64_t slots() const { return settings_.slots; }
   int64_t ca() const { return ca_.size(); }
   const Communicator& axis() const { return ca_; }  // context_autoregressive

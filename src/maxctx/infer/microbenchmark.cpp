@@ -125,8 +125,8 @@ ArTiming benchmark_autoregressive(InferenceEngine& engine, int64_t iters, int64_
   for (int64_t i = 0; i < iters; ++i) {
     seconds += timed(engine.axis(), [&] { engine.decode_step(tokens, active); });
     // What the step streamed: every weight and this rank's cache rows in use after its append.
-    bytes +=
-        engine.weights().bytes_per_step(engine.decode_row_split()) + engine.cache().bytes_in_use();
+    bytes += engine.weights().bytes_per_step(engine.decode_row_split(), engine.expert_ranks()) +
+             engine.cache().bytes_in_use();
   }
   const double step_s = seconds / double(iters);
   t.step_ms = step_s * 1e3;

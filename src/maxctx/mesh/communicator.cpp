@@ -296,6 +296,34 @@ void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
 }
 
 template <typename T>
+void Communicator::all_to_allv(std::span<const T> in, std::span<const int64_t> send_counts,
+                               std::span<T> out, std::span<const int64_t> recv_counts) const {
+  const trace::Span span("all_to_allv", trace::Category::kComm, trace_name_,
+                         static_cast<int64_t>(in.size_bytes()));
+  const CommunicatorImpl& impl = backend();
+  const auto n = static_cast<size_t>(impl.size());
+  MAXCTX_CHECK(send_counts.size() == n && recv_counts.size() == n,
+               "all_to_allv: {} send and {} receive counts for {} ranks", send_counts.size(),
+               recv_counts.size(), n);
+  int64_t sent = 0, received = 0;
+  for (size_t p = 0; p < n; ++p) {
+    MAXCTX_CHECK(send_counts[p] >= 0 && recv_counts[p] >= 0,
+                 "all_to_allv: negative count for rank {}", p);
+    sent += send_counts[p];
+    received += recv_counts[p];
+  }
+  MAXCTX_CHECK(
+      sent == static_cast<int64_t>(in.size()) && received == static_cast<int64_t>(out.size()),
+      "all_to_allv: counts sum to {} sent / {} received, buffers hold {} / {}", sent, received,
+      in.size(), out.size());
+  MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
+               "all_to_allv: out overlaps in; exchange into a separate buffer");
+  const WaitScope waiting("all_to_allv", &impl);
+  impl.all_to_allv(in.data(), send_counts.data(), out.data(), recv_counts.data(),
+                   element_type_of<T>());
+}
+
+template <typename T>
 void Communicator::broadcast(std::span<T> data, int root) const {
   const trace::Span span("broadcast", trace::Category::kComm, trace_name_,
                          static_cast<int64_t>(data.size_bytes()));
@@ -313,6 +341,8 @@ void Communicator::broadcast(std::span<T> data, int root) const {
                                                 ReduceScatterAlgorithm) const;                     \
   template void Communicator::all_reduce<T>(std::span<T>, ReduceOp) const;                         \
   template void Communicator::all_to_all<T>(std::span<const T>, std::span<T>) const;               \
+  template void Communicator::all_to_allv<T>(std::span<const T>, std::span<const int64_t>,         \
+                                             std::span<T>, std::span<const int64_t>) const;        \
   template void Communicator::broadcast<T>(std::span<T>, int) const;                               \
   template void Communicator::send_recv<T>(std::span<const T>, int, std::span<T>, int, int) const; \
   template Request Communicator::isend<T>(std::span<const T>, int, int) const;                     \
@@ -355,6 +385,14 @@ void Communicator::all_reduce(const TensorView& in_out, ReduceOp op) const {
 void Communicator::all_to_all(const TensorView& in, const TensorView& out) const {
   check_same_dtype("all_to_all", in, out);
   visit_view_type(in, [&]<typename T>() { all_to_all<T>(elements<T>(in), elements<T>(out)); });
+}
+
+void Communicator::all_to_allv(const TensorView& in, std::span<const int64_t> send_counts,
+                               const TensorView& out, std::span<const int64_t> recv_counts) const {
+  check_same_dtype("all_to_allv", in, out);
+  visit_view_type(in, [&]<typename T>() {
+    all_to_allv<T>(elements<T>(in), send_counts, elements<T>(out), recv_counts);
+  });
 }
 
 void Communicator::send_recv(const TensorView& send, int dest, const TensorView& recv, int source,

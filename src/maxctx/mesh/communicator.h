@@ -1,6 +1,6 @@
 // Communicator: the value type callers talk to, over a backend behind CommunicatorImpl
 // (communicator_impl.h), after MLX's Group over GroupImpl. Verbs: all_gather(_uneven),
-// reduce_scatter, all_reduce, all_to_all, broadcast, send_recv, isend/irecv, barrier, split.
+// reduce_scatter, all_reduce, all_to_all(v), broadcast, send_recv, isend/irecv, barrier, split.
 // What it is not: a backend. It checks every size, tag and peer (values printed) and hands a
 // type-erased call to its impl; no header here names MPI. Today's backend is MPI on host memory.
 //
@@ -121,6 +121,14 @@ class Communicator {
   template <typename T>
   void all_to_all(std::span<const T> in, std::span<T> out) const;
 
+  // The uneven all_to_all (MPI_Alltoallv): `in` holds size() blocks in rank order, block p of
+  // send_counts[p] elements going to rank p; `out` receives block p of recv_counts[p] elements
+  // from rank p, in rank order. Each pair must agree (my send_counts[p] is p's
+  // recv_counts[me]; a receive checks it got exactly that many). out must not overlap in.
+  template <typename T>
+  void all_to_allv(std::span<const T> in, std::span<const int64_t> send_counts, std::span<T> out,
+                   std::span<const int64_t> recv_counts) const;
+
   template <typename T>
   void broadcast(std::span<T> data, int root) const;
 
@@ -146,6 +154,8 @@ class Communicator {
   void reduce_scatter(const TensorView& in, const TensorView& out) const;
   void all_reduce(const TensorView& in_out, ReduceOp op) const;
   void all_to_all(const TensorView& in, const TensorView& out) const;
+  void all_to_allv(const TensorView& in, std::span<const int64_t> send_counts,
+                   const TensorView& out, std::span<const int64_t> recv_counts) const;
   void send_recv(const TensorView& send, int dest, const TensorView& recv, int source,
                  int tag = 0) const;
   [[nodiscard]] Request isend(const TensorView& data, int dest, int tag = 0) const;

@@ -97,6 +97,9 @@ class CommunicatorImpl {
   virtual void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const = 0;
   // part: the elements of one block; in and out hold size() blocks.
   virtual void all_to_all(const void* in, void* out, int64_t part, ElementType type) const = 0;
+  // send_counts, recv_counts: size() elements each; blocks follow each other in rank order.
+  virtual void all_to_allv(const void* in, const int64_t* send_counts, void* out,
+                           const int64_t* recv_counts, ElementType type) const = 0;
   virtual void broadcast(void* data, int64_t count, ElementType type, int root) const = 0;
 
   virtual void send_recv(const void* send, int64_t send_count, int dest, void* recv,

@@ -49,13 +49,13 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
   k.rmsnorm_forward(b.mlp_norm_out, b.mlp_norm_rstd, x_mid, w.mlp_norm, c.norm_eps);
   if (c.moe) {
     // Every rank runs its tokens through all experts (a row split's ranks hold the same tokens
-    // and compute the same result).
+    // and compute the same result), those of other expert ranks through plan.experts.
     MAXCTX_CHECK(b.moe != nullptr, "a mixture of experts needs its buffers");
     // Its routing and expert rows are kept per layer by every remat policy: a recomputation
     // (no `down` step) redoes only the norm above, which the backward reads as the experts' input.
     if (!steps.down) return;
     moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe,
-                plan.sequence);
+                plan.sequence, plan.experts);
     plan.tensor->all_reduce_sum(b.proj);  // the experts' w2 is row-parallel like down_proj
   } else if (plan.row_split != nullptr) {
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.

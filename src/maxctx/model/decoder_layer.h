@@ -85,6 +85,8 @@ struct DecoderLayerPlan {
 
   // Training under context parallelism: ModelPlan::sequence (a mixture of experts' statistics).
   parallel::TensorReducer* sequence = nullptr;
+  // Training under the expert axis: ModelPlan::experts (a mixture of experts' row exchange).
+  parallel::ExpertExchange* experts = nullptr;
 };
 
 // Rotary position embedding tables and the attention dims for a batch (computed once, shared by

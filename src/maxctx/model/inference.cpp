@@ -59,7 +59,8 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
       return linear_of(m.rows(first, first + split_count(out_dim, part.ranks, part.rank)));
     };
     lm_head_part = rows(w.lm_head);
-    // A mixture of experts is not split: every rank runs its (identical) tokens through it.
+    // A mixture of experts has no row split (its experts are split over the axis instead,
+    // parallel/parallelize.h InferencePlans::experts).
     for (const LayerWeights& lw : w.layers) {
       mlp_parts.push_back(c.moe ? MlpRowsPart{}
                                 : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
@@ -103,7 +104,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   }
 }
 
-int64_t InferenceWeights::bytes_per_step(bool row_split) const {
+int64_t InferenceWeights::bytes_per_step(bool row_split, int64_t expert_ranks) const {
   MAXCTX_CHECK(!row_split || !mlp_parts.empty(), "these weights hold no row split");
   int64_t bytes =
       linear_bytes(row_split ? lm_head_part : lm_head) + static_cast<int64_t>(final_norm.bytes());
@@ -111,12 +112,15 @@ int64_t InferenceWeights::bytes_per_step(bool row_split) const {
     const DecoderLayerWeights& l = layers[i];
     for (const Linear* p : {&l.wq, &l.wk, &l.wv, &l.wo}) bytes += linear_bytes(*p);
     if (!l.moe.experts.empty()) {
-      // Every expert, as a step with enough tokens reads them all.
+      // Every expert (this rank's share of them when they are split), as a step with enough
+      // tokens reads them all.
       bytes += static_cast<int64_t>(l.moe.router.bytes());
+      int64_t experts = 0;
       for (const ExpertWeights& e : l.moe.experts) {
-        bytes += weight_bytes(e.w_gate, e.w_gate_i8) + weight_bytes(e.w_up, e.w_up_i8) +
-                 weight_bytes(e.w_down, e.w_down_i8);
+        experts += weight_bytes(e.w_gate, e.w_gate_i8) + weight_bytes(e.w_up, e.w_up_i8) +
+                   weight_bytes(e.w_down, e.w_down_i8);
       }
+      bytes += experts / expert_ranks;
     } else if (row_split) {
       const MlpRowsPart& m = mlp_parts[i];
       for (const Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) bytes += linear_bytes(*p);
@@ -158,7 +162,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
                              const InferenceWeights& w, const TokenBatch& b,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
-                             parallel::RowSplit* row_split) {
+                             parallel::RowSplit* row_split, parallel::ExpertExchange* experts) {
   const int64_t N = b.batch * b.seq;
   MAXCTX_CHECK(N > 0 && N <= ws.max_rows, "{} tokens for a workspace of {} rows", N, ws.max_rows);
   MAXCTX_CHECK_EQ(static_cast<int64_t>(w.layers.size()), c.num_layers, "weights of another model");
@@ -202,6 +206,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   parallel::NoTensorReduction whole_layers;  // inference replicates the tensor axis' work
   plan.tensor = &whole_layers;
   plan.row_split = row_split;
+  plan.experts = experts;
 
   k.embedding_forward(x, b.tokens, w.embed);
   for (int64_t l = 0; l < c.num_layers; ++l) {

@@ -53,8 +53,9 @@ class InferenceWeights {
   bool int8() const { return !quantized_.empty(); }
   // Bytes one decode step streams: every projection and the head as stored (int8 codes plus
   // scales, or fp32), the norms, and one embedding row per token is not counted. With
-  // row_split, the MLP and head rows of this rank's part instead of the whole matrices.
-  int64_t bytes_per_step(bool row_split = false) const;
+  // row_split, the MLP and head rows of this rank's part instead of the whole matrices; with
+  // the experts split over `expert_ranks` ranks, this rank's share of them.
+  int64_t bytes_per_step(bool row_split = false, int64_t expert_ranks = 1) const;
 
   TensorView embed;       // (V, E)
   TensorView final_norm;  // (E)
@@ -98,11 +99,14 @@ InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,
 // Runs the decoder over this rank's tokens (batch.targets is ignored) and writes the logits of
 // rows logit_rows (indices into the B·S rows, in the order given) to logits (rows, V). With
 // row_split (every rank of it running the same tokens; weights built with the same part) the
-// MLP and the head are split over its ranks.
+// MLP and the head are split over its ranks. With `experts` (a mixture of experts whose
+// experts are split over the axis: every rank of it calls this with its own tokens, or the
+// same ones) each rank runs only its experts' rows, exchanged with the others.
 void llama_inference_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                              const InferenceWeights& weights, const TokenBatch& batch,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
-                             parallel::RowSplit* row_split = nullptr);
+                             parallel::RowSplit* row_split = nullptr,
+                             parallel::ExpertExchange* experts = nullptr);
 
 }  // namespace maxctx::model

@@ -89,7 +89,7 @@ void moe_block_backward(const kernels::Kernels& k, const LlamaConfig& c, const L
                         float d_moe_lb) {
   const TensorView d_residual = acts.d_residual.view();
   moe_backward(k, c, w.moe, g.moe, b.batch, b.seq, a.mlp_norm_out, d_residual, acts.d_normed.view(),
-               a.moe, acts.moe_grad, d_moe_lb, plan.tensor);
+               a.moe, acts.moe_grad, d_moe_lb, plan.tensor, plan.experts);
   k.rmsnorm_backward(acts.d_x.view(), g.mlp_norm, acts.d_normed.view(), residual_in, w.mlp_norm,
                      a.mlp_norm_rstd);
   k.add_inplace(d_residual, acts.d_x.view());
@@ -157,6 +157,7 @@ struct TrainingLayers {
     layer_plan.attention = &attention;
     layer_plan.tensor = plan.tensor;
     layer_plan.sequence = plan.sequence;
+    layer_plan.experts = plan.experts;
   }
   PlanAttention attention;
   LayerInputs inputs;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "maxctx/core/check.h"
+#include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::model {
 namespace {
@@ -53,14 +54,48 @@ ExpertRows expert_rows(const MoeBuffers& b, int64_t R, int64_t E, int64_t F) {
           leading_rows(b.hidden, R, F)};
 }
 
-// fn(expert, first row, end row) for every expert that has rows.
-template <typename Fn>
-void for_each_expert(const MoeDispatch& d, Fn fn) {
+// Without the expert axis every expert runs here on its dispatch rows: one segment per expert
+// that has rows.
+void local_segments(const MoeDispatch& d, MoeBuffers& b) {
+  b.segments.clear();
   for (size_t e = 0; e + 1 < d.expert_begin.size(); ++e) {
     if (d.expert_begin[e] < d.expert_begin[e + 1]) {
-      fn(e, d.expert_begin[e], d.expert_begin[e + 1]);
+      b.segments.push_back({static_cast<int64_t>(e), d.expert_begin[e], d.expert_begin[e + 1]});
     }
   }
+  b.local_rows = d.rows();
+}
+
+// Under the expert axis: expert x's dispatch rows go to the rank holding x. Rank p's experts
+// are contiguous, so are their rows (both dispatch plans keep an expert's rows together, in
+// expert order): the block for rank p is one run of rows. The per-expert counts travel first,
+// so that each rank knows where its experts' rows land among those it receives.
+void exchange_segments(const MoeDispatch& d, int64_t X, parallel::ExpertExchange& ex,
+                       MoeBuffers& b) {
+  const int P = ex.ranks();
+  const parallel::ExpertRange mine = parallel::local_experts(X, P, ex.rank());
+  const int64_t n = mine.count;
+  std::vector<int64_t> send_counts(static_cast<size_t>(X)), recv_counts(static_cast<size_t>(X));
+  for (int64_t x = 0; x < X; ++x) send_counts[x] = d.expert_begin[x + 1] - d.expert_begin[x];
+  ex.exchange_counts(send_counts, recv_counts);
+  b.send_rows.assign(static_cast<size_t>(P), 0);
+  b.recv_rows.assign(static_cast<size_t>(P), 0);
+  b.segments.clear();
+  int64_t at = 0;
+  for (int p = 0; p < P; ++p) {
+    for (int64_t e = 0; e < n; ++e) {
+      b.send_rows[p] += send_counts[p * n + e];
+      const int64_t count = recv_counts[p * n + e];
+      b.recv_rows[p] += count;
+      if (count > 0) b.segments.push_back({mine.first + e, at, at + count});
+      at += count;
+    }
+  }
+  b.local_rows = at;
+}
+
+bool exchanges(const parallel::ExpertExchange* experts) {
+  return experts != nullptr && experts->ranks() > 1;
 }
 
 // out[t] (N, E) = Σ_j scale[t, j] · rows[row of choice j] over the choices that ran, in choice
@@ -83,9 +118,15 @@ struct MoeDims {
   int64_t N, E, F, X, K;
 };
 
-// F is this rank's hidden units (the experts' w1 rows: mlp_dim / tensor).
-MoeDims moe_dims(const LlamaConfig& c, const MoeLayerWeights& w, int64_t batch, int64_t seq) {
-  const ExpertWeights& e = w.experts[0];
+// F is this rank's hidden units (the experts' w1 rows: mlp_dim / tensor), read from its first
+// expert (under the expert axis the others' weights are not here).
+MoeDims moe_dims(const LlamaConfig& c, const MoeLayerWeights& w, int64_t batch, int64_t seq,
+                 const parallel::ExpertExchange* experts) {
+  const int64_t first =
+      exchanges(experts)
+          ? parallel::local_experts(c.num_experts, experts->ranks(), experts->rank()).first
+          : 0;
+  const ExpertWeights& e = w.experts[first];
   const int64_t F = e.w_gate_i8 != nullptr ? e.w_gate_i8->out_dim : e.w_gate.shape()[0];
   return {batch * seq, c.emb_dim, F, c.num_experts, c.num_experts_per_tok};
 }
@@ -234,9 +275,9 @@ MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& k, const LlamaC
 
 void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,
                  int64_t batch, int64_t seq, TensorView x, TensorView out, MoeBuffers& b,
-                 parallel::TensorReducer* sequence) {
+                 parallel::TensorReducer* sequence, parallel::ExpertExchange* experts) {
   check_weights(c, w);
-  const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq);
+  const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq, experts);
   MAXCTX_CHECK(x.numel() == N * E && out.numel() == N * E, "MoE input/output of {} tokens", N);
   reserve_rows(k, c, N, rows_for(c, batch, seq), b);
   const TensorView logits = leading_rows(b.router_logits, N, X);
@@ -261,18 +302,33 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
 
   const int64_t R = b.dispatch.rows();
   const TensorView x_rows = x.reshaped({N, E});
-  const ExpertRows rows = expert_rows(b, R, E, F);
+  const bool exchanged = exchanges(experts);
+  if (exchanged) k.reserve(b.send_in, R * E, c.dtype);
+  // The dispatch's rows: what runs here, or under the expert axis what travels.
+  const TensorView dispatched = leading_rows(exchanged ? b.send_in : b.expert_in, R, E);
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = b.dispatch.row_token[r];
     if (t < 0) {
-      k.fill_zero(rows.in.rows(r, r + 1));
+      k.fill_zero(dispatched.rows(r, r + 1));
     } else {
-      k.copy(rows.in.rows(r, r + 1), x_rows.rows(t, t + 1));
+      k.copy(dispatched.rows(r, r + 1), x_rows.rows(t, t + 1));
     }
   }
-  const TensorView y = leading_rows(b.expert_out, R, E);
-  for_each_expert(b.dispatch, [&](size_t e, int64_t r0, int64_t r1) {
-    const ExpertWeights& ew = w.experts[e];
+  if (exchanged) {
+    exchange_segments(b.dispatch, X, *experts, b);
+    reserve_rows(k, c, N, b.local_rows, b);
+    k.reserve(b.local_out, b.local_rows * E);
+    experts->exchange_rows(dispatched, b.send_rows, leading_rows(b.expert_in, b.local_rows, E),
+                           b.recv_rows);
+  } else {
+    local_segments(b.dispatch, b);
+  }
+  const int64_t L = b.local_rows;
+  const ExpertRows rows = expert_rows(b, L, E, F);
+  const TensorView y = leading_rows(exchanged ? b.local_out : b.expert_out, L, E);
+  for (const ExpertSegment& segment : b.segments) {
+    const int64_t r0 = segment.begin, r1 = segment.end;
+    const ExpertWeights& ew = w.experts[segment.expert];
     if (ew.w_gate_i8 != nullptr) {
       // int8 experts (inference): the input rows quantized per row, as model/decoder_layer.cpp's
       // project does for a dense model's projections; w1 and w3 share one quantization.
@@ -282,30 +338,39 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
       k.swiglu_forward(rows.hidden.rows(r0, r1), rows.gate.rows(r0, r1), rows.up.rows(r0, r1));
       k.int8_quantize_rows(b.int8_rows, rows.hidden.rows(r0, r1));
       k.int8_matmul_forward(y.rows(r0, r1), b.int8_rows, *ew.w_down_i8);
-      return;
+      continue;
     }
     k.matmul_forward(rows.gate.rows(r0, r1), rows.in.rows(r0, r1), ew.w_gate);
     k.matmul_forward(rows.up.rows(r0, r1), rows.in.rows(r0, r1), ew.w_up);
     k.swiglu_forward(rows.hidden.rows(r0, r1), rows.gate.rows(r0, r1), rows.up.rows(r0, r1));
     k.matmul_forward(y.rows(r0, r1), rows.hidden.rows(r0, r1), ew.w_down);
-  });
+  }
+  const TensorView outputs = leading_rows(b.expert_out, R, E);  // in dispatch order
+  if (exchanged) experts->exchange_rows(y, b.recv_rows, outputs, b.send_rows);
 
   // Combine in f32, each token's choices in order.
-  gather_choices(b.dispatch, N, K, E, b.routing.top_weight.data(), y.data<float>(),
+  gather_choices(b.dispatch, N, K, E, b.routing.top_weight.data(), outputs.data<float>(),
                  out.data<float>());
 }
 
 void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,
                   const MoeLayerWeights& g, int64_t batch, int64_t seq, TensorView x,
                   TensorView d_out, TensorView d_x, MoeBuffers& b, MoeGradBuffers& gb,
-                  float d_load_balance, parallel::TensorReducer* tensor) {
+                  float d_load_balance, parallel::TensorReducer* tensor,
+                  parallel::ExpertExchange* experts) {
   check_weights(c, w);
   check_weights(c, g);
-  const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq);
+  const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq, experts);
   const int64_t R = b.dispatch.rows();
+  const int64_t L = b.local_rows;
+  const bool exchanged = exchanges(experts);
   MAXCTX_CHECK(static_cast<int64_t>(b.routing.top_index.size()) == N * K,
                "MoE backward without the forward of the same {} tokens", N);
-  reserve_grad_rows(k, c, N, R, gb);
+  reserve_grad_rows(k, c, N, std::max(R, L), gb);
+  if (exchanged) {
+    k.reserve(gb.d_local, L * E);
+    k.reserve(gb.d_in_local, L * E);
+  }
   const float* dy = d_out.data<float>();
   const float* y = leading_rows(b.expert_out, R, E).data<float>();
 
@@ -332,23 +397,29 @@ void moe_backward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLaye
   }
   if (tensor != nullptr) tensor->all_reduce_sum(leading_rows(gb.d_choice_weight, N, K));
 
-  const ExpertRows rows = expert_rows(b, R, E, F);
-  const TensorView d_hidden = leading_rows(gb.d_hidden, R, F);
-  const TensorView d_gate = leading_rows(gb.d_gate, R, F);
-  const TensorView d_up = leading_rows(gb.d_up, R, F);
-  const TensorView d_in = leading_rows(gb.d_in, R, E);
-  for_each_expert(b.dispatch, [&](size_t e, int64_t r0, int64_t r1) {
-    const ExpertWeights& ew = w.experts[e];
-    const ExpertWeights& eg = g.experts[e];
-    k.matmul_backward(d_hidden.rows(r0, r1), eg.w_down, d_rows.rows(r0, r1),
+  // Under the expert axis the rows' gradients go where their experts ran.
+  const TensorView d_ran = exchanged ? leading_rows(gb.d_local, L, E) : d_rows;
+  if (exchanged) experts->exchange_rows(d_rows, b.send_rows, d_ran, b.recv_rows);
+  const ExpertRows rows = expert_rows(b, L, E, F);
+  const TensorView d_hidden = leading_rows(gb.d_hidden, L, F);
+  const TensorView d_gate = leading_rows(gb.d_gate, L, F);
+  const TensorView d_up = leading_rows(gb.d_up, L, F);
+  const TensorView d_in_ran = leading_rows(exchanged ? gb.d_in_local : gb.d_in, L, E);
+  for (const ExpertSegment& segment : b.segments) {
+    const int64_t r0 = segment.begin, r1 = segment.end;
+    const ExpertWeights& ew = w.experts[segment.expert];
+    const ExpertWeights& eg = g.experts[segment.expert];
+    k.matmul_backward(d_hidden.rows(r0, r1), eg.w_down, d_ran.rows(r0, r1),
                       rows.hidden.rows(r0, r1), ew.w_down);
     k.swiglu_backward(d_gate.rows(r0, r1), d_up.rows(r0, r1), d_hidden.rows(r0, r1),
                       rows.gate.rows(r0, r1), rows.up.rows(r0, r1));
-    k.matmul_backward(d_in.rows(r0, r1), eg.w_gate, d_gate.rows(r0, r1), rows.in.rows(r0, r1),
+    k.matmul_backward(d_in_ran.rows(r0, r1), eg.w_gate, d_gate.rows(r0, r1), rows.in.rows(r0, r1),
                       ew.w_gate);
-    k.matmul_backward_accumulate_input(d_in.rows(r0, r1), eg.w_up, d_up.rows(r0, r1),
+    k.matmul_backward_accumulate_input(d_in_ran.rows(r0, r1), eg.w_up, d_up.rows(r0, r1),
                                        rows.in.rows(r0, r1), ew.w_up);
-  });
+  }
+  const TensorView d_in = leading_rows(gb.d_in, R, E);  // in dispatch order
+  if (exchanged) experts->exchange_rows(d_in_ran, b.recv_rows, d_in, b.send_rows);
 
   // Scatter the rows' input gradients back to their tokens, each token's choices in order.
   gather_choices(b.dispatch, N, K, E, nullptr, d_in.data<float>(), d_x.data<float>());

@@ -54,6 +54,12 @@ struct MoeRouting {
   std::vector<float> top_weight;   // (N, K) softmax over the K chosen logits
 };
 
+// Rows [begin, end) of the buffers an expert's matmuls run on.
+struct ExpertSegment {
+  int64_t expert;
+  int64_t begin, end;
+};
+
 // Where each (token, choice) runs: rows of the expert buffers.
 struct MoeDispatch {
   std::vector<int64_t> expert_begin;  // (X + 1): expert x owns rows [begin[x], begin[x + 1])
@@ -104,6 +110,16 @@ struct MoeBuffers {
   kernels::Int8Rows int8_rows;  // an expert's input rows quantized (int8 experts only)
   Tensor statistics;            // (B, 2, X) f32 whole-sequence load-balance statistics
   double load_balance = 0.0;    // load_balance_sum of the last forward (0 when the weight is 0)
+  // What this rank's experts run on: rows of expert_in, gate, up, hidden. Without the expert
+  // axis these are the dispatch's rows, one segment per expert. Under it (ExpertExchange) the
+  // dispatch's rows travel to their experts' ranks: expert_in holds the `local_rows` rows
+  // received, source rank by source rank and within a source expert by expert (a segment per
+  // (source, expert)); expert_out holds, in dispatch order, the outputs that came back.
+  std::vector<ExpertSegment> segments;
+  int64_t local_rows = 0;
+  std::vector<int64_t> send_rows, recv_rows;  // (ranks) rows sent to / received from each rank
+  Tensor send_in;                             // (R, E) activation dtype: rows before they travel
+  Tensor local_out;  // (local_rows, E) f32: this rank's experts' outputs before they travel back
 };
 
 // The backward's workspace, shared by the layers.
@@ -115,6 +131,8 @@ struct MoeGradBuffers {
   Tensor d_in;             // (R, E) f32 gradient of expert_in
   Tensor d_logits;         // (N, X) f32
   Tensor d_choice_weight;  // (N, K) f32 gradient of each choice's weight
+  Tensor d_local;          // (local_rows, E) f32 under the expert axis: d_rows received
+  Tensor d_in_local;       // (local_rows, E) f32: d_in before it travels back
 };
 
 // Buffers for `batch` sequences of `seq` tokens (allocated up front so training allocates
@@ -127,20 +145,27 @@ MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const 
 // out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq; under tensor parallelism
 // this rank's partial sum (the caller sums it over tensor, as after a row-parallel projection).
 // `sequence` (may be null) sums the load-balance statistics over the ranks holding the other
-// parts of these sequences.
+// parts of these sequences. `experts` (may be null) is the expert axis: weights holds only this
+// rank's experts (the others' views are empty), the rows of the other ranks' experts go there
+// and their outputs come back; routing, dropping and the load-balance statistics are this
+// rank's tokens' own, as without the axis (its ranks hold different sequences).
 void moe_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                  const MoeLayerWeights& weights, int64_t batch, int64_t seq, TensorView x,
-                 TensorView out, MoeBuffers& buffers, parallel::TensorReducer* sequence = nullptr);
+                 TensorView out, MoeBuffers& buffers, parallel::TensorReducer* sequence = nullptr,
+                 parallel::ExpertExchange* experts = nullptr);
 
 // d_x (N, E) f32 (overwritten) and the weights' gradients (accumulated into grads) from d_out
 // (N, E) f32, after moe_forward on the same x. d_load_balance is the loss's derivative with
 // respect to this layer's load_balance_sum (0 when the weight is 0). Under tensor parallelism
 // (each rank holding mlp_dim / tensor hidden units of every expert, the router whole) `tensor`
-// sums the partial sums over the axis; d_x comes out whole.
+// sums the partial sums over the axis; d_x comes out whole. Under the expert axis (`experts`,
+// as in the forward) the rows' gradients travel to the experts' ranks and the input gradients
+// back; each rank accumulates the weight gradients of its own experts, from every rank's tokens.
 void moe_backward(const kernels::Kernels& kernels, const LlamaConfig& config,
                   const MoeLayerWeights& weights, const MoeLayerWeights& grads, int64_t batch,
                   int64_t seq, TensorView x, TensorView d_out, TensorView d_x, MoeBuffers& buffers,
                   MoeGradBuffers& grad_buffers, float d_load_balance,
-                  parallel::TensorReducer* tensor = nullptr);
+                  parallel::TensorReducer* tensor = nullptr,
+                  parallel::ExpertExchange* experts = nullptr);
 
 }  // namespace maxctx::model

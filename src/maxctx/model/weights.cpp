@@ -27,8 +27,8 @@ std::string expert_name(int layer, int64_t expert, const char* projection) {
 std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& c) {
   std::vector<WeightDecl> decls;
   const auto add = [&](std::string name, int layer, int64_t rows, int64_t cols, WeightRole role,
-                       WeightInit init) {
-    decls.push_back({std::move(name), layer, rows, cols, role, init});
+                       WeightInit init, int64_t expert = -1) {
+    decls.push_back({std::move(name), layer, rows, cols, role, init, expert});
   };
   const int64_t E = c.emb_dim;
   add("model.embed_tokens.weight", -1, c.vocab_size, E, WeightRole::kEmbedding,
@@ -50,11 +50,11 @@ std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& c) {
           WeightInit::kFanInNormal);
       for (int64_t j = 0; j < c.num_experts; ++j) {
         add(expert_name(l, j, "w1"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
-            WeightInit::kFanInNormal);
+            WeightInit::kFanInNormal, j);
         add(expert_name(l, j, "w3"), l, c.mlp_dim, E, WeightRole::kHeadsOrHidden,
-            WeightInit::kFanInNormal);
+            WeightInit::kFanInNormal, j);
         add(expert_name(l, j, "w2"), l, E, c.mlp_dim, WeightRole::kIntoResidual,
-            WeightInit::kFanInNormal);
+            WeightInit::kFanInNormal, j);
       }
       continue;
     }
@@ -72,14 +72,23 @@ std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& c) {
   return decls;
 }
 
-std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, int tp_size, int tp_rank) {
+std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, int tp_size, int tp_rank,
+                                           int ep_size, int ep_rank) {
   // Heads are split whole: checked here, where the numbers mean heads, with a user's error.
   if (c.num_query_heads % tp_size != 0 || c.num_kv_heads % tp_size != 0 ||
       c.mlp_dim % tp_size != 0) {
     fail("tensor parallelism {} must divide num_query_heads {}, num_kv_heads {} and mlp_dim {}",
          tp_size, c.num_query_heads, c.num_kv_heads, c.mlp_dim);
   }
-  return parallel::shard_weights(llama_weight_decls(c), tp_size, tp_rank);
+  // A dense model under the expert axis has no experts to split: the axis shards its batch only
+  // (MaxText's rules), as `data` would.
+  if (c.moe && c.num_experts % ep_size != 0) {
+    fail(
+        "expert parallelism {} (ici_expert_parallelism x dcn_expert_parallelism) must divide "
+        "num_experts {}",
+        ep_size, c.num_experts);
+  }
+  return parallel::shard_weights(llama_weight_decls(c), tp_size, tp_rank, ep_size, ep_rank);
 }
 
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat) {

@@ -43,9 +43,11 @@ using parallel::WeightSpec;
 std::vector<WeightDecl> llama_weight_decls(const LlamaConfig& config);
 
 // Every weight tensor of `config` on tensor-parallel rank `tp_rank` of `tp_size` (heads and the
-// MLP width must divide by tp_size; checked with an error naming them).
+// MLP width must divide by tp_size; checked with an error naming them) and expert rank
+// `ep_rank` of `ep_size` (num_experts must divide by ep_size; the other ranks' experts have
+// empty specs, parallel/weight_sharding.h).
 std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& config, int tp_size = 1,
-                                           int tp_rank = 0);
+                                           int tp_rank = 0, int ep_size = 1, int ep_rank = 0);
 // Views into one flat buffer laid out by the specs: the parameters, their gradients, or an
 // optimizer moment all bind the same way. Vectors are 1-D, matrices (out_dim, in_dim).
 struct LayerWeights {

@@ -1,6 +1,7 @@
 // What the model asks of parallelism: attention over this rank's tokens, the tensor-axis
 // all-reduce after row-parallel projections, where the weights live between uses (fsdp), and
-// inference's row split of the MLP and head. Nothing else.
+// inference's row split of the MLP and head, and a mixture of experts' exchange of rows over the
+// expert axis. Nothing else.
 //
 // The model (src/maxctx/model) never includes mesh/: it calls a ModelPlan that parallel/ built
 // for the mesh at hand, so the model code is the same for context = 1 and context = 8, tensor = 1
@@ -10,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "maxctx/kernels/kernels.h"
 
@@ -110,6 +112,25 @@ class RowSplit {
   virtual void gather(TensorView out, TensorView mine) = 0;
 };
 
+// The expert axis (MaxText's `expert`): its ranks hold different tokens (the axis shards the
+// batch like `data`) and each holds num_experts / ranks() experts, rank r experts
+// [r·n, (r+1)·n). A mixture of experts sends each expert's rows to the rank that holds it and
+// the results back: the two all_to_alls below, over the axis.
+class ExpertExchange {
+ public:
+  virtual ~ExpertExchange() = default;
+  virtual int rank() const = 0;
+  virtual int ranks() const = 0;
+  // recv (ranks() · n) = every rank's block for this rank, in rank order, from send (ranks() · n),
+  // block p going to rank p: equal blocks of counts.
+  virtual void exchange_counts(std::span<const int64_t> send, std::span<int64_t> recv) = 0;
+  // out = the rows every rank sent here, rank by rank, from in's rows: send_rows[p] rows (in
+  // order) to rank p, recv_rows[p] rows received from rank p. in and out have one row size and
+  // one dtype.
+  virtual void exchange_rows(TensorView in, std::span<const int64_t> send_rows, TensorView out,
+                             std::span<const int64_t> recv_rows) = 0;
+};
+
 // The training model's plan: the backend its ops run on, and the parallel plans.
 struct ModelPlan {
   const kernels::Kernels* kernels = nullptr;
@@ -121,6 +142,8 @@ struct ModelPlan {
   // Sums per-sequence statistics (a mixture of experts' load-balance counts) over the ranks that
   // hold parts of the same sequences (the context axis); null: each rank holds whole sequences.
   TensorReducer* sequence = nullptr;
+  // The expert axis; null when it has one rank (every expert is here).
+  ExpertExchange* experts = nullptr;
 };
 
 }  // namespace maxctx::parallel

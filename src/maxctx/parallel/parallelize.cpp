@@ -1,7 +1,9 @@
 #include "maxctx/parallel/parallelize.h"
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
 #include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/local_attention.h"
 #include "maxctx/parallel/tensor_parallel.h"
 
@@ -17,8 +19,9 @@ ParallelDims read_dims(const Mesh& mesh, RunKind kind) {
   d.context_autoregressive = mesh.axis_size(Axis::kContextAutoregressive);
   d.tensor = mesh.axis_size(Axis::kTensor);
   d.expert = mesh.axis_size(Axis::kExpert);
-  d.data_shards = d.data * d.fsdp;
-  d.data_rank = mesh.coord(Axis::kData) * d.fsdp + mesh.coord(Axis::kFsdp);
+  d.data_shards = d.data * d.fsdp * d.expert;
+  d.data_rank = (mesh.coord(Axis::kData) * d.fsdp + mesh.coord(Axis::kFsdp)) * d.expert +
+                mesh.coord(Axis::kExpert);
   d.tensor_rank = static_cast<int>(mesh.coord(Axis::kTensor));
   d.context_rank = mesh.coord(Axis::kContext);
   return d;
@@ -37,13 +40,6 @@ ParallelDims ParallelDims::training(const Mesh& mesh) {
         "ici_context_autoregressive_parallelism=1",
         d.context_autoregressive);
   }
-  if (d.expert != 1) {
-    fail(
-        "expert parallelism = {} is not implemented yet (a mixture of experts runs every "
-        "expert on every rank; the expert axis comes with #17); set ici_expert_parallelism=1 "
-        "and dcn_expert_parallelism=1",
-        d.expert);
-  }
   return d;
 }
 
@@ -56,7 +52,18 @@ ParallelDims ParallelDims::inference(const Mesh& mesh) {
         "ici_context_autoregressive_parallelism={}",
         d.context, d.context * d.context_autoregressive);
   }
-  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor, Axis::kExpert}) {
+  if (d.expert != 1) {
+    // MaxText's inference shards the experts (`exp`) over expert and context_autoregressive
+    // and the decode batch over expert too; this engine splits the experts over
+    // context_autoregressive alone.
+    fail(
+        "expert = {}: inference splits a mixture of experts' experts over "
+        "context_autoregressive, not over the expert axis (a training axis here); set "
+        "ici_expert_parallelism=1 and dcn_expert_parallelism=1 and shard over "
+        "ici_context_autoregressive_parallelism={}",
+        d.expert, d.expert * d.context_autoregressive);
+  }
+  for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor}) {
     if (mesh.axis_size(axis) != 1) {
       fail(
           "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "
@@ -86,9 +93,12 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
     plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor));
   }
   if (shard_parameters != nullptr) {
-    // ZeRO-3 over fsdp; gradients summed over the replica axes data × context.
+    // ZeRO-3 over fsdp; gradients summed over the replica axes data × context × expert (the
+    // experts' own over data × context).
     plans.parameters = std::make_unique<ShardedParameters>(
-        *shard_parameters, mesh.axis(Axis::kFsdp), mesh.group({Axis::kData, Axis::kContext}),
+        *shard_parameters, mesh.axis(Axis::kFsdp),
+        mesh.group({Axis::kData, Axis::kContext, Axis::kExpert}),
+        mesh.group({Axis::kData, Axis::kContext}), mesh.axis(Axis::kExpert),
         mesh.axis(Axis::kTensor), kernels, parse_dtype(c.weight_dtype));
   }
   plans.model.kernels = &kernels;
@@ -100,6 +110,10 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
   if (dims.context > 1) {
     plans.sequence = std::make_unique<TensorAllReduce>(context);  // sums over the axis given
     plans.model.sequence = plans.sequence.get();
+  }
+  if (dims.expert > 1) {
+    plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert));
+    plans.model.experts = plans.experts.get();
   }
   return plans;
 }
@@ -133,6 +147,19 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
   plans.cache = std::make_unique<KvCache>(kernels, shape);
   plans.prefill = std::make_unique<PrefillAttention>(kernels, ca_axis, s.decode, *plans.cache);
   plans.decode = std::make_unique<DecodeAttention>(kernels, ca_axis, s.decode, *plans.cache);
+  // MaxText's inference shards the experts (`exp`) over context_autoregressive: each rank runs
+  // its experts' rows of every rank's tokens (prefill: each its prompt columns; decode: the same
+  // tokens, or each its slots). Experts that do not split evenly run whole on every rank.
+  if (s.num_experts > 0 && ca > 1) {
+    if (s.num_experts % ca == 0) {
+      plans.experts = std::make_unique<ExpertAllToAll>(ca_axis);
+    } else {
+      log::info(
+          "context_autoregressive = {} does not divide num_experts = {}: every rank runs every "
+          "expert",
+          ca, s.num_experts);
+    }
+  }
   return plans;
 }
 

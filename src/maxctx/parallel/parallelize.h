@@ -1,17 +1,19 @@
 // The one owner of sharding (torchtitan's ParallelDims + parallelize_llama): which mesh axes a
 // run may use, and the plans that carry the model over them.
 //
-//  - ParallelDims validates the mesh once, for training (data, fsdp, context, tensor; the
+//  - ParallelDims validates the mesh once, for training (data, fsdp, context, tensor, expert; the
 //    inference axis must be 1) or for inference (context_autoregressive only; the training axes
 //    must be 1), with one clear error naming the right axis, and gives each axis' size and this
 //    rank's coordinates.
 //  - parallelize_training builds what the model's training forward and backward run with: the
 //    attention plan (local, or context-parallel all_gather / ring by
-//    context_parallel_strategy), the tensor-axis reducer, and with `shard_parameters` the fsdp /
-//    data / context parameter sharding and gradient sync. train and check-logits call it.
+//    context_parallel_strategy), the tensor-axis reducer, the expert axis' row exchange, and
+//    with `shard_parameters` the fsdp / data / context / expert parameter sharding and gradient
+//    sync. train and check-logits call it.
 //  - parallelize_inference builds inference's: the sequence-sharded KV cache, prefill and decode
-//    attention over context_autoregressive, and the MLP/head row split of a sequence-sharded
-//    decode. The inference engine (decode, bench-inference) calls it.
+//    attention over context_autoregressive, the MLP/head row split of a sequence-sharded
+//    decode, and a mixture of experts' experts split over context_autoregressive. The inference
+//    engine (decode, bench-inference) calls it.
 // The per-weight tensor split is weight_sharding.h's; the token split is load_balance.h's.
 #pragma once
 
@@ -36,8 +38,10 @@ enum class RunKind { kTraining, kInference };
 struct ParallelDims {
   RunKind kind = RunKind::kTraining;
   int64_t data = 1, fsdp = 1, context = 1, context_autoregressive = 1, tensor = 1, expert = 1;
-  int64_t data_shards = 1;  // data × fsdp: how a training batch's rows are split
-  int64_t data_rank = 0;    // this rank's share of the rows
+  // data × fsdp × expert: how a training batch's rows are split (MaxText's activation_batch
+  // rule: the expert axis shards the batch outside the experts, like data)
+  int64_t data_shards = 1;
+  int64_t data_rank = 0;  // this rank's share of the rows
   int tensor_rank = 0;
   int64_t context_rank = 0;
 
@@ -53,6 +57,7 @@ struct TrainingPlans {
   std::unique_ptr<TensorReducer> tensor;
   std::unique_ptr<ShardedParameters> parameters;  // null for a forward-only run
   std::unique_ptr<TensorReducer> sequence;        // sum over context (null when context = 1)
+  std::unique_ptr<ExpertExchange> experts;        // the expert axis (null when expert = 1)
   ModelPlan model;
 };
 
@@ -68,6 +73,7 @@ struct InferenceSharding {
   int64_t max_target_length = 0;    // prompt + generated tokens per slot
   bool quantize_kvcache = false;    // an int8 cache; else the cache holds `cache_dtype`
   DType cache_dtype = DType::kF32;  // the activation dtype (bf16: MaxText's inference default)
+  int64_t num_experts = 0;          // a mixture of experts' experts (0: a dense model)
 };
 
 struct InferencePlans {
@@ -75,6 +81,9 @@ struct InferencePlans {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<PrefillAttention> prefill;
   std::unique_ptr<DecodeAttention> decode;
+  // A mixture of experts' experts split over context_autoregressive (MaxText's `exp` rule for
+  // inference); null when ca = 1, for a dense model, or when ca does not divide num_experts.
+  std::unique_ptr<ExpertExchange> experts;
 };
 
 InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,

@@ -7,16 +7,43 @@
 
 namespace maxctx::parallel {
 
+namespace {
+
+// [begin, end) cut where the specs switch between experts' weights and the rest.
+std::vector<ShardedParameters::Run> runs_of(const std::vector<WeightSpec>& specs, int64_t begin,
+                                            int64_t end) {
+  std::vector<ShardedParameters::Run> runs;
+  for (const WeightSpec& s : specs) {
+    if (s.numel() == 0 || s.offset < begin || s.offset >= end) continue;
+    if (!runs.empty() && runs.back().experts == s.expert_weight()) {
+      runs.back().end = s.offset + s.numel();
+    } else {
+      runs.push_back({s.offset, s.offset + s.numel(), s.expert_weight()});
+    }
+  }
+  return runs;
+}
+
+}  // namespace
+
 ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
-                                     const Communicator& replicas, const Communicator& tensor,
+                                     const Communicator& replicas,
+                                     const Communicator& expert_replicas,
+                                     const Communicator& expert, const Communicator& tensor,
                                      const kernels::Kernels& kernels, DType weight_dtype)
-    : specs_(specs), kernels_(kernels), fsdp_(fsdp), replicas_(replicas), tensor_(tensor) {
+    : specs_(specs),
+      kernels_(kernels),
+      fsdp_(fsdp),
+      replicas_(replicas),
+      expert_replicas_(expert_replicas),
+      expert_(expert),
+      tensor_(tensor) {
   int64_t shard_total = 0;
   for (const FlatRange& r : weight_units(specs)) {
     const int64_t n = r.end - r.begin;
     const int64_t count = split_count(n, fsdp.size(), fsdp.rank());
-    units_.push_back(
-        {r.begin, r.end, r.begin + split_offset(n, fsdp.size(), fsdp.rank()), count, shard_total});
+    units_.push_back({r.begin, r.end, r.begin + split_offset(n, fsdp.size(), fsdp.rank()), count,
+                      shard_total, runs_of(specs, r.begin, r.end)});
     shard_total += count;
   }
   gathered_.assign(units_.size(), false);
@@ -96,7 +123,19 @@ void ShardedParameters::gradients_ready(int unit) {
   const std::span<float> shard = grad_shard_.span<float>().subspan(u.shard_offset, u.shard_count);
   fsdp_.reduce_scatter(std::span<const float>(full_grads_.data<float>() + u.begin, u.end - u.begin),
                        shard);
-  replicas_.all_reduce(shard, ReduceOp::kSum);
+  if (expert_.size() == 1) {
+    replicas_.all_reduce(shard, ReduceOp::kSum);
+  } else {
+    // Every expert rank has the same layout and fsdp split, so the same runs meet in each
+    // collective; an expert's gradient is whole on its rank, the rest is summed over expert.
+    for (const Run& run : u.runs) {
+      const int64_t begin = std::max(run.begin, u.shard_begin);
+      const int64_t end = std::min(run.end, u.shard_begin + u.shard_count);
+      if (begin >= end) continue;
+      (run.experts ? expert_replicas_ : replicas_)
+          .all_reduce(shard.subspan(begin - u.shard_begin, end - begin), ReduceOp::kSum);
+    }
+  }
   measure_units();
   // Zero again for the next step's accumulation, and no longer resident.
   kernels_.discard(full_grads_.view().elements(u.begin, u.end - u.begin));
@@ -122,7 +161,9 @@ ShardedParameters::MemoryUse ShardedParameters::memory_use() const {
 
 double ShardedParameters::global_grad_norm() const {
   // Tensor-split weights hold different blocks on each tensor rank (summed over tensor);
-  // replicated ones hold the same values there (counted once).
+  // replicated ones hold the same values there (counted once). Under the expert axis the
+  // experts' weights differ per expert rank too (summed over expert, then tensor).
+  double expert_sum = 0.0;
   double split_sum = 0.0;
   double replicated_sum = 0.0;
   for (const Unit& u : units_) {
@@ -135,11 +176,20 @@ double ShardedParameters::global_grad_norm() const {
         const double g = grad_shard_.data<float>()[u.shard_offset + (i - u.shard_begin)];
         sum += g * g;
       }
-      (s.split == TensorSplit::kReplicated ? replicated_sum : split_sum) += sum;
+      if (s.expert_weight() && expert_.size() > 1) {
+        expert_sum += sum;
+      } else {
+        (s.split == TensorSplit::kReplicated ? replicated_sum : split_sum) += sum;
+      }
     }
   }
-  double sums[2] = {split_sum, replicated_sum};
-  fsdp_.all_reduce(std::span<double>(sums, 2), ReduceOp::kSum);
+  double sums[3] = {split_sum, replicated_sum, expert_sum};
+  const bool experts = expert_.size() > 1;
+  fsdp_.all_reduce(std::span<double>(sums, experts ? 3 : 2), ReduceOp::kSum);
+  if (experts) {
+    expert_.all_reduce(std::span<double>(sums + 2, 1), ReduceOp::kSum);
+    sums[0] += sums[2];
+  }
   tensor_.all_reduce(std::span<double>(sums, 1), ReduceOp::kSum);
   return std::sqrt(sums[0] + sums[1]);
 }

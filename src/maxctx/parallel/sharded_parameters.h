@@ -10,6 +10,7 @@
 // (WeightPlan::before_use) and freed as soon as it is done with them (after_use): the forward
 // gathers each unit once, the backward gathers it again. As soon as the backward has finished a
 // unit its gradients are reduce-scattered over fsdp, summed over the replica axes (data ×
+// context × expert; an expert's weights, which only its expert rank holds, over data ×
 // context) and freed: every rank ends with the gradient of the global loss for its shard. With
 // fsdp = 1 the shard is the whole unit, the "gather" a copy and only the replica sum remains.
 //
@@ -32,11 +33,19 @@ namespace maxctx::parallel {
 
 class ShardedParameters final : public WeightPlan {
  public:
+  // Consecutive elements of a unit that are all experts' weights, or all not.
+  struct Run {
+    int64_t begin, end;  // in the full buffer
+    bool experts;
+  };
   // `fsdp`: the fsdp axis; `replicas`: the axes over which gradients are summed besides fsdp
-  // (data × context); `tensor`: the tensor axis (for the gradient norm of split tensors).
-  // Buffers are allocated through `kernels`; weights and moments in `weight_dtype`.
+  // (data × context × expert); `expert_replicas`: those for the experts' weights, which each
+  // expert rank holds for its own experts (data × context); `expert`: the expert axis and
+  // `tensor` the tensor axis (for the gradient norm of split tensors). Buffers are allocated
+  // through `kernels`; weights and moments in `weight_dtype`.
   ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
-                    const Communicator& replicas, const Communicator& tensor,
+                    const Communicator& replicas, const Communicator& expert_replicas,
+                    const Communicator& expert, const Communicator& tensor,
                     const kernels::Kernels& kernels, DType weight_dtype);
 
   // The full (this tensor rank's) buffers the model reads and writes: only the units in use hold
@@ -86,12 +95,15 @@ class ShardedParameters final : public WeightPlan {
     int64_t begin, end;                // in the full buffer
     int64_t shard_begin, shard_count;  // this rank's part, in the full buffer's coordinates
     int64_t shard_offset;              // where that part sits in master_ / grad_shard_
+    std::vector<Run> runs;             // the unit cut into expert and non-expert runs
   };
 
   std::vector<WeightSpec> specs_;
   const kernels::Kernels& kernels_;
   const Communicator& fsdp_;
   const Communicator& replicas_;
+  const Communicator& expert_replicas_;
+  const Communicator& expert_;
   const Communicator& tensor_;
   std::vector<Unit> units_;
   // The resident bytes of the full buffers now, folded into peak_unit_bytes_.

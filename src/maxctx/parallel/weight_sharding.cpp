@@ -21,10 +21,21 @@ TensorSplit tensor_split_of(WeightRole role) {
   return TensorSplit::kReplicated;
 }
 
+ExpertRange local_experts(int64_t num_experts, int ep_size, int ep_rank) {
+  MAXCTX_CHECK(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size && num_experts % ep_size == 0,
+               "expert rank {} of {} over {} experts", ep_rank, ep_size, num_experts);
+  const int64_t count = num_experts / ep_size;
+  return {ep_rank * count, count};
+}
+
 std::vector<WeightSpec> shard_weights(const std::vector<WeightDecl>& decls, int tp_size,
-                                      int tp_rank) {
+                                      int tp_rank, int ep_size, int ep_rank) {
   MAXCTX_CHECK(tp_size >= 1 && tp_rank >= 0 && tp_rank < tp_size, "tensor rank {} of {}", tp_rank,
                tp_size);
+  int64_t num_experts = 0;
+  for (const WeightDecl& d : decls) num_experts = std::max(num_experts, d.expert + 1);
+  const ExpertRange mine =
+      local_experts(num_experts == 0 ? ep_size : num_experts, ep_size, ep_rank);
   std::vector<WeightSpec> specs;
   int64_t offset = 0;
   for (const WeightDecl& d : decls) {
@@ -32,12 +43,13 @@ std::vector<WeightSpec> shard_weights(const std::vector<WeightDecl>& decls, int 
     MAXCTX_CHECK((split != TensorSplit::kRows || d.rows % tp_size == 0) &&
                      (split != TensorSplit::kCols || d.cols % tp_size == 0),
                  "{} ({} x {}) does not split over tensor = {}", d.name, d.rows, d.cols, tp_size);
-    const int64_t local_rows = split == TensorSplit::kRows ? d.rows / tp_size : d.rows;
+    const bool held = d.expert < 0 || mine.holds(d.expert);
+    const int64_t local_rows = !held ? 0 : split == TensorSplit::kRows ? d.rows / tp_size : d.rows;
     const int64_t local_cols = split == TensorSplit::kCols ? d.cols / tp_size : d.cols;
     const int64_t row_offset = split == TensorSplit::kRows ? tp_rank * local_rows : 0;
     const int64_t col_offset = split == TensorSplit::kCols ? tp_rank * local_cols : 0;
     specs.push_back({d.name, d.layer, local_rows, local_cols, d.rows, d.cols, row_offset,
-                     col_offset, d.role, split, d.init, offset});
+                     col_offset, d.role, split, d.init, offset, d.expert});
     offset += local_rows * local_cols;
   }
   return specs;

@@ -49,8 +49,13 @@ struct WeightSpec {
   TensorSplit split;
   WeightInit init;
   int64_t offset;  // first element in the flat buffer
+  // A mixture of experts' expert weights: the expert's index (else -1). Under the expert axis a
+  // rank holds only its experts' blocks; another rank's expert keeps its spec with rows = 0
+  // (no elements), so every rank's list names the same tensors in the same order.
+  int64_t expert = -1;
 
   int64_t numel() const { return rows * cols; }
+  bool expert_weight() const { return expert >= 0; }
 };
 
 // How tensor parallelism splits a weight of this role (the per-weight rule, in one place).
@@ -64,11 +69,23 @@ struct WeightDecl {
   int64_t cols;      // in_dim; 1 for vectors
   WeightRole role;
   WeightInit init;
+  int64_t expert = -1;  // the expert of an expert's projection, else -1
 };
 
-// This tensor rank's blocks of every declared weight, laid out in one flat buffer.
+// This tensor rank's blocks of every declared weight, laid out in one flat buffer. Over the
+// expert axis (ep_size ranks) the experts are split in contiguous groups of
+// num_experts / ep_size: expert rank r holds experts [r·n, (r+1)·n) (MaxText's expert-sharded
+// weights), the others' specs are empty. The non-expert weights are the same on every expert
+// rank, so their offsets are too.
 std::vector<WeightSpec> shard_weights(const std::vector<WeightDecl>& decls, int tp_size,
-                                      int tp_rank);
+                                      int tp_rank, int ep_size = 1, int ep_rank = 0);
+// The experts expert rank `ep_rank` of `ep_size` holds: [first, first + count).
+struct ExpertRange {
+  int64_t first = 0;
+  int64_t count = 0;
+  bool holds(int64_t expert) const { return expert >= first && expert < first + count; }
+};
+ExpertRange local_experts(int64_t num_experts, int ep_size, int ep_rank);
 
 int64_t total_numel(const std::vector<WeightSpec>& specs);
 // Elements [begin, end) of the flat buffer that hold decoder layer `layer` (-1: the rest is not

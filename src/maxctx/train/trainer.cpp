@@ -17,6 +17,7 @@
 #include "maxctx/model/memory_estimate.h"
 #include "maxctx/model/remat.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
 #include "maxctx/parallel/tensor_parallel.h"
@@ -44,8 +45,9 @@ parallel::ParallelDims check_training_mesh(const Config& c, const Mesh& mesh) {
   if (batch % t.data_shards != 0) {
     fail(
         "the global batch of {} sequences (per_device_batch_size {} x {} devices) does not "
-        "split over data x fsdp = {} x {}; make it a multiple of {}",
-        batch, c.per_device_batch_size, c.derived.num_devices, t.data, t.fsdp, t.data_shards);
+        "split over data x fsdp x expert = {} x {} x {}; make it a multiple of {}",
+        batch, c.per_device_batch_size, c.derived.num_devices, t.data, t.fsdp, t.expert,
+        t.data_shards);
   }
   validate_batch(c, t.context);
   check_context_split(c.max_target_length, t.context, c.context_parallel_load_balance);
@@ -89,7 +91,14 @@ struct Trainer::State {
         axes(check_training_mesh(c, m)) {}
 
   const Communicator& batch_group() const {
-    return mesh.group({Axis::kData, Axis::kFsdp, Axis::kContext});
+    return mesh.group({Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kExpert});
+  }
+  // The unsharded tensors from this rank's blocks (tensor) and experts (expert); collective.
+  Tensor global_of(const Tensor& local) const {
+    Tensor global = parallel::gather_blocks(kernels, local.view(), global_specs, specs,
+                                            mesh.axis(Axis::kTensor));
+    parallel::gather_experts(global.view(), global_specs, specs, mesh.axis(Axis::kExpert));
+    return global;
   }
   StepModel step_model() {
     return {model_config, weights,       gradients,
@@ -100,10 +109,9 @@ struct Trainer::State {
     const trace::Span span("checkpoint", trace::Category::kIo);
     Tensor params, m, v;
     plans.parameters->gather_full(params, m, v);
-    const auto& tensor = mesh.axis(Axis::kTensor);
-    params = parallel::gather_blocks(kernels, params.view(), global_specs, specs, tensor);
-    m = parallel::gather_blocks(kernels, m.view(), global_specs, specs, tensor);
-    v = parallel::gather_blocks(kernels, v.view(), global_specs, specs, tensor);
+    params = global_of(params);
+    m = global_of(m);
+    v = global_of(v);
     // Rank 0 writes; a failure there (disk full) ends every rank with its message.
     // The metrics of the steps so far reach the disk first: a kill after the checkpoint loses
     // no logged step it covers. Old checkpoints go only once the new one is complete.
@@ -140,8 +148,9 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "training",
                        memory.detail);
   s.global_specs = model::llama_weight_specs(s.model_config);
-  s.specs =
-      model::llama_weight_specs(s.model_config, tp, static_cast<int>(mesh.coord(Axis::kTensor)));
+  s.specs = model::llama_weight_specs(
+      s.model_config, tp, static_cast<int>(mesh.coord(Axis::kTensor)),
+      static_cast<int>(s.axes.expert), static_cast<int>(mesh.coord(Axis::kExpert)));
 
   s.plans = parallel::parallelize_training(c, mesh, s.axes, s.kernels, &s.specs);
   s.weights = model::bind_weights(s.specs, s.plans.parameters->full_params());
@@ -216,9 +225,9 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     s.metrics = std::make_unique<MetricLogger>(options);
   });
   if (!s.metrics) s.metrics = std::make_unique<MetricLogger>(options);  // ranks > 0: no file
-  log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={}",
+  log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={} expert={}",
             s.model_config.num_parameters(), s.loader->source().describe(), s.axes.data,
-            s.axes.fsdp, s.axes.context, s.axes.tensor);
+            s.axes.fsdp, s.axes.context, s.axes.tensor, s.axes.expert);
 }
 
 Trainer::~Trainer() = default;
@@ -323,8 +332,7 @@ std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;
   Tensor params, m, v;
   s.plans.parameters->gather_full(params, m, v);
-  const Tensor global = parallel::gather_blocks(s.kernels, params.view(), s.global_specs, s.specs,
-                                                s.mesh.axis(Axis::kTensor));
+  const Tensor global = s.global_of(params);
   std::vector<float> values(static_cast<size_t>(global.numel()));
   s.kernels.copy(TensorView::of(values.data(), global.numel()), global.view());
   return values;

@@ -471,6 +471,29 @@ void MpiCommunicator::all_to_all_typed(std::span<const T> in, std::span<T> out) 
   }
 }
 
+// size() - 1 pairwise steps as all_to_all_typed's long path (chunked point to point, so any
+// count fits): step s sends the block of rank (rank + s) while receiving rank (rank - s)'s.
+void MpiCommunicator::all_to_allv(const void* in, const int64_t* send_counts, void* out,
+                                  const int64_t* recv_counts, ElementType type) const {
+  visit_element_type(type, [&]<typename T>() {
+    std::vector<int64_t> send_begin(size_ + 1, 0), recv_begin(size_ + 1, 0);
+    for (int p = 0; p < size_; ++p) {
+      send_begin[p + 1] = send_begin[p] + send_counts[p];
+      recv_begin[p + 1] = recv_begin[p] + recv_counts[p];
+    }
+    const std::span<const T> send = typed<T>(in, send_begin[size_]);
+    const std::span<T> recv = typed<T>(out, recv_begin[size_]);
+    std::copy_n(send.data() + send_begin[rank_], send_counts[rank_],
+                recv.data() + recv_begin[rank_]);
+    for (int s = 1; s < size_; ++s) {
+      const int dest = (rank_ + s) % size_;
+      const int source = (rank_ - s + size_) % size_;
+      exchange<T>(send.subspan(send_begin[dest], send_counts[dest]), dest,
+                  recv.subspan(recv_begin[source], recv_counts[source]), source, kCollectiveTag);
+    }
+  });
+}
+
 void MpiCommunicator::broadcast(void* data, int64_t count, ElementType type, int root) const {
   visit_element_type(type, [&]<typename T>() {
     const int64_t limit = g_max_elements_per_call;

@@ -71,6 +71,8 @@ class MpiCommunicator final : public CommunicatorImpl {
                       ReduceScatterAlgorithm algorithm) const override;
   void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const override;
   void all_to_all(const void* in, void* out, int64_t part, ElementType type) const override;
+  void all_to_allv(const void* in, const int64_t* send_counts, void* out,
+                   const int64_t* recv_counts, ElementType type) const override;
   void broadcast(void* data, int64_t count, ElementType type, int root) const override;
 
   void send_recv(const void* send, int64_t send_count, int dest, void* recv, int64_t recv_count,
