@@ -56,6 +56,10 @@ void check_inference_mesh(const Mesh& mesh) { parallel::ParallelDims::inference(
 
 InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
   check_inference_mesh(mesh);
+  return inference_settings_from(c, mesh.axis_size(Axis::kContextAutoregressive));
+}
+
+InferenceSettings inference_settings_from(const Config& c, int64_t ca) {
   InferenceSettings s;
   s.max_prefill_length = c.max_prefill_predict_length;
   s.max_target_length = c.max_target_length;
@@ -76,7 +80,7 @@ InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
         c.per_device_batch_size, c.derived.num_devices, slots);
   }
   s.slots = static_cast<int64_t>(slots);
-  check_settings(s, static_cast<int>(mesh.axis_size(Axis::kContextAutoregressive)));
+  check_settings(s, static_cast<int>(ca));
   return s;
 }
 

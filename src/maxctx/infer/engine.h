@@ -52,6 +52,8 @@ struct InferenceSettings {
 // ca divides max_prefill_predict_length (and, for batch decode, the slots). Slots =
 // per_device_batch_size × devices (MaxText's global batch). maxctx::Error on every rank alike.
 InferenceSettings inference_settings_from(const Config& config, const Mesh& mesh);
+// The same for `ca` context_autoregressive ranks, the mesh checked by the caller (`maxctx plan`).
+InferenceSettings inference_settings_from(const Config& config, int64_t ca);
 // The mesh checks alone (also used by callers that build settings by hand).
 void check_inference_mesh(const Mesh& mesh);
 

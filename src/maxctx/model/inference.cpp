@@ -8,7 +8,7 @@ namespace {
 
 // int8 codes plus a scale and a row sum per output row, or the weights as stored.
 int64_t weight_bytes(TensorView weight, const kernels::Int8Weights* i8) {
-  if (i8 != nullptr) return i8->out_dim * i8->in_dim + 2 * i8->out_dim * int64_t{sizeof(float)};
+  if (i8 != nullptr) return int8_weight_bytes(i8->out_dim, i8->in_dim);
   return static_cast<int64_t>(weight.bytes());
 }
 
@@ -34,6 +34,10 @@ kernels::Int8Weights pack_prequantized(const kernels::Kernels& k, TensorView wei
 }
 
 }  // namespace
+
+int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim) {
+  return out_dim * in_dim + 2 * out_dim * int64_t{sizeof(float)};
+}
 
 InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig& c,
                                    const LlamaWeights& w, bool quantize_int8,

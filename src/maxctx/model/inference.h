@@ -31,6 +31,10 @@ struct QuantizedMatrix {
   TensorView scale;   // (out) f32
 };
 
+// What an int8 copy of an (out_dim, in_dim) projection streams per use: its codes and two f32
+// per row (the scale and the row sum the int8 matmul corrects with).
+int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim);
+
 // The weights inference reads. Views the training layout (LlamaWeights, which must outlive this);
 // with quantize_int8 every projection (a mixture's experts too) and the output head get an int8
 // copy, which is then what the forward reads (the embedding lookup, the norms and a mixture's
