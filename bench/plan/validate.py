@@ -116,6 +116,7 @@ def main():
         predicted_peak = p["memory_per_rank_bytes"]["peak"]
         predicted_step = p["predicted"]["step_seconds"]
         rows.append({"name": name, "ranks": np, "keys": keys,
+                     "load_average_1min": os.getloadavg()[0],
                      "predicted_peak_bytes": predicted_peak, "measured_peak_rss_bytes": rss,
                      "peak_ratio": ratio(predicted_peak, rss),
                      "predicted_step_seconds": predicted_step,
@@ -135,6 +136,7 @@ def main():
         p = plan(inference, keys, np)
         predicted_peak = p["memory_per_rank_bytes"]["peak"]
         rows.append({"name": name, "ranks": np, "keys": keys,
+                     "load_average_1min": os.getloadavg()[0],
                      "predicted_peak_bytes": predicted_peak, "measured_peak_rss_bytes": rss,
                      "peak_ratio": ratio(predicted_peak, rss),
                      "predicted_prefill_seconds": p["predicted"]["prefill"][0]["seconds"],

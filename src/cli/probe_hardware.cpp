@@ -154,8 +154,8 @@ int run_probe_hardware(const Args& args) {
   const kernels::Kernels& k = kernels::backend(Device::kCpu);
   p.source = fmt::format("measured by maxctx probe-hardware with {} ranks", world.size());
   p.memory_bytes = static_cast<double>(physical_memory_bytes()) / world.size();
-  p.flops_f32 = matmul_flops(k, world, DType::kF32);
-  p.flops_bf16 = matmul_flops(k, world, DType::kBF16);
+  p.flops_f32 = matmul_flops(k, world, parse_dtype("float32"));
+  p.flops_bf16 = matmul_flops(k, world, parse_dtype("bfloat16"));
   p.flops_int8 = int8_matmul_flops(k, world);
   p.attention_fraction = std::min(1.0, attention_flops(k, world) / p.flops_f32);
   p.memory_bandwidth = memory_bandwidth(k, world);
