@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs each configuration with `maxctx train` / `maxctx bench-inference` under mpirun, measures
+"""Runs each configuration (PLAN_CASES=name,name: only those) with `maxctx train` / `maxctx bench-inference` under mpirun, measures
 the peak RSS of every rank (/usr/bin/time's %M) and the step (the median of the logged step times
 after the first; for inference the prefill and decode step times of the microbenchmark), asks
 `maxctx plan --json` for its figures on the same keys and the this-machine profile, and writes
@@ -88,9 +88,9 @@ def run(np, args, log):
     return text, rss
 
 
-def plan(config, args, np):
+def plan(config, args, np, mode):
     cmd = [MAXCTX, "plan", config] + args + [f"num_devices={np}", "hardware_profile=this-machine",
-                                              "--json"]
+                                              f"mode={mode}", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{out.stderr}")
@@ -105,14 +105,17 @@ def main():
     work = tempfile.mkdtemp(prefix="plan_validation_")
     base = os.path.join(CONFIGS, "base.yml")
     rows = []
+    only = set(filter(None, os.environ.get("PLAN_CASES", "").split(",")))
     for name, np, keys in TRAIN_CASES:
+        if only and name not in only:
+            continue
         run_dir = ["base_output_directory=" + work, "run_name=" + name]
         keys = keys + TRAIN
         _, rss = run(np, ["train", base] + keys + run_dir, os.path.join(work, name + ".log"))
         steps = [json.loads(line)["perf/step_time_seconds"]
                  for line in open(os.path.join(work, name, "metrics.jsonl"))]
         measured_step = statistics.median(steps[1:])
-        p = plan(base, keys, np)
+        p = plan(base, keys, np, "train")
         predicted_peak = p["memory_per_rank_bytes"]["peak"]
         predicted_step = p["predicted"]["step_seconds"]
         rows.append({"name": name, "ranks": np, "keys": keys,
@@ -126,14 +129,16 @@ def main():
         print(json.dumps(rows[-1]), flush=True)
     inference = os.path.join(CONFIGS, "inference.yml")
     for name, np, keys in INFER_CASES:
+        if only and name not in only:
+            continue
         log = os.path.join(work, name + ".json")
         _, rss = run(np, ["bench-inference", inference] + keys +
                      ["inference_microbenchmark_log_file_path=" + log],
                      os.path.join(work, name + ".log"))
         result = json.load(open(log))
-        prefill_ms = result["prefill"]["1024"]["time_ms"]
+        prefill_ms = result["prefill"]["1024"]["time_in_ms"]
         ar_ms = result["autoregressive"]["step_in_ms"]
-        p = plan(inference, keys, np)
+        p = plan(inference, keys, np, "inference")
         predicted_peak = p["memory_per_rank_bytes"]["peak"]
         rows.append({"name": name, "ranks": np, "keys": keys,
                      "load_average_1min": os.getloadavg()[0],
@@ -143,6 +148,9 @@ def main():
                      "measured_prefill_seconds": prefill_ms / 1e3,
                      "prefill_ratio": ratio(p["predicted"]["prefill"][0]["seconds"],
                                             prefill_ms / 1e3),
+                     "predicted_decode_bytes_per_step": p["decode_step_bytes_per_rank"],
+                     "measured_decode_bytes_per_step":
+                         result["autoregressive"]["bytes_per_device_per_step"],
                      "predicted_step_seconds": p["predicted"]["decode_step_seconds"],
                      "measured_step_seconds": ar_ms / 1e3,
                      "step_ratio": ratio(p["predicted"]["decode_step_seconds"], ar_ms / 1e3)})

@@ -80,6 +80,9 @@ class InferenceEngine {
                   const Mesh& mesh);
   ~InferenceEngine();
 
+  // The rows of the forward workspace: a whole prefill's rows on this rank, or the local slots.
+  static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca);
+
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
   // max_prefill_length tokens and shorter than max_target_length). Returns every slot's
   // last-prompt-token logits (slots, V). With local_logits, also every row this rank computed,

@@ -68,6 +68,9 @@ InferencePlan plan_inference(const Config& c) {
       parallel::inference_cache_shape(sharding, p.ca, m.num_layers, m.num_kv_heads, m.head_dim);
   p.kv_cache_bytes = parallel::KvCache::bytes_for(cache);
   p.decode_cache_bytes = p.kv_cache_bytes;  // a full-length step reads every row it holds
+  p.workspace_bytes =
+      model::inference_workspace_bytes(m, InferenceEngine::workspace_rows(p.settings, p.ca)) +
+      p.settings.slots * m.vocab_size * int64_t{sizeof(float)};
   return p;
 }
 

@@ -36,9 +36,12 @@ struct InferencePlan {
   int64_t weight_bytes = 0;        // the flat weights, weight_dtype
   int64_t int8_copy_bytes = 0;     // quantization=int8: codes and scales of the projections
   int64_t kv_cache_bytes = 0;      // this rank's cache (KvCache::bytes)
+  int64_t workspace_bytes = 0;     // the forward's workspace and the (slots, V) f32 logits
   int64_t decode_step_bytes = 0;   // weights a decode step streams on this rank
   int64_t decode_cache_bytes = 0;  // cache rows a step reads at full length (this rank)
-  int64_t total() const { return weight_bytes + int8_copy_bytes + kv_cache_bytes; }
+  int64_t total() const {
+    return weight_bytes + int8_copy_bytes + kv_cache_bytes + workspace_bytes;
+  }
 };
 
 struct InferenceTimes {

@@ -98,6 +98,9 @@ struct InferenceWorkspace {
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,
                                                 const LlamaConfig& config, int64_t max_rows);
+// The bytes allocate_inference_workspace holds for `max_rows` rows (with a mixture's buffers and
+// the load-balance statistics its forward adds), for `maxctx plan`.
+int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows);
 
 // Runs the decoder over this rank's tokens (batch.targets is ignored) and writes the logits of
 // rows logit_rows (indices into the B·S rows, in the order given) to logits (rows, V). With
