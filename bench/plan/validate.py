@@ -15,6 +15,7 @@ import tempfile
 
 BUILD = sys.argv[1]
 CONFIGS = sys.argv[2]
+PROFILE = sys.argv[3]  # the hardware profile the plans use
 MAXCTX = os.path.join(BUILD, "maxctx")
 MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1", "-x",
        "OPENBLAS_NUM_THREADS=1"]
@@ -89,7 +90,7 @@ def run(np, args, log):
 
 
 def plan(config, args, np, mode):
-    cmd = [MAXCTX, "plan", config] + args + [f"num_devices={np}", "hardware_profile=this-machine",
+    cmd = [MAXCTX, "plan", config] + args + [f"num_devices={np}", "hardware_profile=" + PROFILE,
                                               f"mode={mode}", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -159,7 +160,7 @@ def main():
     summary = {"cases": len(rows),
                "peak_within_10_percent": within("peak_ratio", 0.10),
                "step_within_20_percent": within("step_ratio", 0.20),
-               "profile": open(os.path.join(CONFIGS, "hardware", "this-machine.yml")).read()}
+               "profile": open(PROFILE).read()}
     os.makedirs(os.path.join(BUILD, "bench"), exist_ok=True)
     path = os.path.join(BUILD, "bench", "plan_validation.json")
     with open(path, "w") as out:

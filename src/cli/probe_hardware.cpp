@@ -54,6 +54,20 @@ double matmul_flops(const kernels::Kernels& k, const Communicator& world, DType 
   return 2.0 * double(N * K * M) / s;
 }
 
+// A bf16 model's backward matmul as the engine runs it: f32 gradients (N, M) against bf16
+// activations (N, K) and weights (M, K), both input and weight gradients (4·N·K·M FLOPs).
+double mixed_backward_flops(const kernels::Kernels& k, const Communicator& world) {
+  const int64_t N = 1024, K = 1024, M = 1024;
+  const DType operands = parse_dtype("bfloat16");
+  Tensor in = k.empty({N, K}, operands), w = k.empty({M, K}, operands), d_out = k.empty({N, M}),
+         d_in = k.empty({N, K}), d_w = k.empty({M, K});
+  for (Tensor* t : {&in, &w, &d_out, &d_w}) k.fill_zero(t->view());
+  const double s = timed(world, 9, [&] {
+    k.matmul_backward(d_in.view(), d_w.view(), d_out.view(), in.view(), w.view());
+  });
+  return 4.0 * double(N * K * M) / s;
+}
+
 double int8_matmul_flops(const kernels::Kernels& k, const Communicator& world) {
   const int64_t N = 1024, K = 1024, M = 1024;
   Tensor in = k.empty({N, K}), w = k.empty({M, K}), out = k.empty({N, M});
@@ -157,6 +171,7 @@ int run_probe_hardware(const Args& args) {
   p.flops_f32 = matmul_flops(k, world, parse_dtype("float32"));
   p.flops_bf16 = matmul_flops(k, world, parse_dtype("bfloat16"));
   p.flops_int8 = int8_matmul_flops(k, world);
+  p.flops_bf16_backward = mixed_backward_flops(k, world);
   p.attention_fraction = std::min(1.0, attention_flops(k, world) / p.flops_f32);
   p.memory_bandwidth = memory_bandwidth(k, world);
   p.ici = link_speed(world);

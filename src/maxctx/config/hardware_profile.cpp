@@ -39,6 +39,10 @@ double HardwareProfile::flops(std::string_view dtype) const {
   return flops_f32;
 }
 
+double HardwareProfile::backward_flops(std::string_view dtype) const {
+  return dtype == "bfloat16" ? flops_bf16_backward : flops(dtype);
+}
+
 HardwareProfile load_hardware_profile(const std::string& name_or_path,
                                       const std::string& config_dir) {
   const bool is_path = name_or_path.find('/') != std::string::npos ||
@@ -71,6 +75,9 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   p.flops_f32 = positive_number(flops, "float32", where);
   p.flops_bf16 = positive_number(flops, "bfloat16", where);
   p.flops_int8 = positive_number(flops, "int8", where);
+  p.flops_bf16_backward = flops["bfloat16_backward"]
+                              ? positive_number(flops, "bfloat16_backward", where)
+                              : p.flops_bf16;
   if (root["attention_fraction"]) {
     p.attention_fraction = positive_number(root, "attention_fraction", where);
     if (p.attention_fraction > 1) {
@@ -88,12 +95,13 @@ std::string format_hardware_profile(const HardwareProfile& p) {
       "name: {}\nsource: \"{}\"\nmemory_bytes: {:.6g}\nruntime_bytes: {:.6g}\n"
       "memory_bandwidth: {:.6g}  # bytes/s\n"
       "flops:  # dense matmul FLOP/s by input dtype\n  float32: {:.6g}\n  bfloat16: {:.6g}\n"
-      "  int8: {:.6g}\nattention_fraction: {:.4g}  # attention FLOP/s / matmul FLOP/s\n"
+      "  int8: {:.6g}\n  bfloat16_backward: {:.6g}  # f32 gradients x bf16 operands\n"
+      "attention_fraction: {:.4g}  # attention FLOP/s / matmul FLOP/s\n"
       "ici:  # inside a node: bytes/s per device, seconds per collective\n"
       "  bandwidth: {:.6g}\n  latency: {:.6g}\ndcn:\n  bandwidth: {:.6g}\n  latency: {:.6g}\n",
       p.name, p.source, p.memory_bytes, p.runtime_bytes, p.memory_bandwidth, p.flops_f32,
-      p.flops_bf16, p.flops_int8, p.attention_fraction, p.ici.bandwidth, p.ici.latency,
-      p.dcn.bandwidth, p.dcn.latency);
+      p.flops_bf16, p.flops_int8, p.flops_bf16_backward, p.attention_fraction, p.ici.bandwidth,
+      p.ici.latency, p.dcn.bandwidth, p.dcn.latency);
 }
 
 }  // namespace maxctx

@@ -30,13 +30,18 @@ struct HardwareProfile {
   double flops_f32 = 0;         // dense matmul FLOP/s per dtype of the matmul inputs
   double flops_bf16 = 0;
   double flops_int8 = 0;
+  // A bf16 model's backward matmuls as maxctx runs them: f32 gradients against bf16 weights and
+  // activations (model/activations.h). Optional (`flops: bfloat16_backward`); without it, the
+  // bfloat16 rate (hardware that converts on the fly).
+  double flops_bf16_backward = 0;
   // The FLOP/s attention reaches, as a fraction of the matmul rate of its dtype (1 where the
   // source gives no figure: the plan's time is then a lower bound).
   double attention_fraction = 1.0;
   LinkSpeed ici;
   LinkSpeed dcn;
 
-  double flops(std::string_view dtype) const;  // "float32" | "bfloat16" | "int8"
+  double flops(std::string_view dtype) const;           // "float32" | "bfloat16" | "int8"
+  double backward_flops(std::string_view dtype) const;  // the backward's matmul rate
 };
 
 // `name_or_path`: a file path (ends in .yml/.yaml or contains '/'), else

@@ -255,7 +255,11 @@ StepTime predict_step_time(const TrainingPlan& plan, const Config& c,
                            const HardwareProfile& profile) {
   const double rate = profile.flops(c.dtype);
   StepTime t;
-  t.compute_seconds = plan.executed_tflops.learnable_weight * 1e12 / rate +
+  // The weights' matmuls: a third of the model's count is the forward (plus what the remat
+  // policy recomputes, also forward), two thirds the backward at the backward's rate.
+  const double backward = plan.model_tflops.learnable_weight * 2 / 3;
+  const double forward = plan.executed_tflops.learnable_weight - backward;
+  t.compute_seconds = forward * 1e12 / rate + backward * 1e12 / profile.backward_flops(c.dtype) +
                       plan.executed_tflops.attention * 1e12 / (rate * profile.attention_fraction);
   t.communication_seconds = communication_seconds(plan.traffic, plan.groups, profile);
   t.mfu = plan.model_tflops.total * 1e12 / (t.seconds() * rate);
