@@ -19,6 +19,8 @@ int run_decode(const Args& args);
 int run_bench_inference(const Args& args);
 int run_trace_summary(const Args& args);
 int run_plot(const Args& args);
+int run_plan(const Args& args);
+int run_probe_hardware(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -38,6 +40,12 @@ const std::vector<Command>& commands() {
        run_trace_summary},
       {"plot", "PNG of runs' loss, accuracy, throughput and learning rate; --trace: a timeline",
        run_plot},
+      {"plan",
+       "memory, communication and step time per rank for any mesh, before a run (search=true: "
+       "the meshes that fit)",
+       run_plan},
+      {"probe-hardware", "measure this machine into a hardware profile YAML for `maxctx plan`",
+       run_probe_hardware},
       {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
       {"config", "print the resolved config (every key, then the derived values)", run_config},
       {"config-doc", "print the documentation of every config key (docs/config.md)",

@@ -56,6 +56,10 @@ void check_inference_mesh(const Mesh& mesh) { parallel::ParallelDims::inference(
 
 InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
   check_inference_mesh(mesh);
+  return inference_settings_from(c, mesh.axis_size(Axis::kContextAutoregressive));
+}
+
+InferenceSettings inference_settings_from(const Config& c, int64_t ca) {
   InferenceSettings s;
   s.max_prefill_length = c.max_prefill_predict_length;
   s.max_target_length = c.max_target_length;
@@ -76,7 +80,7 @@ InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
         c.per_device_batch_size, c.derived.num_devices, slots);
   }
   s.slots = static_cast<int64_t>(slots);
-  check_settings(s, static_cast<int>(mesh.axis_size(Axis::kContextAutoregressive)));
+  check_settings(s, static_cast<int>(ca));
   return s;
 }
 
@@ -134,14 +138,18 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
       kernels_, model_, llama_weights_, settings_.int8_weights,
       plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{},
       int8_.empty() ? nullptr : &int8_.matrices);
-  const int64_t prefill_rows = settings_.slots * (settings_.max_prefill_length / ca);
-  ws_ =
-      model::allocate_inference_workspace(kernels_, model_, std::max(prefill_rows, local_slots()));
+  ws_ = model::allocate_inference_workspace(kernels_, model_, workspace_rows(settings_, ca));
   length_.assign(static_cast<size_t>(settings_.slots), 0);
   logits_.assign(static_cast<size_t>(settings_.slots * model_.vocab_size), 0.0f);
 }
 
 InferenceEngine::~InferenceEngine() = default;
+
+int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca) {
+  const int64_t prefill_rows = s.slots * (s.max_prefill_length / ca);
+  const int64_t local_slots = s.decode == DecodeSharding::kBatch ? s.slots / ca : s.slots;
+  return std::max(prefill_rows, local_slots);
+}
 
 int64_t InferenceEngine::local_slots() const {
   return settings_.decode == DecodeSharding::kBatch ? settings_.slots / ca_.size()

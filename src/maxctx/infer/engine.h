@@ -52,6 +52,8 @@ struct InferenceSettings {
 // ca divides max_prefill_predict_length (and, for batch decode, the slots). Slots =
 // per_device_batch_size × devices (MaxText's global batch). maxctx::Error on every rank alike.
 InferenceSettings inference_settings_from(const Config& config, const Mesh& mesh);
+// The same for `ca` context_autoregressive ranks, the mesh checked by the caller (`maxctx plan`).
+InferenceSettings inference_settings_from(const Config& config, int64_t ca);
 // The mesh checks alone (also used by callers that build settings by hand).
 void check_inference_mesh(const Mesh& mesh);
 
@@ -77,6 +79,9 @@ class InferenceEngine {
                   const model::LlamaConfig& model, const std::vector<float>& weights,
                   const Mesh& mesh);
   ~InferenceEngine();
+
+  // The rows of the forward workspace: a whole prefill's rows on this rank, or the local slots.
+  static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca);
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
   // max_prefill_length tokens and shorter than max_target_length). Returns every slot's

@@ -83,6 +83,12 @@ MicrobenchmarkOptions microbenchmark_options(const Config& c) {
   return o;
 }
 
+double prefill_flops_per_prompt(const model::LlamaConfig& m, int64_t length) {
+  const double L = double(length);
+  return 2.0 * double(m.num_parameters()) * L +
+         4.0 * double(m.num_query_heads * m.num_layers * m.head_dim) * L * L / 2;
+}
+
 PrefillTiming benchmark_prefill(InferenceEngine& engine, int64_t length, int64_t iters,
                                 int64_t warmup) {
   const model::LlamaConfig& m = engine.model_config();
@@ -96,9 +102,7 @@ PrefillTiming benchmark_prefill(InferenceEngine& engine, int64_t length, int64_t
   t.length = length;
   t.time_ms = seconds / double(iters) * 1e3;
   const double devices = double(engine.ca());
-  const double L = double(length);
-  const double per_prompt = 2.0 * double(m.num_parameters()) * L +
-                            4.0 * double(m.num_query_heads * m.num_layers * m.head_dim) * L * L / 2;
+  const double per_prompt = prefill_flops_per_prompt(m, length);
   t.total_tflops_per_device = double(engine.slots()) * per_prompt / devices / 1e12;
   t.tflops_per_sec_per_device = t.total_tflops_per_device / (t.time_ms / 1e3);
   return t;

@@ -31,6 +31,10 @@ struct MicrobenchmarkOptions {
 // Parses the inference_microbenchmark_* keys; an error names the key and what is allowed.
 MicrobenchmarkOptions microbenchmark_options(const Config& config);
 
+// The FLOPs of one prompt's prefill as MaxText's microbenchmark counts them: 2 per parameter
+// per token, plus causal attention (4·L²·Hq·D·layers / 2).
+double prefill_flops_per_prompt(const model::LlamaConfig& model, int64_t length);
+
 struct PrefillTiming {
   int64_t length = 0;
   double time_ms = 0.0;

@@ -15,6 +15,7 @@
 #include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/communicator_impl.h"
 #include "maxctx/mesh/mpi/mpi_communicator.h"
+#include "maxctx/mesh/traffic.h"
 
 namespace maxctx {
 namespace {
@@ -194,6 +195,8 @@ void Communicator::send_recv(std::span<const T> send, int dest, std::span<T> rec
   check_user_tag(tag);
   check_peer(dest, impl.size(), "send_recv: dest");
   check_peer(source, impl.size(), "send_recv: source");
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kSendRecv,
+                static_cast<int64_t>(send.size_bytes() + recv.size_bytes()));
   const WaitScope waiting("send_recv", &impl);
   impl.send_recv(send.data(), static_cast<int64_t>(send.size()), dest, recv.data(),
                  static_cast<int64_t>(recv.size()), source, element_type_of<T>(), tag);
@@ -207,6 +210,8 @@ Request Communicator::isend(std::span<const T> data, int dest, int tag) const {
   Request request(
       impl.isend(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), dest, tag));
   request.trace_transfer("isend", trace_name_, static_cast<int64_t>(data.size_bytes()));
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kIsend,
+                static_cast<int64_t>(data.size_bytes()));
   return request;
 }
 
@@ -218,6 +223,8 @@ Request Communicator::irecv(std::span<T> data, int source, int tag) const {
   Request request(impl.irecv(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(),
                              source, tag));
   request.trace_transfer("irecv", trace_name_, static_cast<int64_t>(data.size_bytes()));
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kIrecv,
+                static_cast<int64_t>(data.size_bytes()));
   return request;
 }
 
@@ -231,6 +238,8 @@ void Communicator::all_gather(std::span<const T> mine, std::span<T> out) const {
   const int64_t n = static_cast<int64_t>(mine.size());
   MAXCTX_CHECK_EQ(static_cast<int64_t>(out.size()), n * impl.size(),
                   "all_gather: out must hold size() = {} parts of {} elements", impl.size(), n);
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kAllGather,
+                static_cast<int64_t>(out.size_bytes()));
   const WaitScope waiting("all_gather", &impl);
   impl.all_gather(mine.data(), out.data(), n, element_type_of<T>());
 }
@@ -244,6 +253,8 @@ void Communicator::all_gather_uneven(std::span<const T> mine, std::span<T> out) 
   MAXCTX_CHECK_EQ(static_cast<int64_t>(mine.size()), split_count(total, impl.size(), impl.rank()),
                   "all_gather_uneven: rank {} of {} holds this block of {} elements", impl.rank(),
                   impl.size(), total);
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kAllGather,
+                static_cast<int64_t>(out.size_bytes()));
   const WaitScope waiting("all_gather_uneven", &impl);
   impl.all_gather_uneven(mine.data(), out.data(), total, element_type_of<T>());
 }
@@ -265,6 +276,8 @@ void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out,
                   impl.rank(), total, impl.size());
   MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
                "reduce_scatter: out overlaps in; reduce into a separate buffer");
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kReduceScatter,
+                static_cast<int64_t>(in.size_bytes()));
   const WaitScope waiting("reduce_scatter", &impl);
   impl.reduce_scatter(in.data(), out.data(), total, element_type_of<T>(), algorithm);
 }
@@ -274,6 +287,8 @@ void Communicator::all_reduce(std::span<T> in_out, ReduceOp op) const {
   const WaitScope waiting("all_reduce", &backend());
   const trace::Span span("all_reduce", trace::Category::kComm, trace_name_,
                          static_cast<int64_t>(in_out.size_bytes()));
+  count_traffic(trace_name_, backend().size(), CollectiveKind::kAllReduce,
+                static_cast<int64_t>(in_out.size_bytes()));
   backend().all_reduce(in_out.data(), static_cast<int64_t>(in_out.size()), element_type_of<T>(),
                        op);
 }
@@ -291,6 +306,8 @@ void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
                   "all_to_all: out holds as many elements as in");
   MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
                "all_to_all: out overlaps in; exchange into a separate buffer");
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kAllToAll,
+                static_cast<int64_t>(in.size_bytes()));
   const WaitScope waiting("all_to_all", &impl);
   impl.all_to_all(in.data(), out.data(), total / impl.size(), element_type_of<T>());
 }
@@ -329,6 +346,8 @@ void Communicator::broadcast(std::span<T> data, int root) const {
                          static_cast<int64_t>(data.size_bytes()));
   const CommunicatorImpl& impl = backend();
   MAXCTX_CHECK(root >= 0 && root < impl.size(), "broadcast root {} of {} ranks", root, impl.size());
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kBroadcast,
+                static_cast<int64_t>(data.size_bytes()));
   const WaitScope waiting("broadcast", &impl);
   impl.broadcast(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), root);
 }

@@ -103,6 +103,14 @@ std::string group_axes(unsigned mask) {
 
 }  // namespace
 
+std::string group_trace_name(const AxisArray& sizes, std::span<const Axis> axes) {
+  unsigned mask = 0;
+  for (Axis axis : axes) {
+    if (sizes[axis_index(axis)] > 1) mask |= axis_bit(axis);
+  }
+  return mask == 0 ? "self" : group_axes(mask);
+}
+
 Mesh::Mesh(const MeshSpec& spec) : Mesh(spec, Communicator::world()) {}
 
 Mesh::Mesh(const MeshSpec& spec, Communicator base) : world_(std::move(base)) {

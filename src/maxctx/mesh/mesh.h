@@ -23,6 +23,11 @@
 
 namespace maxctx {
 
+// The name a group's communicator carries in traces and traffic counts (traffic.h), in a mesh of
+// these axis sizes: the group's axes of size > 1 joined by '+' ("data+context"); "self" when
+// none is (the group is this rank alone, and moves nothing).
+std::string group_trace_name(const AxisArray& sizes, std::span<const Axis> axes);
+
 class Mesh {
  public:
   // Collective over Communicator::world(). Throws maxctx::Error (on every rank alike) when the spec

@@ -4,6 +4,7 @@
 // checkpoint, an unopenable metrics file).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 
 #include "maxctx/mesh/communicator.h"
@@ -14,5 +15,8 @@ namespace maxctx {
 // rank throws maxctx::Error with rank 0's message, else every rank returns. The other ranks wait
 // for rank 0's outcome, as a barrier would.
 void run_on_root(const Communicator& comm, const std::function<void()>& task);
+
+// What a successful run_on_root sends: one broadcast of the outcome (failed, message size).
+inline constexpr int64_t kRootTaskBroadcastBytes = 2 * sizeof(int64_t);
 
 }  // namespace maxctx

@@ -105,6 +105,35 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   return a;
 }
 
+int64_t allocated_bytes(const LlamaActivations& a) {
+  int64_t bytes = 0;
+  // An unallocated Tensor's view is an empty scalar: nothing held.
+  const auto add = [&](const Tensor& t) {
+    if (!t.view().empty()) bytes += static_cast<int64_t>(t.view().bytes());
+  };
+  for (const Tensor* t :
+       {&a.rope_cos, &a.rope_sin, &a.final_norm_rstd, &a.final_norm_out, &a.logits, &a.xent_lse,
+        &a.token_loss, &a.proj, &a.d_residual, &a.d_normed, &a.d_x, &a.d_q, &a.d_k, &a.d_v,
+        &a.d_attn, &a.d_gate, &a.d_up, &a.d_swiglu}) {
+    add(*t);
+  }
+  for (const Tensor& t : a.residual) add(t);
+  for (const Tensor& t : a.storage) add(t);
+  for (const LayerActivations& l : a.layers) {
+    for (const Tensor* t :
+         {&l.moe.router_logits, &l.moe.router_probs, &l.moe.expert_in, &l.moe.gate, &l.moe.up,
+          &l.moe.hidden, &l.moe.expert_out, &l.moe.statistics}) {
+      add(*t);
+    }
+  }
+  const MoeGradBuffers& g = a.moe_grad;
+  for (const Tensor* t :
+       {&g.d_rows, &g.d_hidden, &g.d_gate, &g.d_up, &g.d_in, &g.d_logits, &g.d_choice_weight}) {
+    add(*t);
+  }
+  return bytes;
+}
+
 ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPolicy& remat,
                                            int tensor_size) {
   ActivationBytes b;

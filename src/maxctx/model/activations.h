@@ -88,6 +88,11 @@ LlamaActivations allocate_activations(const kernels::Kernels& kernels, const Lla
                                       int64_t batch, int64_t seq, int tensor_size = 1,
                                       const RematPolicy& remat = {});
 
+// Every byte `activations` holds now (each buffer once, the MoE buffers included), counted
+// from the buffers themselves: what the test of activation_bytes_per_token and of `maxctx
+// plan` compares with.
+int64_t allocated_bytes(const LlamaActivations& activations);
+
 // Bytes of the layers' saved activations per token (summed over layers, the shared scratch set
 // counted once) and of everything else allocate_activations holds per token, for `remat`. A
 // mixture of experts' buffers (MoeBuffers, MoeGradBuffers: their rows follow the dispatch, not

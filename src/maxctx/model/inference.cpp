@@ -8,7 +8,7 @@ namespace {
 
 // int8 codes plus a scale and a row sum per output row, or the weights as stored.
 int64_t weight_bytes(TensorView weight, const kernels::Int8Weights* i8) {
-  if (i8 != nullptr) return i8->out_dim * i8->in_dim + 2 * i8->out_dim * int64_t{sizeof(float)};
+  if (i8 != nullptr) return int8_weight_bytes(i8->out_dim, i8->in_dim);
   return static_cast<int64_t>(weight.bytes());
 }
 
@@ -34,6 +34,10 @@ kernels::Int8Weights pack_prequantized(const kernels::Kernels& k, TensorView wei
 }
 
 }  // namespace
+
+int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim) {
+  return out_dim * in_dim + 2 * out_dim * int64_t{sizeof(float)};
+}
 
 InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig& c,
                                    const LlamaWeights& w, bool quantize_int8,
@@ -132,30 +136,57 @@ int64_t InferenceWeights::bytes_per_step(bool row_split, int64_t expert_ranks) c
   return bytes;
 }
 
+namespace {
+
+// One buffer of the workspace: the list allocate_inference_workspace allocates from and
+// inference_workspace_bytes counts.
+struct WorkspaceField {
+  Tensor InferenceWorkspace::*member;
+  Shape shape;
+  DType dtype;
+};
+
+std::vector<WorkspaceField> workspace_fields(const LlamaConfig& c, int64_t N) {
+  // Activations in the activation dtype; statistics and the projections' f32 sums not.
+  const DType dt = c.dtype;
+  const DType f32 = DType::kF32;
+  using W = InferenceWorkspace;
+  return {{&W::residual, {N, c.emb_dim}, dt},
+          {&W::normed, {N, c.emb_dim}, dt},
+          {&W::rstd, {N}, f32},
+          {&W::q, {N, c.num_query_heads, c.head_dim}, dt},
+          {&W::k, {N, c.num_kv_heads, c.head_dim}, dt},
+          {&W::v, {N, c.num_kv_heads, c.head_dim}, dt},
+          {&W::attn, {N, c.num_query_heads, c.head_dim}, dt},
+          {&W::proj, {N, c.emb_dim}, f32},
+          {&W::gate, {N, c.mlp_dim}, dt},
+          {&W::up, {N, c.mlp_dim}, dt},
+          {&W::hidden, {N, c.mlp_dim}, dt},
+          {&W::rope_cos, {N, c.head_dim / 2}, f32},
+          {&W::rope_sin, {N, c.head_dim / 2}, f32},
+          {&W::head_in, {N, c.emb_dim}, dt}};
+}
+
+}  // namespace
+
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& k, const LlamaConfig& c,
                                                 int64_t max_rows) {
   MAXCTX_CHECK_GT(max_rows, 0, "an inference workspace needs at least one row");
-  const int64_t N = max_rows;
-  // Activations in the activation dtype; statistics and the projections' f32 sums not.
-  const DType dt = c.dtype;
   InferenceWorkspace ws;
-  ws.max_rows = N;
-  ws.residual = k.empty({N, c.emb_dim}, dt);
-  ws.normed = k.empty({N, c.emb_dim}, dt);
-  ws.rstd = k.empty({N});
-  ws.q = k.empty({N, c.num_query_heads, c.head_dim}, dt);
-  ws.k = k.empty({N, c.num_kv_heads, c.head_dim}, dt);
-  ws.v = k.empty({N, c.num_kv_heads, c.head_dim}, dt);
-  ws.attn = k.empty({N, c.num_query_heads, c.head_dim}, dt);
-  ws.proj = k.empty({N, c.emb_dim});
-  ws.gate = k.empty({N, c.mlp_dim}, dt);
-  ws.up = k.empty({N, c.mlp_dim}, dt);
-  ws.hidden = k.empty({N, c.mlp_dim}, dt);
-  ws.rope_cos = k.empty({N, c.head_dim / 2});
-  ws.rope_sin = k.empty({N, c.head_dim / 2});
-  ws.head_in = k.empty({N, c.emb_dim}, dt);
-  if (c.moe) ws.moe = allocate_moe_buffers(k, c, 1, N);
+  ws.max_rows = max_rows;
+  for (const WorkspaceField& f : workspace_fields(c, max_rows)) {
+    ws.*f.member = k.empty(f.shape, f.dtype);
+  }
+  if (c.moe) ws.moe = allocate_moe_buffers(k, c, 1, max_rows);
   return ws;
+}
+
+int64_t inference_workspace_bytes(const LlamaConfig& c, int64_t max_rows) {
+  int64_t bytes = 0;
+  for (const WorkspaceField& f : workspace_fields(c, max_rows)) {
+    bytes += f.shape.numel() * static_cast<int64_t>(dtype_size(f.dtype));
+  }
+  return bytes + (c.moe ? moe_buffer_bytes(c, 1, max_rows).per_layer : 0);
 }
 
 void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,

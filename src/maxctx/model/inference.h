@@ -31,6 +31,10 @@ struct QuantizedMatrix {
   TensorView scale;   // (out) f32
 };
 
+// What an int8 copy of an (out_dim, in_dim) projection streams per use: its codes and two f32
+// per row (the scale and the row sum the int8 matmul corrects with).
+int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim);
+
 // The weights inference reads. Views the training layout (LlamaWeights, which must outlive this);
 // with quantize_int8 every projection (a mixture's experts too) and the output head get an int8
 // copy, which is then what the forward reads (the embedding lookup, the norms and a mixture's
@@ -95,6 +99,9 @@ struct InferenceWorkspace {
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,
                                                 const LlamaConfig& config, int64_t max_rows);
+// The bytes allocate_inference_workspace holds for `max_rows` rows (with a mixture's buffers and
+// the load-balance statistics its forward adds), for `maxctx plan`.
+int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows);
 
 // Runs the decoder over this rank's tokens (batch.targets is ignored) and writes the logits of
 // rows logit_rows (indices into the B·S rows, in the order given) to logits (rows, V). With

@@ -20,28 +20,57 @@ int64_t rows_for(const LlamaConfig& c, int64_t batch, int64_t seq) {
          expert_capacity(seq, c.num_experts, c.num_experts_per_tok, c.capacity_factor);
 }
 
+// One buffer of MoeBuffers or MoeGradBuffers at N tokens and R rows: the one list that the
+// reservations and the byte counts below read.
+template <typename Buffers>
+struct BufferField {
+  Tensor Buffers::*member;
+  int64_t numel;
+  DType dtype;
+};
+
+std::vector<BufferField<MoeBuffers>> forward_fields(const LlamaConfig& c, int64_t N, int64_t R) {
+  const DType dt = c.dtype;
+  const DType f32 = DType::kF32;
+  using B = MoeBuffers;
+  return {{&B::router_logits, N * c.num_experts, f32},
+          {&B::router_probs, N * c.num_experts, f32},
+          {&B::expert_in, R * c.emb_dim, dt},
+          {&B::gate, R * c.mlp_dim, dt},
+          {&B::up, R * c.mlp_dim, dt},
+          {&B::hidden, R * c.mlp_dim, dt},
+          {&B::expert_out, R * c.emb_dim, f32}};
+}
+
+std::vector<BufferField<MoeGradBuffers>> backward_fields(const LlamaConfig& c, int64_t N,
+                                                         int64_t R) {
+  const DType f32 = DType::kF32;
+  using G = MoeGradBuffers;
+  return {{&G::d_rows, R * c.emb_dim, f32},
+          {&G::d_hidden, R * c.mlp_dim, f32},
+          {&G::d_gate, R * c.mlp_dim, f32},
+          {&G::d_up, R * c.mlp_dim, f32},
+          {&G::d_in, R * c.emb_dim, f32},
+          {&G::d_logits, N * c.num_experts, f32},
+          {&G::d_choice_weight, N * c.num_experts_per_tok, f32}};
+}
+
+template <typename Buffers>
+int64_t bytes_of(const std::vector<BufferField<Buffers>>& fields) {
+  int64_t bytes = 0;
+  for (const auto& f : fields) bytes += f.numel * static_cast<int64_t>(dtype_size(f.dtype));
+  return bytes;
+}
+
 // Grows the expert buffers to R rows (no-op once they are as large).
 void reserve_rows(const kernels::Kernels& k, const LlamaConfig& c, int64_t N, int64_t R,
                   MoeBuffers& b) {
-  const DType dt = c.dtype;
-  k.reserve(b.router_logits, N * c.num_experts);
-  k.reserve(b.router_probs, N * c.num_experts);
-  k.reserve(b.expert_in, R * c.emb_dim, dt);
-  k.reserve(b.gate, R * c.mlp_dim, dt);
-  k.reserve(b.up, R * c.mlp_dim, dt);
-  k.reserve(b.hidden, R * c.mlp_dim, dt);
-  k.reserve(b.expert_out, R * c.emb_dim);
+  for (const auto& f : forward_fields(c, N, R)) k.reserve(b.*f.member, f.numel, f.dtype);
 }
 
 void reserve_grad_rows(const kernels::Kernels& k, const LlamaConfig& c, int64_t N, int64_t R,
                        MoeGradBuffers& g) {
-  k.reserve(g.d_rows, R * c.emb_dim);
-  k.reserve(g.d_hidden, R * c.mlp_dim);
-  k.reserve(g.d_gate, R * c.mlp_dim);
-  k.reserve(g.d_up, R * c.mlp_dim);
-  k.reserve(g.d_in, R * c.emb_dim);
-  k.reserve(g.d_logits, N * c.num_experts);
-  k.reserve(g.d_choice_weight, N * c.num_experts_per_tok);
+  for (const auto& f : backward_fields(c, N, R)) k.reserve(g.*f.member, f.numel, f.dtype);
 }
 
 // The expert buffers' first R rows: what every expert's matmuls read and write.
@@ -271,6 +300,14 @@ MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& k, const LlamaC
   MoeGradBuffers g;
   reserve_grad_rows(k, c, batch * seq, rows_for(c, batch, seq), g);
   return g;
+}
+
+MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq) {
+  const int64_t N = batch * seq;
+  const int64_t R = rows_for(c, batch, seq);
+  const int64_t statistics =
+      c.load_balance_loss_weight > 0 ? batch * 2 * c.num_experts * int64_t{sizeof(float)} : 0;
+  return {bytes_of(forward_fields(c, N, R)) + statistics, bytes_of(backward_fields(c, N, R))};
 }
 
 void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,

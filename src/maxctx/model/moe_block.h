@@ -142,6 +142,15 @@ MoeBuffers allocate_moe_buffers(const kernels::Kernels& kernels, const LlamaConf
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
                                          int64_t batch, int64_t seq);
 
+// What allocate_moe_buffers (with the load-balance statistics a forward adds) and
+// allocate_moe_grad_buffers hold for `batch` sequences of `seq` tokens; the routing's index
+// vectors are not counted.
+struct MoeBufferBytes {
+  int64_t per_layer = 0;  // MoeBuffers, one per layer in training
+  int64_t backward = 0;   // MoeGradBuffers, shared by the layers
+};
+MoeBufferBytes moe_buffer_bytes(const LlamaConfig& config, int64_t batch, int64_t seq);
+
 // out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq; under tensor parallelism
 // this rank's partial sum (the caller sums it over tensor, as after a row-parallel projection).
 // `sequence` (may be null) sums the load-balance statistics over the ranks holding the other

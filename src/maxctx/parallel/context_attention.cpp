@@ -22,7 +22,88 @@ kernels::AttentionParams chunk_params(const TokenLayout& tokens,
   return p;
 }
 
+constexpr int64_t kIdBytes = sizeof(int32_t);
+
+int64_t ids_bytes(const std::vector<int32_t>& ids) {
+  return static_cast<int64_t>(ids.size()) * kIdBytes;
+}
+
 }  // namespace
+
+// gather_keys: one all-gather of K | V, one of positions | segment ids; the backward gathers
+// again and reduce-scatters dK | dV in f32.
+void AllGatherContextAttention::add_forward_traffic(Traffic& traffic, const std::string& axis,
+                                                    int64_t cp, const AttentionOperands& x) {
+  const int64_t element = static_cast<int64_t>(dtype_size(x.dtype));
+  traffic.add(axis, CollectiveKind::kAllGather, cp * 2 * x.kv_numel() * element);
+  traffic.add(axis, CollectiveKind::kAllGather, cp * 2 * x.tokens() * kIdBytes);
+}
+
+void AllGatherContextAttention::add_backward_traffic(Traffic& traffic, const std::string& axis,
+                                                     int64_t cp, const AttentionOperands& x) {
+  add_forward_traffic(traffic, axis, cp, x);
+  traffic.add(axis, CollectiveKind::kReduceScatter,
+              cp * 2 * x.kv_numel() * static_cast<int64_t>(sizeof(float)));
+}
+
+int64_t AllGatherContextAttention::staging_bytes(int64_t cp, const AttentionOperands& x) {
+  const int64_t element = static_cast<int64_t>(dtype_size(x.dtype));
+  const int64_t kv = x.kv_numel();
+  const int64_t f32 = sizeof(float);
+  return (2 * kv + cp * 2 * kv) * element                  // send_, recv_
+         + 2 * cp * kv * element                           // full_k_, full_v_
+         + 2 * cp * kv * f32                               // full_dk_, full_dv_
+         + (cp * 2 * kv + 2 * kv) * f32                    // grad_send_, grad_recv_
+         + (2 * cp + 2 + 2 * cp) * x.tokens() * kIdBytes;  // full_pos_/seg_, send/recv_ids_
+}
+
+int64_t AllGatherContextAttention::held_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor* t :
+       {&send_, &recv_, &grad_send_, &grad_recv_, &full_k_, &full_v_, &full_dk_, &full_dv_}) {
+    if (!t->view().empty()) bytes += static_cast<int64_t>(t->view().bytes());
+  }
+  for (const auto* ids : {&full_pos_, &full_seg_, &send_ids_, &recv_ids_}) bytes += ids_bytes(*ids);
+  return bytes;
+}
+
+// pass_chunk_along on each of cp - 1 steps (K | V and the ids, sent and received); the
+// backward does the same, then sends its dK | dV accumulators on with every one of cp steps.
+void RingContextAttention::add_forward_traffic(Traffic& traffic, const std::string& axis,
+                                               int64_t cp, const AttentionOperands& x) {
+  const int64_t kv_bytes = 2 * x.kv_numel() * static_cast<int64_t>(dtype_size(x.dtype));
+  const int64_t id_bytes = 2 * x.tokens() * kIdBytes;
+  for (CollectiveKind kind : {CollectiveKind::kIsend, CollectiveKind::kIrecv}) {
+    traffic.add(axis, kind, kv_bytes, cp - 1);
+    traffic.add(axis, kind, id_bytes, cp - 1);
+  }
+}
+
+void RingContextAttention::add_backward_traffic(Traffic& traffic, const std::string& axis,
+                                                int64_t cp, const AttentionOperands& x) {
+  add_forward_traffic(traffic, axis, cp, x);
+  traffic.add(axis, CollectiveKind::kSendRecv, 2 * 2 * x.kv_numel() * sizeof(float), cp);
+}
+
+int64_t RingContextAttention::staging_bytes(int64_t, const AttentionOperands& x) {
+  const int64_t kv = x.kv_numel();
+  const int64_t f32 = sizeof(float);
+  const int64_t out = x.tokens() * x.heads_q * x.head_dim;
+  return 2 * 2 * kv * static_cast<int64_t>(dtype_size(x.dtype))  // chunk_kv_
+         + 2 * 2 * x.tokens() * kIdBytes                         // chunk_ids_
+         + 2 * 2 * kv * f32                                      // chunk_grad_
+         + 2 * out * f32                                         // merged_out_, partial_out_
+         + x.batch * x.heads_q * x.seq * f32;                    // partial_lse_
+}
+
+int64_t RingContextAttention::held_bytes() const {
+  int64_t bytes = 0;
+  for (const Tensor* t : {&chunk_kv_[0], &chunk_kv_[1], &chunk_grad_[0], &chunk_grad_[1],
+                          &merged_out_, &partial_out_, &partial_lse_}) {
+    if (!t->view().empty()) bytes += static_cast<int64_t>(t->view().bytes());
+  }
+  return bytes + ids_bytes(chunk_ids_[0]) + ids_bytes(chunk_ids_[1]);
+}
 
 void AllGatherContextAttention::gather_keys(TensorView k, TensorView v, const TokenLayout& tokens) {
   const int64_t cp = context_.size();

@@ -17,12 +17,25 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/model_plan.h"
 
 namespace maxctx::parallel {
+
+// This rank's attention operands as a context-parallel plan receives them, for what `maxctx
+// plan` reads off the plans below: the traffic of one forward or backward call (on the context
+// axis, named `axis`) and the staging bytes the plan holds once it has run both.
+struct AttentionOperands {
+  int64_t batch = 0, seq = 0;                       // this rank's rows, tokens per row
+  int64_t heads_q = 0, heads_kv = 0, head_dim = 0;  // this rank's heads
+  DType dtype = DType::kF32;                        // q, k, v (and K/V on the wire)
+  int64_t kv_numel() const { return batch * seq * heads_kv * head_dim; }
+  int64_t tokens() const { return batch * seq; }
+};
 
 class AllGatherContextAttention final : public AttentionPlan {
  public:
@@ -34,6 +47,13 @@ class AllGatherContextAttention final : public AttentionPlan {
                 TensorView lse, TensorView q, TensorView k, TensorView v, const TokenLayout& tokens,
                 const kernels::AttentionParams& dims) override;
   kernels::AttentionStats stats() const override { return stats_; }
+
+  static void add_forward_traffic(Traffic& traffic, const std::string& axis, int64_t cp,
+                                  const AttentionOperands& x);
+  static void add_backward_traffic(Traffic& traffic, const std::string& axis, int64_t cp,
+                                   const AttentionOperands& x);
+  static int64_t staging_bytes(int64_t cp, const AttentionOperands& x);
+  int64_t held_bytes() const override;
 
  private:
   // Gathers this rank's K, V, positions and segment ids from every context rank into
@@ -62,6 +82,13 @@ class RingContextAttention final : public AttentionPlan {
                 TensorView lse, TensorView q, TensorView k, TensorView v, const TokenLayout& tokens,
                 const kernels::AttentionParams& dims) override;
   kernels::AttentionStats stats() const override { return stats_; }
+
+  static void add_forward_traffic(Traffic& traffic, const std::string& axis, int64_t cp,
+                                  const AttentionOperands& x);
+  static void add_backward_traffic(Traffic& traffic, const std::string& axis, int64_t cp,
+                                   const AttentionOperands& x);
+  static int64_t staging_bytes(int64_t cp, const AttentionOperands& x);
+  int64_t held_bytes() const override;
 
  private:
   // Slot 0 := this rank's K, V, positions and segment ids.

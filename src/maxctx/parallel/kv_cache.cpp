@@ -104,6 +104,14 @@ int64_t KvCache::bytes() const {
   return static_cast<int64_t>(k_.view().bytes() + v_.view().bytes()) + scales + ids;
 }
 
+int64_t KvCache::bytes_for(const KvCacheShape& s) {
+  const int64_t rows = s.layers * s.slots * s.rows();
+  const int64_t element = s.int8 ? 1 : static_cast<int64_t>(dtype_size(s.dtype));
+  const int64_t scales = s.int8 ? 2 * rows * int64_t{sizeof(float)} : 0;
+  const int64_t ids = 2 * s.slots * s.rows() * int64_t{sizeof(int32_t)};
+  return 2 * rows * s.row_elements() * element + scales + ids;
+}
+
 int64_t KvCache::bytes_in_use() const {
   const auto element = static_cast<int64_t>(dtype_size(k_.dtype()));
   const int64_t per_row =

@@ -75,6 +75,8 @@ class KvCache {
   KvView view(int64_t layer) const;
 
   int64_t bytes() const;  // everything allocated: K, V, scales, positions, segments
+  // bytes() of a cache of this shape, before building one (`maxctx plan`).
+  static int64_t bytes_for(const KvCacheShape& shape);
   // Bytes attention reads from this cache per step: rows in use of every slot and layer.
   int64_t bytes_in_use() const;
 

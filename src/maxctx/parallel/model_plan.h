@@ -44,6 +44,9 @@ class AttentionPlan {
                         const TokenLayout& tokens, const kernels::AttentionParams& dims) = 0;
   // (query tile, key tile) blocks computed and skipped so far, for load-balance reports.
   virtual kernels::AttentionStats stats() const = 0;
+  // Bytes of the staging buffers the plan holds now (gathered K/V, ring chunks), for the check
+  // of `maxctx plan`'s figure; a plan without any holds 0.
+  virtual int64_t held_bytes() const { return 0; }
 };
 
 // How one decoder layer's attention reaches its keys, as the model's layer calls it (training

@@ -10,29 +10,62 @@
 namespace maxctx::parallel {
 namespace {
 
-ParallelDims read_dims(const Mesh& mesh, RunKind kind) {
+ParallelDims read_dims(const AxisArray& sizes, const AxisArray& coords, RunKind kind) {
+  const auto at = [](const AxisArray& a, Axis axis) { return a[axis_index(axis)]; };
   ParallelDims d;
   d.kind = kind;
-  d.data = mesh.axis_size(Axis::kData);
-  d.fsdp = mesh.axis_size(Axis::kFsdp);
-  d.context = mesh.axis_size(Axis::kContext);
-  d.context_autoregressive = mesh.axis_size(Axis::kContextAutoregressive);
-  d.tensor = mesh.axis_size(Axis::kTensor);
-  d.expert = mesh.axis_size(Axis::kExpert);
+  d.data = at(sizes, Axis::kData);
+  d.fsdp = at(sizes, Axis::kFsdp);
+  d.context = at(sizes, Axis::kContext);
+  d.context_autoregressive = at(sizes, Axis::kContextAutoregressive);
+  d.tensor = at(sizes, Axis::kTensor);
+  d.expert = at(sizes, Axis::kExpert);
   d.data_shards = d.data * d.fsdp * d.expert;
-  d.data_rank = (mesh.coord(Axis::kData) * d.fsdp + mesh.coord(Axis::kFsdp)) * d.expert +
-                mesh.coord(Axis::kExpert);
-  d.tensor_rank = static_cast<int>(mesh.coord(Axis::kTensor));
-  d.context_rank = mesh.coord(Axis::kContext);
+  d.data_rank = (at(coords, Axis::kData) * d.fsdp + at(coords, Axis::kFsdp)) * d.expert +
+                at(coords, Axis::kExpert);
+  d.tensor_rank = static_cast<int>(at(coords, Axis::kTensor));
+  d.context_rank = at(coords, Axis::kContext);
   return d;
 }
+
+ParallelDims read_dims(const Mesh& mesh, RunKind kind) {
+  AxisArray sizes{}, coords{};
+  for (Axis axis : kAllAxes) {
+    sizes[axis_index(axis)] = mesh.axis_size(axis);
+    coords[axis_index(axis)] = mesh.coord(axis);
+  }
+  return read_dims(sizes, coords, kind);
+}
+
+constexpr AxisArray kRankZero{};
+
+// The checks of ParallelDims::training and ::inference on dims read from a mesh or from sizes.
+ParallelDims training_checked(const ParallelDims& d);
+ParallelDims inference_checked(const ParallelDims& d);
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
 ParallelDims ParallelDims::training(const Mesh& mesh) {
-  const ParallelDims d = read_dims(mesh, RunKind::kTraining);
+  return training_checked(read_dims(mesh, RunKind::kTraining));
+}
+
+ParallelDims ParallelDims::training(const AxisArray& sizes) {
+  return training_checked(read_dims(sizes, kRankZero, RunKind::kTraining));
+}
+
+ParallelDims ParallelDims::inference(const Mesh& mesh) {
+  return inference_checked(read_dims(mesh, RunKind::kInference));
+}
+
+ParallelDims ParallelDims::inference(const AxisArray& sizes) {
+  return inference_checked(read_dims(sizes, kRankZero, RunKind::kInference));
+}
+
+namespace {
+
+ParallelDims training_checked(const ParallelDims& d) {
   if (d.context_autoregressive != 1) {
     fail(
         "context_autoregressive = {} is the inference axis; training shards the sequence over "
@@ -43,8 +76,7 @@ ParallelDims ParallelDims::training(const Mesh& mesh) {
   return d;
 }
 
-ParallelDims ParallelDims::inference(const Mesh& mesh) {
-  const ParallelDims d = read_dims(mesh, RunKind::kInference);
+ParallelDims inference_checked(const ParallelDims& d) {
   if (d.context != 1) {
     fail(
         "context = {} is the training axis; inference shards the prompt and the KV cache over "
@@ -64,14 +96,33 @@ ParallelDims ParallelDims::inference(const Mesh& mesh) {
         d.expert, d.expert * d.context_autoregressive);
   }
   for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor}) {
-    if (mesh.axis_size(axis) != 1) {
+    const int64_t size = axis == Axis::kData ? d.data : axis == Axis::kFsdp ? d.fsdp : d.tensor;
+    if (size != 1) {
       fail(
           "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "
           "and dcn_{}_parallelism=1",
-          axis_name(axis), mesh.axis_size(axis), axis_name(axis), axis_name(axis));
+          axis_name(axis), size, axis_name(axis), axis_name(axis));
     }
   }
   return d;
+}
+
+}  // namespace
+
+MeshShape planned_mesh_shape(const Config& c) {
+  MeshSpec spec;
+  int64_t nodes = 1;
+  for (size_t i = 0; i < spec.ici.size(); ++i) {
+    spec.ici[i] = c.derived.ici_parallelism[i];
+    spec.dcn[i] = c.derived.dcn_parallelism[i];
+    if (spec.dcn[i] > 0) nodes *= spec.dcn[i];
+  }
+  const int64_t devices = c.derived.num_devices;
+  if (devices % nodes != 0) {
+    fail("the dcn_*_parallelism values multiply to {} nodes, which do not divide {} devices", nodes,
+         devices);
+  }
+  return resolve_mesh_shape(spec, nodes, devices / nodes);
 }
 
 TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const ParallelDims& dims,
@@ -118,16 +169,8 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
   return plans;
 }
 
-InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
-                                     const kernels::Kernels& kernels, int64_t layers,
-                                     int64_t heads_kv, int64_t head_dim) {
-  const Communicator& ca_axis = mesh.axis(Axis::kContextAutoregressive);
-  const int64_t ca = ca_axis.size();
-  InferencePlans plans;
-  // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
-  if (s.decode == DecodeSharding::kSequence && ca > 1) {
-    plans.row_split = std::make_unique<AxisRowSplit>(ca_axis, kernels);
-  }
+KvCacheShape inference_cache_shape(const InferenceSharding& s, int64_t ca, int64_t layers,
+                                   int64_t heads_kv, int64_t head_dim) {
   KvCacheShape shape;
   shape.layers = layers;
   shape.heads_kv = heads_kv;
@@ -144,7 +187,21 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
     shape.prefill_rows = s.max_prefill_length;
     shape.decode_rows = s.max_target_length;
   }
-  plans.cache = std::make_unique<KvCache>(kernels, shape);
+  return shape;
+}
+
+InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
+                                     const kernels::Kernels& kernels, int64_t layers,
+                                     int64_t heads_kv, int64_t head_dim) {
+  const Communicator& ca_axis = mesh.axis(Axis::kContextAutoregressive);
+  const int64_t ca = ca_axis.size();
+  InferencePlans plans;
+  // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
+  if (s.decode == DecodeSharding::kSequence && ca > 1) {
+    plans.row_split = std::make_unique<AxisRowSplit>(ca_axis, kernels);
+  }
+  plans.cache =
+      std::make_unique<KvCache>(kernels, inference_cache_shape(s, ca, layers, heads_kv, head_dim));
   plans.prefill = std::make_unique<PrefillAttention>(kernels, ca_axis, s.decode, *plans.cache);
   plans.decode = std::make_unique<DecodeAttention>(kernels, ca_axis, s.decode, *plans.cache);
   // MaxText's inference shards the experts (`exp`) over context_autoregressive: each rank runs

@@ -49,7 +49,16 @@ struct ParallelDims {
   // kind does not shard over.
   static ParallelDims training(const Mesh& mesh);
   static ParallelDims inference(const Mesh& mesh);
+  // The same checks on axis sizes alone (axis order of axis.h), for a planned mesh that no
+  // process builds (`maxctx plan`): coordinates are rank 0's.
+  static ParallelDims training(const AxisArray& sizes);
+  static ParallelDims inference(const AxisArray& sizes);
 };
+
+// The mesh a config describes for its num_devices ranks, without building it (`maxctx plan`):
+// the -1s filled as the Mesh fills them, on as many nodes as the positive dcn factors multiply
+// to. maxctx::Error (resolve_mesh_shape's) when the degrees do not fit the devices.
+MeshShape planned_mesh_shape(const Config& config);
 
 // The training model's plans; `model` points into the others (do not copy).
 struct TrainingPlans {
@@ -85,6 +94,10 @@ struct InferencePlans {
   // inference); null when ca = 1, for a dense model, or when ca does not divide num_experts.
   std::unique_ptr<ExpertExchange> experts;
 };
+
+// This rank's KV cache under `sharding` over ca = context_autoregressive ranks.
+KvCacheShape inference_cache_shape(const InferenceSharding& sharding, int64_t ca, int64_t layers,
+                                   int64_t heads_kv, int64_t head_dim);
 
 InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
                                      const kernels::Kernels& kernels, int64_t layers,

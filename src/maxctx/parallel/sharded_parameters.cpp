@@ -37,15 +37,11 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
       replicas_(replicas),
       expert_replicas_(expert_replicas),
       expert_(expert),
-      tensor_(tensor) {
-  int64_t shard_total = 0;
-  for (const FlatRange& r : weight_units(specs)) {
-    const int64_t n = r.end - r.begin;
-    const int64_t count = split_count(n, fsdp.size(), fsdp.rank());
-    units_.push_back({r.begin, r.end, r.begin + split_offset(n, fsdp.size(), fsdp.rank()), count,
-                      shard_total, runs_of(specs, r.begin, r.end)});
-    shard_total += count;
-  }
+      tensor_(tensor),
+      units_(shard_units(specs, fsdp.size(), fsdp.rank())) {
+  for (Unit& unit : units_) unit.runs = runs_of(specs, unit.begin, unit.end);
+  const int64_t shard_total =
+      units_.empty() ? 0 : units_.back().shard_offset + units_.back().shard_count;
   gathered_.assign(units_.size(), false);
   const int64_t total = total_numel(specs);
   // Untouched until a unit is gathered or its gradients written (Kernels::discard afterwards).
@@ -55,6 +51,41 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
   grad_shard_ = kernels.empty({shard_total}, DType::kF32);
   adam_m_ = kernels.empty({shard_total}, weight_dtype);
   adam_v_ = kernels.empty({shard_total}, weight_dtype);
+}
+
+std::vector<ShardedParameters::Unit> ShardedParameters::shard_units(
+    const std::vector<WeightSpec>& specs, int fsdp_size, int fsdp_rank) {
+  std::vector<Unit> units;
+  int64_t shard_total = 0;
+  for (const FlatRange& r : weight_units(specs)) {
+    const int64_t n = r.end - r.begin;
+    const int64_t count = split_count(n, fsdp_size, fsdp_rank);
+    units.push_back(
+        {r.begin, r.end, r.begin + split_offset(n, fsdp_size, fsdp_rank), count, shard_total, {}});
+    shard_total += count;
+  }
+  return units;
+}
+
+void ShardedParameters::add_gather_traffic(Traffic& traffic, const Unit& u, DType weight_dtype,
+                                           const std::string& fsdp_axis) {
+  const int64_t bytes = (u.end - u.begin) * static_cast<int64_t>(dtype_size(weight_dtype));
+  traffic.add(fsdp_axis, CollectiveKind::kAllGather, bytes);
+}
+
+void ShardedParameters::add_gradient_traffic(Traffic& traffic, const Unit& u,
+                                             const std::string& fsdp_axis,
+                                             const std::string& replica_axes) {
+  traffic.add(fsdp_axis, CollectiveKind::kReduceScatter,
+              (u.end - u.begin) * static_cast<int64_t>(sizeof(float)));
+  traffic.add(replica_axes, CollectiveKind::kAllReduce,
+              u.shard_count * static_cast<int64_t>(sizeof(float)));
+}
+
+void ShardedParameters::add_grad_norm_traffic(Traffic& traffic, const std::string& fsdp_axis,
+                                              const std::string& tensor_axis) {
+  traffic.add(fsdp_axis, CollectiveKind::kAllReduce, 2 * sizeof(double));
+  traffic.add(tensor_axis, CollectiveKind::kAllReduce, sizeof(double));
 }
 
 void ShardedParameters::set_from_full(TensorView full_params, TensorView full_m,

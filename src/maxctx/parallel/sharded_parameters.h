@@ -23,9 +23,11 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/model_plan.h"
 #include "maxctx/parallel/weight_sharding.h"
 
@@ -38,6 +40,27 @@ class ShardedParameters final : public WeightPlan {
     int64_t begin, end;  // in the full buffer
     bool experts;
   };
+  // One weight unit in the full buffer and this rank's part of it.
+  struct Unit {
+    int64_t begin, end;                // in the full buffer
+    int64_t shard_begin, shard_count;  // this rank's part, in the full buffer's coordinates
+    int64_t shard_offset;              // where that part sits in master_ / grad_shard_
+    std::vector<Run> runs;             // the unit cut into expert and non-expert runs (the
+                                       // constructor fills them; the plan needs none)
+  };
+  // The units of `specs` split over `fsdp_size` ranks, as rank `fsdp_rank` holds them: what the
+  // constructor allocates from, and what `maxctx plan` counts.
+  static std::vector<Unit> shard_units(const std::vector<WeightSpec>& specs, int fsdp_size,
+                                       int fsdp_rank);
+  // What the verbs below send, for `maxctx plan` (names: the axes' trace names, traffic.h):
+  // before_use of `unit` when not gathered, gradients_ready of it, global_grad_norm.
+  static void add_gather_traffic(Traffic& traffic, const Unit& unit, DType weight_dtype,
+                                 const std::string& fsdp_axis);
+  static void add_gradient_traffic(Traffic& traffic, const Unit& unit, const std::string& fsdp_axis,
+                                   const std::string& replica_axes);
+  static void add_grad_norm_traffic(Traffic& traffic, const std::string& fsdp_axis,
+                                    const std::string& tensor_axis);
+
   // `fsdp`: the fsdp axis; `replicas`: the axes over which gradients are summed besides fsdp
   // (data × context × expert); `expert_replicas`: those for the experts' weights, which each
   // expert rank holds for its own experts (data × context); `expert`: the expert axis and
@@ -91,13 +114,6 @@ class ShardedParameters final : public WeightPlan {
   MemoryUse memory_use() const;
 
  private:
-  struct Unit {
-    int64_t begin, end;                // in the full buffer
-    int64_t shard_begin, shard_count;  // this rank's part, in the full buffer's coordinates
-    int64_t shard_offset;              // where that part sits in master_ / grad_shard_
-    std::vector<Run> runs;             // the unit cut into expert and non-expert runs
-  };
-
   std::vector<WeightSpec> specs_;
   const kernels::Kernels& kernels_;
   const Communicator& fsdp_;

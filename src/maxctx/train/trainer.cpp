@@ -30,6 +30,7 @@
 #include "maxctx/train/profiler.h"
 #include "maxctx/train/recall.h"
 #include "maxctx/train/schedule.h"
+#include "maxctx/train/step_plan.h"
 #include "maxctx/train/text_data.h"
 #include "maxctx/train/train_step.h"
 
@@ -40,18 +41,7 @@ namespace fs = std::filesystem;
 
 // The mesh rules are parallelize's; what is checked here is the run's batch against them.
 parallel::ParallelDims check_training_mesh(const Config& c, const Mesh& mesh) {
-  const parallel::ParallelDims t = parallel::ParallelDims::training(mesh);
-  const int64_t batch = c.derived.global_batch_size_to_train_on;
-  if (batch % t.data_shards != 0) {
-    fail(
-        "the global batch of {} sequences (per_device_batch_size {} x {} devices) does not "
-        "split over data x fsdp x expert = {} x {} x {}; make it a multiple of {}",
-        batch, c.per_device_batch_size, c.derived.num_devices, t.data, t.fsdp, t.expert,
-        t.data_shards);
-  }
-  validate_batch(c, t.context);
-  check_context_split(c.max_target_length, t.context, c.context_parallel_load_balance);
-  return t;
+  return check_training_axes(c, parallel::ParallelDims::training(mesh));
 }
 
 fs::path run_directory_of(const Config& c) {
@@ -341,6 +331,12 @@ std::vector<float> Trainer::gather_parameters() {
 fs::path Trainer::run_directory() const { return state_->run_dir; }
 
 void Trainer::track_parameter_memory() { state_->plans.parameters->track_unit_memory(); }
+
+AllocatedMemory Trainer::allocated_memory() const {
+  const State& s = *state_;
+  return {s.plans.parameters->memory_use().shard_bytes, model::allocated_bytes(s.acts),
+          s.plans.attention->held_bytes()};
+}
 
 ParameterMemory Trainer::parameter_memory() const {
   const auto use = state_->plans.parameters->memory_use();

@@ -45,6 +45,15 @@ struct ParameterMemory {
   int64_t peak_unit_bytes = 0;
 };
 
+// What this rank's training buffers hold now, counted from the buffers (for the check of
+// `maxctx plan`, train/step_plan.h): the parameter shards with both moments and the gradient
+// shard, the activations and workspace, the attention plan's staging buffers.
+struct AllocatedMemory {
+  int64_t shards = 0;
+  int64_t activations = 0;
+  int64_t attention_staging = 0;
+};
+
 class Trainer {
  public:
   // Validates the config against the mesh (training axes only, divisibility) with errors that
@@ -66,6 +75,7 @@ class Trainer {
   // buffers' pages each time a unit is freed); parameter_memory's peak_unit_bytes is 0 without.
   void track_parameter_memory();
   ParameterMemory parameter_memory() const;
+  AllocatedMemory allocated_memory() const;
 
  private:
   struct State;

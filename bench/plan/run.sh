@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# `maxctx plan` against measured runs on this machine (issue #20): for 14 small configurations
+# (context 1/2/4 with both strategies, fsdp 1/2/4, tensor 2, remat policies, bf16 and fp32, a
+# mixture of experts, inference at context_autoregressive 1 and 2), the plan's peak memory per
+# rank beside the measured peak RSS (max over ranks, /usr/bin/time) and its step time beside the
+# measured median step, on this machine's profile probed just before (`maxctx probe-hardware`,
+# written to BUILD_DIR/bench/this-machine.yml). Writes BUILD_DIR/bench/plan_validation.json.
+# About 5 minutes.
+set -euo pipefail
+build_dir=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+source "$here/../common.sh"
+# This machine as it is now (shared machines change from minute to minute): probed first, one
+# rank per core, into the build directory; the plans below read that profile.
+mkdir -p "$build_dir/bench"
+profile="$build_dir/bench/this-machine.yml"
+"${mpi[@]}" -np 2 --bind-to core "$build_dir/maxctx" probe-hardware "$profile" > /dev/null
+/usr/bin/python3 "$here/validate.py" "$build_dir" "$here/../../configs" "$profile"

@@ -1,0 +1,56 @@
+// A device's speeds and memory as data (configs/hardware/<name>.yml), for `maxctx plan`'s step
+// times: peak FLOP/s per dtype, memory size and bandwidth, and the interconnect of each mesh tier
+// (ici: inside a node or slice, dcn: across them) as bandwidth per device and latency per
+// collective. Published devices come from their spec sheets (cited in each file); this machine's
+// from `maxctx probe-hardware`, which measures it. A user adds a file for another device.
+//
+// What it is not: a simulator. The plan's time is compute at these rates plus the bytes each
+// collective puts on the wire over the tier's bandwidth plus a latency per call, nothing
+// overlapped (maxctx overlaps only the ring's hand-off).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace maxctx {
+
+struct LinkSpeed {
+  double bandwidth = 0;  // bytes/s a device sends (and receives) at once
+  double latency = 0;    // seconds per collective call or message
+};
+
+struct HardwareProfile {
+  std::string name;
+  std::string source;       // where the numbers come from (spec sheet URL, or "measured")
+  double memory_bytes = 0;  // per device
+  // Resident per process before any buffer (the runtime: binary, libraries, MPI), added to a
+  // plan's peak; probe-hardware measures it, 0 where the source gives no figure.
+  double runtime_bytes = 0;
+  double memory_bandwidth = 0;  // bytes/s
+  double flops_f32 = 0;         // dense matmul FLOP/s per dtype of the matmul inputs
+  double flops_bf16 = 0;
+  double flops_int8 = 0;
+  // A bf16 model's backward matmuls as maxctx runs them: f32 gradients against bf16 weights and
+  // activations (model/activations.h). Optional (`flops: bfloat16_backward`); without it, the
+  // bfloat16 rate (hardware that converts on the fly).
+  double flops_bf16_backward = 0;
+  // The FLOP/s attention reaches, as a fraction of the matmul rate of its dtype (1 where the
+  // source gives no figure: the plan's time is then a lower bound).
+  double attention_fraction = 1.0;
+  LinkSpeed ici;
+  LinkSpeed dcn;
+
+  double flops(std::string_view dtype) const;           // "float32" | "bfloat16" | "int8"
+  double backward_flops(std::string_view dtype) const;  // the backward's matmul rate
+};
+
+// `name_or_path`: a file path (ends in .yml/.yaml or contains '/'), else
+// configs/hardware/<name>.yml under the config directory `config_dir`. Errors name the file and
+// the key that is missing or not a positive number.
+HardwareProfile load_hardware_profile(const std::string& name_or_path,
+                                      const std::string& config_dir);
+
+// The YAML of a profile (what probe-hardware writes; load_hardware_profile reads it back).
+std::string format_hardware_profile(const HardwareProfile& profile);
+
+}  // namespace maxctx

@@ -1,0 +1,146 @@
+#include "maxctx/train/plan_search.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "maxctx/config/config.h"
+#include "maxctx/core/check.h"
+#include "maxctx/core/memory_check.h"
+#include "maxctx/model/remat.h"
+
+namespace maxctx::train {
+namespace {
+
+std::vector<std::string> remat_policies() {
+  std::vector<std::string> names;
+  const std::string all = model::supported_remat_policies();
+  size_t begin = 0;
+  while (begin <= all.size()) {
+    const size_t end = std::min(all.find('|', begin), all.size());
+    names.push_back(all.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
+
+bool is_searched_key(const std::string& override_text) {
+  const std::string key = override_text.substr(0, override_text.find('='));
+  return key == "remat_policy" ||
+         ((key.starts_with("ici_") || key.starts_with("dcn_")) && key.ends_with("_parallelism"));
+}
+
+std::string mesh_label(const PlanCandidate& c) {
+  return fmt::format("data={} fsdp={} context={} tensor={}", c.data, c.fsdp, c.context, c.tensor);
+}
+
+}  // namespace
+
+std::vector<PlanCandidate> search_training_plans(const std::string& config_path,
+                                                 const std::vector<std::string>& overrides,
+                                                 int64_t n, const HardwareProfile& profile) {
+  std::vector<std::string> base;
+  for (const std::string& o : overrides) {
+    if (!is_searched_key(o)) base.push_back(o);
+  }
+  const std::vector<std::string> policies = remat_policies();
+  std::vector<PlanCandidate> found;
+  for (int64_t data = 1; data <= n; ++data) {
+    if (n % data != 0) continue;
+    for (int64_t fsdp = 1; fsdp <= n / data; ++fsdp) {
+      if ((n / data) % fsdp != 0) continue;
+      for (int64_t context = 1; context <= n / data / fsdp; ++context) {
+        if ((n / data / fsdp) % context != 0) continue;
+        const int64_t tensor = n / data / fsdp / context;
+        for (const std::string& policy : policies) {
+          PlanCandidate c;
+          c.data = data;
+          c.fsdp = fsdp;
+          c.context = context;
+          c.tensor = tensor;
+          c.remat_policy = policy;
+          std::vector<std::string> keys = base;
+          for (const char* tier : {"ici", "dcn"}) {
+            const bool ici = std::string_view(tier) == "ici";
+            keys.push_back(fmt::format("{}_data_parallelism={}", tier, ici ? data : 1));
+            keys.push_back(fmt::format("{}_fsdp_parallelism={}", tier, ici ? fsdp : 1));
+            keys.push_back(fmt::format("{}_context_parallelism={}", tier, ici ? context : 1));
+            keys.push_back(fmt::format("{}_tensor_parallelism={}", tier, ici ? tensor : 1));
+            keys.push_back(fmt::format("{}_context_autoregressive_parallelism=1", tier));
+            keys.push_back(fmt::format("{}_expert_parallelism=1", tier));
+          }
+          keys.push_back("remat_policy=" + policy);
+          try {
+            const Config config = load_config(config_path, keys, n);
+            const TrainingPlan plan = plan_training(config);
+            c.peak_bytes = plan.memory.peak() + static_cast<int64_t>(profile.runtime_bytes);
+            if (static_cast<double>(c.peak_bytes) > profile.memory_bytes) {
+              c.reason = fmt::format("memory: peak {} per rank > {} on {}",
+                                     format_bytes(static_cast<double>(c.peak_bytes)),
+                                     format_bytes(profile.memory_bytes), profile.name);
+            } else {
+              c.fits = true;
+              c.time = predict_step_time(plan, config, profile);
+            }
+          } catch (const Error& e) {
+            c.reason = e.what();
+          }
+          found.push_back(std::move(c));
+        }
+      }
+    }
+  }
+  std::stable_sort(found.begin(), found.end(), [](const PlanCandidate& a, const PlanCandidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (!a.fits) return false;
+    // Equal times (policies that differ only in memory): the smaller peak first.
+    if (a.time.seconds() != b.time.seconds()) return a.time.seconds() < b.time.seconds();
+    return a.peak_bytes < b.peak_bytes;
+  });
+  return found;
+}
+
+nlohmann::json search_json(const std::vector<PlanCandidate>& candidates) {
+  nlohmann::json fits = nlohmann::json::array();
+  nlohmann::json rejected = nlohmann::json::array();
+  for (const PlanCandidate& c : candidates) {
+    nlohmann::json j = {{"data", c.data},
+                        {"fsdp", c.fsdp},
+                        {"context", c.context},
+                        {"tensor", c.tensor},
+                        {"remat_policy", c.remat_policy}};
+    if (c.fits) {
+      j["peak_bytes"] = c.peak_bytes;
+      j["step_seconds"] = c.time.seconds();
+      j["mfu"] = c.time.mfu;
+      fits.push_back(j);
+    } else {
+      j["reason"] = c.reason;
+      rejected.push_back(j);
+    }
+  }
+  return {{"fits", fits}, {"rejected", rejected}};
+}
+
+std::string search_table(const std::vector<PlanCandidate>& candidates,
+                         const HardwareProfile& profile) {
+  std::string s = fmt::format("meshes that fit {} ({} per device), fastest first\n", profile.name,
+                              format_bytes(profile.memory_bytes));
+  int64_t fitting = 0;
+  for (const PlanCandidate& c : candidates) {
+    if (!c.fits) continue;
+    ++fitting;
+    s += fmt::format("  {:<44} remat={:<34} peak {:>10}  step {:.4g} s  MFU {:.1f}%\n",
+                     mesh_label(c), c.remat_policy, format_bytes(static_cast<double>(c.peak_bytes)),
+                     c.time.seconds(), 100 * c.time.mfu);
+  }
+  if (fitting == 0) s += "  (none)\n";
+  s += "\nrejected\n";
+  for (const PlanCandidate& c : candidates) {
+    if (c.fits) continue;
+    s += fmt::format("  {:<44} remat={:<34} {}\n", mesh_label(c), c.remat_policy, c.reason);
+  }
+  return s;
+}
+
+}  // namespace maxctx::train

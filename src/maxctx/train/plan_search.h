@@ -1,0 +1,40 @@
+// `maxctx plan ... search=true`: every training mesh over data, fsdp, context and tensor whose
+// product is the device count, under every remat policy, planned (step_plan.h) and sorted: those
+// that fit the device memory by predicted step time, then the rejected ones with the reason.
+// The reasons are the engine's own: each candidate goes through load_config (the config's
+// checks), ParallelDims::training and the trainer's axis checks (check_training_axes), and the
+// weight list's tensor split (llama_weight_specs), so a rejection reads exactly as the error the
+// run would stop with; only "memory" is the planner's verdict (peak > the profile's memory).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "maxctx/config/hardware_profile.h"
+#include "maxctx/train/step_plan.h"
+
+namespace maxctx::train {
+
+struct PlanCandidate {
+  int64_t data = 1, fsdp = 1, context = 1, tensor = 1;
+  std::string remat_policy;
+  bool fits = false;
+  std::string reason;      // why not, when !fits
+  int64_t peak_bytes = 0;  // when planned
+  StepTime time;           // when fits
+};
+
+// `overrides`: the user's key=value list (its ici_/dcn_ mesh keys and remat_policy are replaced
+// by each candidate's). Fitting candidates first, fastest first.
+std::vector<PlanCandidate> search_training_plans(const std::string& config_path,
+                                                 const std::vector<std::string>& overrides,
+                                                 int64_t num_devices,
+                                                 const HardwareProfile& profile);
+
+nlohmann::json search_json(const std::vector<PlanCandidate>& candidates);
+std::string search_table(const std::vector<PlanCandidate>& candidates,
+                         const HardwareProfile& profile);
+
+}  // namespace maxctx::train

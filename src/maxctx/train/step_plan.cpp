@@ -1,0 +1,279 @@
+#include "maxctx/train/step_plan.h"
+
+#include <algorithm>
+
+#include "maxctx/core/check.h"
+#include "maxctx/mesh/mesh.h"
+#include "maxctx/mesh/root_task.h"
+#include "maxctx/model/activations.h"
+#include "maxctx/model/moe_block.h"
+#include "maxctx/model/remat.h"
+#include "maxctx/model/weights.h"
+#include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/load_balance.h"
+#include "maxctx/parallel/sharded_parameters.h"
+#include "maxctx/train/initial_state.h"
+
+namespace maxctx::train {
+namespace {
+
+using parallel::ShardedParameters;
+
+constexpr const char* kWorldAxis = "world";  // Communicator::world()'s trace name
+
+int64_t weight_size(const model::LlamaConfig& m) {
+  return static_cast<int64_t>(dtype_size(m.weight_dtype));
+}
+
+// The axis names the trainer's communicators carry (mesh.h group_trace_name).
+struct StepGroups {
+  std::string fsdp, replicas, tensor, context, batch;
+};
+
+StepGroups step_groups(const AxisArray& sizes) {
+  const auto name = [&](std::initializer_list<Axis> axes) {
+    return group_trace_name(sizes, std::span<const Axis>(axes.begin(), axes.size()));
+  };
+  return {name({Axis::kFsdp}), name({Axis::kData, Axis::kContext}), name({Axis::kTensor}),
+          name({Axis::kContext}), name({Axis::kData, Axis::kFsdp, Axis::kContext})};
+}
+
+void add_group(std::map<std::string, GroupLink>& groups, const MeshShape& shape,
+               const std::string& name, std::initializer_list<Axis> axes) {
+  GroupLink link;
+  for (Axis axis : axes) {
+    link.ranks *= shape.axis_size(axis);
+    link.dcn = link.dcn || shape.dcn[axis_index(axis)] > 1;
+  }
+  if (link.ranks > 1) groups[name] = link;
+}
+
+// One micro-batch's forward and backward, as llama_forward / llama_backward call the weight
+// plan (before_use, gradients_ready), the attention plan and the tensor reducer.
+Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolicy& remat,
+                            const std::vector<ShardedParameters::Unit>& units,
+                            const parallel::AttentionOperands& x, int64_t cp, bool ring,
+                            int64_t tensor, const StepGroups& g) {
+  Traffic t;
+  const int64_t L = m.num_layers;
+  const auto gather = [&](int64_t unit) {
+    ShardedParameters::add_gather_traffic(t, units[static_cast<size_t>(unit)], m.weight_dtype,
+                                          g.fsdp);
+  };
+  // Forward: embedding, layers, head (with tied embeddings the head gathers the embedding too).
+  for (int64_t u = 0; u <= L + 1; ++u) gather(u);
+  if (m.tie_embeddings) gather(0);
+  // Backward: the head again, then the layers; the embedding's backward reads no weights.
+  gather(L + 1);
+  if (m.tie_embeddings) gather(0);
+  for (int64_t u = L; u >= 1; --u) gather(u);
+  for (const ShardedParameters::Unit& u : units) {
+    ShardedParameters::add_gradient_traffic(t, u, g.fsdp, g.replicas);
+  }
+
+  const bool recompute_attention = !remat.save_all && !remat.context;
+  if (cp > 1) {
+    Traffic layer;
+    const auto forward = ring ? &parallel::RingContextAttention::add_forward_traffic
+                              : &parallel::AllGatherContextAttention::add_forward_traffic;
+    const auto backward = ring ? &parallel::RingContextAttention::add_backward_traffic
+                               : &parallel::AllGatherContextAttention::add_backward_traffic;
+    forward(layer, g.context, cp, x);
+    if (recompute_attention) forward(layer, g.context, cp, x);
+    backward(layer, g.context, cp, x);
+    t.add(layer, L);
+  }
+  if (tensor > 1) {
+    // f32 partial sums of (N, E): o_proj and down_proj (or the experts' w2) forward, the
+    // input gradients of q/k/v and gate/up backward, o_proj again when it is recomputed.
+    const int64_t stream = x.tokens() * m.emb_dim * int64_t{sizeof(float)};
+    int64_t sums = 4 + (!remat.save_all && !remat.out_proj ? 1 : 0);
+    if (m.moe) {
+      // moe_backward sums d_choice_weight (N, K) and d_x in place of mlp's one sum.
+      t.add(g.tensor, CollectiveKind::kAllReduce,
+            x.tokens() * m.num_experts_per_tok * int64_t{sizeof(float)}, L);
+    }
+    t.add(g.tensor, CollectiveKind::kAllReduce, stream, sums * L);
+  }
+  if (m.moe && cp > 1 && m.load_balance_loss_weight > 0) {
+    // The load-balance statistics (B, 2, X) of each layer's forward, summed over context.
+    t.add(g.context, CollectiveKind::kAllReduce,
+          x.batch * 2 * m.num_experts * int64_t{sizeof(float)}, L);
+  }
+  return t;
+}
+
+}  // namespace
+
+parallel::ParallelDims check_training_axes(const Config& c, parallel::ParallelDims t) {
+  const int64_t batch = c.derived.global_batch_size_to_train_on;
+  if (batch % t.data_shards != 0) {
+    fail(
+        "the global batch of {} sequences (per_device_batch_size {} x {} devices) does not "
+        "split over data x fsdp x expert = {} x {} x {}; make it a multiple of {}",
+        batch, c.per_device_batch_size, c.derived.num_devices, t.data, t.fsdp, t.expert,
+        t.data_shards);
+  }
+  validate_batch(c, t.context);
+  check_context_split(c.max_target_length, t.context, c.context_parallel_load_balance);
+  return t;
+}
+
+AxisArray axis_sizes_of(const Config& c) { return parallel::planned_mesh_shape(c).axis_sizes(); }
+
+TrainingPlan plan_training(const Config& config) {
+  const MeshShape shape = parallel::planned_mesh_shape(config);
+  const AxisArray sizes = shape.axis_sizes();
+  TrainingPlan p;
+  p.dims = check_training_axes(config, parallel::ParallelDims::training(sizes));
+  if (p.dims.expert > 1) {
+    // The expert axis trains (parallel/expert_parallel.h), but its all-to-alls, the per-run
+    // gradient sums and the experts' split weight lists are not in this plan yet: refuse rather
+    // than print figures that leave them out.
+    fail(
+        "plan: the expert axis (expert = {}) is not modelled by the planner yet; plan the run "
+        "with ici_expert_parallelism=1 and dcn_expert_parallelism=1",
+        p.dims.expert);
+  }
+  const model::LlamaConfig m = training_model_config(config);
+  const Config c = with_model_dimensions(config, m);
+  const int tp = static_cast<int>(p.dims.tensor);
+  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m, tp, 0);
+  const std::vector<ShardedParameters::Unit> units =
+      ShardedParameters::shard_units(specs, static_cast<int>(p.dims.fsdp), 0);
+  p.rows = c.derived.global_batch_size_to_train_on / p.dims.data_shards;
+  p.local_seq = context_shard_len(c.max_target_length, p.dims.context);
+  const model::RematPolicy remat = model::remat_policy_from(c.remat_policy);
+
+  // Memory, as ShardedParameters, allocate_activations and the attention plans allocate it.
+  int64_t shard = 0, largest_unit = 0;
+  for (const ShardedParameters::Unit& u : units) {
+    shard += u.shard_count;
+    largest_unit = std::max(largest_unit, u.end - u.begin);
+  }
+  const int64_t f32 = sizeof(float);
+  p.memory.parameters = shard * weight_size(m);
+  p.memory.optimizer = 2 * shard * weight_size(m);
+  p.memory.gradients = shard * f32 * (c.gradient_accumulation_steps > 1 ? 2 : 1);
+  p.memory.gathered_units = largest_unit * (weight_size(m) + f32);
+  p.memory.starting_state =
+      (model::total_numel(model::llama_weight_specs(m)) + model::total_numel(specs)) *
+      weight_size(m);
+  const int64_t tokens = p.rows * p.local_seq;
+  const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
+  p.memory.activations = (act.layers_per_token + act.other_per_token) * tokens;
+  if (m.moe) {
+    const model::MoeBufferBytes moe = model::moe_buffer_bytes(m, p.rows, p.local_seq);
+    p.memory.activations += moe.per_layer * m.num_layers + moe.backward;
+  }
+  const model::LocalDims d = model::local_dims(m, p.rows, p.local_seq, tp);
+  const parallel::AttentionOperands x{p.rows, p.local_seq, d.Hq, d.Hkv, d.D, m.dtype};
+  const int64_t cp = p.dims.context;
+  const bool ring = c.context_parallel_strategy == "ring";
+  if (cp > 1) {
+    p.memory.attention_staging = ring ? parallel::RingContextAttention::staging_bytes(cp, x)
+                                      : parallel::AllGatherContextAttention::staging_bytes(cp, x);
+  }
+
+  // Communication: every micro-batch's, then the step's sums and the gradient norm.
+  const StepGroups g = step_groups(sizes);
+  p.traffic.add(micro_batch_traffic(m, remat, units, x, cp, ring, p.dims.tensor, g),
+                c.gradient_accumulation_steps);
+  p.traffic.add(g.batch, CollectiveKind::kAllReduce, sizeof(double));      // total weight
+  p.traffic.add(g.batch, CollectiveKind::kAllReduce, 4 * sizeof(double));  // loss sums
+  ShardedParameters::add_grad_norm_traffic(p.traffic, g.fsdp, g.tensor);
+  // The step's metrics line, written by rank 0 (run_on_root over the world).
+  if (c.derived.num_devices > 1) {
+    p.traffic.add(kWorldAxis, CollectiveKind::kBroadcast, kRootTaskBroadcastBytes);
+  }
+  add_group(p.groups, shape, g.fsdp, {Axis::kFsdp});
+  add_group(p.groups, shape, g.replicas, {Axis::kData, Axis::kContext});
+  add_group(p.groups, shape, g.tensor, {Axis::kTensor});
+  add_group(p.groups, shape, g.context, {Axis::kContext});
+  add_group(p.groups, shape, g.batch, {Axis::kData, Axis::kFsdp, Axis::kContext});
+  add_group(p.groups, shape, kWorldAxis,
+            {Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kContextAutoregressive, Axis::kTensor,
+             Axis::kExpert});
+
+  // FLOPs: MaxText's model count, and what the remat policy adds by recomputing forward parts
+  // of each layer (in the same terms: 2 FLOPs per multiply-add, causal attention halved).
+  p.model_tflops = training_tflops_per_device(flops_model(c), c.per_device_batch_size,
+                                              c.max_target_length, c.gradient_accumulation_steps);
+  p.executed_tflops = p.model_tflops;
+  if (!remat.save_all) {
+    const double t = c.per_device_batch_size * static_cast<double>(c.max_target_length) *
+                     static_cast<double>(c.gradient_accumulation_steps);
+    const auto E = static_cast<double>(m.emb_dim);
+    const auto q = static_cast<double>(m.q_dim());
+    const auto kv = static_cast<double>(m.kv_dim());
+    const auto F = static_cast<double>(m.mlp_dim);
+    const auto L = static_cast<double>(m.num_layers);
+    double weights = 0;
+    if (!remat.qkv) weights += 2 * t * E * (q + 2 * kv);
+    if (!remat.out_proj) weights += 2 * t * E * q;
+    if (!remat.mlpwi && !m.moe) weights += 2 * t * E * F * 2;
+    const double attention =
+        remat.context ? 0 : 4 * t * static_cast<double>(c.max_target_length) * q / 2;
+    p.executed_tflops.learnable_weight += weights * L / 1e12;
+    p.executed_tflops.attention += attention * L / 1e12;
+    p.executed_tflops.total = p.executed_tflops.learnable_weight + p.executed_tflops.attention;
+  }
+  return p;
+}
+
+double communication_seconds(const Traffic& traffic, const std::map<std::string, GroupLink>& groups,
+                             const HardwareProfile& profile) {
+  double seconds = 0;
+  for (const auto& [axis, counts] : traffic.axes()) {
+    const auto it = groups.find(axis);
+    MAXCTX_CHECK(it != groups.end(), "traffic on axis '{}' that the plan has no group for", axis);
+    const auto n = static_cast<double>(it->second.ranks);
+    const LinkSpeed& link = it->second.dcn ? profile.dcn : profile.ici;
+    for (int k = 0; k < kNumCollectiveKinds; ++k) {
+      const TrafficCount& count = counts[static_cast<size_t>(k)];
+      if (count.calls == 0) continue;
+      const auto bytes = static_cast<double>(count.bytes);
+      // Bytes each rank sends: a ring all-gather / reduce-scatter sends (n-1)/n of the full
+      // buffer, an all-reduce twice that; send_recv records sent + received.
+      double sent = 0;
+      switch (static_cast<CollectiveKind>(k)) {
+        case CollectiveKind::kAllGather:
+        case CollectiveKind::kReduceScatter:
+        case CollectiveKind::kAllToAll:
+          sent = bytes * (n - 1) / n;
+          break;
+        case CollectiveKind::kAllReduce:
+          sent = 2 * bytes * (n - 1) / n;
+          break;
+        case CollectiveKind::kSendRecv:
+          sent = bytes / 2;
+          break;
+        case CollectiveKind::kBroadcast:
+        case CollectiveKind::kIsend:
+          sent = bytes;
+          break;
+        case CollectiveKind::kIrecv:
+          continue;
+      }
+      seconds += sent / link.bandwidth + static_cast<double>(count.calls) * link.latency;
+    }
+  }
+  return seconds;
+}
+
+StepTime predict_step_time(const TrainingPlan& plan, const Config& c,
+                           const HardwareProfile& profile) {
+  const double rate = profile.flops(c.dtype);
+  StepTime t;
+  // The weights' matmuls: a third of the model's count is the forward (plus what the remat
+  // policy recomputes, also forward), two thirds the backward at the backward's rate.
+  const double backward = plan.model_tflops.learnable_weight * 2 / 3;
+  const double forward = plan.executed_tflops.learnable_weight - backward;
+  t.compute_seconds = forward * 1e12 / rate + backward * 1e12 / profile.backward_flops(c.dtype) +
+                      plan.executed_tflops.attention * 1e12 / (rate * profile.attention_fraction);
+  t.communication_seconds = communication_seconds(plan.traffic, plan.groups, profile);
+  t.mfu = plan.model_tflops.total * 1e12 / (t.seconds() * rate);
+  return t;
+}
+
+}  // namespace maxctx::train

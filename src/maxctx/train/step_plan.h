@@ -1,0 +1,86 @@
+// The plan of a training step (`maxctx plan`): what one rank of a mesh that need not exist
+// allocates, sends and computes, read from the declarations the trainer builds from (the weight
+// list and its fsdp shard layout, the activation fields per remat policy, the attention plans'
+// staging and traffic, the MoE buffer list), so the plan and the engine cannot drift apart
+// (tests/train_loop/plan_drift_test.cpp runs real steps and compares).
+//
+// Everything is rank 0's (fsdp shards are uneven by at most one element per unit; rank 0 holds
+// the larger part). The step time is a roofline on a hardware profile: compute at the profile's
+// matmul rate (attention at its attention fraction) plus each collective's wire bytes over its
+// tier's bandwidth and a latency per call, nothing overlapped.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "maxctx/config/config.h"
+#include "maxctx/config/hardware_profile.h"
+#include "maxctx/mesh/mesh_shape.h"
+#include "maxctx/mesh/traffic.h"
+#include "maxctx/parallel/parallelize.h"
+#include "maxctx/train/metrics.h"
+
+namespace maxctx::train {
+
+// The trainer's checks of a config on its training axes (data × fsdp split of the batch,
+// fractional batch only under context, S splittable over context): maxctx::Error naming keys.
+parallel::ParallelDims check_training_axes(const Config& config, parallel::ParallelDims dims);
+
+// The axis sizes of a resolved config (ici × dcn per axis, axis.h order).
+AxisArray axis_sizes_of(const Config& config);
+
+struct TrainingMemory {           // bytes on one rank
+  int64_t parameters = 0;         // the master weights' fsdp shard (weight_dtype)
+  int64_t optimizer = 0;          // AdamW's two moments of the shard (weight_dtype)
+  int64_t gradients = 0;          // the reduced f32 gradient shard (+ its accumulator)
+  int64_t gathered_units = 0;     // the largest weight unit gathered, with its f32 gradients
+  int64_t activations = 0;        // saved activations and workspace under the remat policy
+  int64_t attention_staging = 0;  // context-parallel K/V all-gather or ring buffers
+  // Before the first step: the starting state's unsharded weights (every rank reads or
+  // initialises the whole model) and this tensor rank's copy of them, beside the shards.
+  int64_t starting_state = 0;
+  // The buffers of a step, all at once.
+  int64_t step() const {
+    return parameters + optimizer + gradients + gathered_units + activations + attention_staging;
+  }
+  // The most the run holds at once: the step, or the start (shards with the starting state).
+  int64_t peak() const { return std::max(step(), parameters + optimizer + starting_state); }
+};
+
+// A communicator the step uses: its ranks and whether it crosses nodes (a dcn factor > 1).
+struct GroupLink {
+  int64_t ranks = 1;
+  bool dcn = false;
+};
+
+struct StepTime {
+  double compute_seconds = 0;
+  double communication_seconds = 0;
+  double seconds() const { return compute_seconds + communication_seconds; }
+  double mfu = 0;  // model FLOPs (MaxText's count) / (seconds x peak of the dtype)
+};
+
+struct TrainingPlan {
+  parallel::ParallelDims dims;
+  int64_t rows = 0;       // sequences per rank
+  int64_t local_seq = 0;  // tokens per sequence on this rank
+  TrainingMemory memory;
+  Traffic traffic;                          // one optimizer step
+  std::map<std::string, GroupLink> groups;  // every axis name traffic uses
+  TrainingTflops model_tflops;              // MaxText's per-device count (no recompute)
+  TrainingTflops executed_tflops;           // with the remat policy's recomputation
+};
+
+// Throws maxctx::Error (the engine's own messages) for a config the trainer would refuse.
+TrainingPlan plan_training(const Config& config);
+StepTime predict_step_time(const TrainingPlan& plan, const Config& config,
+                           const HardwareProfile& profile);
+
+// Seconds a traffic record takes on the wire: bytes each rank sends over the tier's bandwidth
+// plus a latency per call (irecv counts under its isend).
+double communication_seconds(const Traffic& traffic, const std::map<std::string, GroupLink>& groups,
+                             const HardwareProfile& profile);
+
+}  // namespace maxctx::train

@@ -1,0 +1,59 @@
+// `maxctx plan` for inference against the engine (issue #20): the plan's KV cache bytes equal
+// what the engine's cache allocated, its weight bytes the loaded weights', and the bytes it says
+// a decode step streams equal the engine's own count (InferenceWeights::bytes_per_step with the
+// row split the engine built), for fp32, int8 weights with an int8 cache, and batch-sharded
+// decode, on 1 and 2 ranks.
+#include "maxctx/infer/inference_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "infer/infer_test_util.h"
+#include "maxctx/config/config.h"
+#include "maxctx/infer/engine.h"
+#include "maxctx/infer/model_source.h"
+
+namespace maxctx::infer {
+namespace {
+
+using testing::mesh_of;
+
+struct PlanCase {
+  std::string name;
+  std::vector<std::string> keys;
+};
+
+void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
+
+class InferencePlanMatchesEngine : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
+  std::vector<std::string> keys = {"model_name=maxctx-tiny", "per_device_batch_size=2"};
+  keys.insert(keys.end(), GetParam().keys.begin(), GetParam().keys.end());
+  const Config config =
+      load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, Communicator::world().size());
+  const InferencePlan plan = plan_inference(config);
+  const Mesh mesh = mesh_of(config);
+  const kernels::Kernels& k = kernels::backend(Device::kCpu);
+  InferenceModel model = load_inference_model(config, k);
+  const int64_t weight_bytes = static_cast<int64_t>(model.weights.view().bytes());
+  InferenceEngine engine(k, inference_settings_from(config, mesh), model.config,
+                         std::move(model.weights), mesh, std::move(model.int8));
+  EXPECT_EQ(plan.kv_cache_bytes, engine.cache().bytes());
+  EXPECT_EQ(plan.weight_bytes, weight_bytes);
+  EXPECT_EQ(plan.decode_step_bytes, engine.weights().bytes_per_step(engine.decode_row_split()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, InferencePlanMatchesEngine,
+                         ::testing::Values(PlanCase{"fp32", {}},
+                                           PlanCase{"int8",
+                                                    {"quantization=int8", "quantize_kvcache=true"}},
+                                           PlanCase{"bf16_batch",
+                                                    {"dtype=bfloat16", "weight_dtype=bfloat16",
+                                                     "context_autoregressive_decode=batch"}}),
+                         [](const auto& test) { return test.param.name; });
+
+}  // namespace
+}  // namespace maxctx::infer
