@@ -86,4 +86,6 @@ expect_error "no file" "$config" "${model[@]}" hardware_profile=no-such-device
 expect_error "mode='x'" "$config" "${model[@]}" mode=x
 expect_error "num_devices=0" "$config" "${model[@]}" num_devices=0
 expect_error "tensor parallelism 3" "$config" "${model[@]}" ici_tensor_parallelism=3
+expect_error "expert axis (expert = 2) is not modelled" "$config" model_name=mixtral-tiny \
+  ici_fsdp_parallelism=1 ici_expert_parallelism=2
 echo "plan_cli: OK"
