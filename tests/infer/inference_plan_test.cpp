@@ -1,12 +1,13 @@
 // `maxctx plan` for inference against the engine (issue #20): the plan's KV cache bytes equal
 // what the engine's cache allocated, its weight bytes the loaded weights', and the bytes it says
 // a decode step streams equal the engine's own count (InferenceWeights::bytes_per_step with the
-// row split the engine built), for fp32, int8 weights with an int8 cache, and batch-sharded
-// decode, on 1 and 2 ranks.
+// row split and the expert split the engine built), for fp32, int8 weights with an int8 cache,
+// batch-sharded decode and an int8 Mixtral (its experts split over ca), on 1 and 2 ranks.
 #include "maxctx/infer/inference_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -30,8 +31,12 @@ void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
 class InferencePlanMatchesEngine : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
-  std::vector<std::string> keys = {"model_name=maxctx-tiny", "per_device_batch_size=2"};
+  std::vector<std::string> keys = {"per_device_batch_size=2"};
   keys.insert(keys.end(), GetParam().keys.begin(), GetParam().keys.end());
+  if (std::none_of(keys.begin(), keys.end(),
+                   [](const std::string& k) { return k.starts_with("model_name="); })) {
+    keys.push_back("model_name=maxctx-tiny");
+  }
   const Config config =
       load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, Communicator::world().size());
   const InferencePlan plan = plan_inference(config);
@@ -43,17 +48,20 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
                          std::move(model.weights), mesh, std::move(model.int8));
   EXPECT_EQ(plan.kv_cache_bytes, engine.cache().bytes());
   EXPECT_EQ(plan.weight_bytes, weight_bytes);
-  EXPECT_EQ(plan.decode_step_bytes, engine.weights().bytes_per_step(engine.decode_row_split()));
+  EXPECT_EQ(plan.decode_step_bytes,
+            engine.weights().bytes_per_step(engine.decode_row_split(), engine.expert_ranks()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, InferencePlanMatchesEngine,
-                         ::testing::Values(PlanCase{"fp32", {}},
-                                           PlanCase{"int8",
-                                                    {"quantization=int8", "quantize_kvcache=true"}},
-                                           PlanCase{"bf16_batch",
-                                                    {"dtype=bfloat16", "weight_dtype=bfloat16",
-                                                     "context_autoregressive_decode=batch"}}),
-                         [](const auto& test) { return test.param.name; });
+INSTANTIATE_TEST_SUITE_P(
+    Cases, InferencePlanMatchesEngine,
+    ::testing::Values(PlanCase{"fp32", {}},
+                      PlanCase{"int8", {"quantization=int8", "quantize_kvcache=true"}},
+                      PlanCase{"bf16_batch",
+                               {"dtype=bfloat16", "weight_dtype=bfloat16",
+                                "context_autoregressive_decode=batch"}},
+                      // Experts split over ca on 2 ranks (4 experts).
+                      PlanCase{"mixtral_int8", {"model_name=mixtral-tiny", "quantization=int8"}}),
+    [](const auto& test) { return test.param.name; });
 
 }  // namespace
 }  // namespace maxctx::infer

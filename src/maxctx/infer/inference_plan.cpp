@@ -1,6 +1,7 @@
 #include "maxctx/infer/inference_plan.h"
 
 #include <cmath>
+#include <map>
 
 #include "maxctx/core/split.h"
 #include "maxctx/infer/microbenchmark.h"
@@ -45,17 +46,29 @@ InferencePlan plan_inference(const Config& c) {
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m);
   const bool split = p.settings.decode == DecodeSharding::kSequence && p.ca > 1;
   p.weight_bytes = model::total_numel(specs) * static_cast<int64_t>(dtype_size(m.weight_dtype));
+  // A step reads every expert of this rank's share (InferenceWeights::bytes_per_step: a layer's
+  // experts' bytes over the ranks they split over).
+  const int64_t expert_ranks = parallel::inference_expert_ranks(m.num_experts, p.ca);
+  std::map<int, int64_t> expert_bytes_per_layer;
   for (const model::WeightSpec& s : specs) {
     if (p.settings.int8_weights && quantized(s)) {
       p.int8_copy_bytes += stored_bytes(s, s.rows, true, m.weight_dtype);
     }
     if (s.role == WeightRole::kEmbedding && !m.tie_embeddings) continue;  // one row per token
     const int64_t rows = split && row_split(s, m) ? split_count(s.rows, p.ca, 0) : s.rows;
+    if (s.expert >= 0) {
+      expert_bytes_per_layer[s.layer] +=
+          stored_bytes(s, rows, p.settings.int8_weights, m.weight_dtype);
+      continue;
+    }
     p.decode_step_bytes += stored_bytes(s, rows, p.settings.int8_weights, m.weight_dtype);
     if (split && row_split(s, m) && p.settings.int8_weights) {
       // The split part of an int8 matrix is its own copy beside the whole one.
       p.int8_copy_bytes += stored_bytes(s, rows, true, m.weight_dtype);
     }
+  }
+  for (const auto& [layer, bytes] : expert_bytes_per_layer) {
+    p.decode_step_bytes += bytes / expert_ranks;
   }
   parallel::InferenceSharding sharding;
   sharding.decode = p.settings.decode;

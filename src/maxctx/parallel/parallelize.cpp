@@ -190,6 +190,10 @@ KvCacheShape inference_cache_shape(const InferenceSharding& s, int64_t ca, int64
   return shape;
 }
 
+int64_t inference_expert_ranks(int64_t num_experts, int64_t ca) {
+  return num_experts > 0 && ca > 1 && num_experts % ca == 0 ? ca : 1;
+}
+
 InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
                                      const kernels::Kernels& kernels, int64_t layers,
                                      int64_t heads_kv, int64_t head_dim) {
@@ -208,7 +212,7 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
   // its experts' rows of every rank's tokens (prefill: each its prompt columns; decode: the same
   // tokens, or each its slots). Experts that do not split evenly run whole on every rank.
   if (s.num_experts > 0 && ca > 1) {
-    if (s.num_experts % ca == 0) {
+    if (inference_expert_ranks(s.num_experts, ca) == ca) {
       plans.experts = std::make_unique<ExpertAllToAll>(ca_axis);
     } else {
       log::info(

@@ -99,6 +99,11 @@ struct InferencePlans {
 KvCacheShape inference_cache_shape(const InferenceSharding& sharding, int64_t ca, int64_t layers,
                                    int64_t heads_kv, int64_t head_dim);
 
+// The ranks inference splits a mixture of experts' experts over: context_autoregressive when it
+// divides num_experts (MaxText's `exp` rule), else 1 (every rank runs every expert).
+// parallelize_inference builds from it and `maxctx plan` counts a decode step's bytes with it.
+int64_t inference_expert_ranks(int64_t num_experts, int64_t ca);
+
 InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
                                      const kernels::Kernels& kernels, int64_t layers,
                                      int64_t heads_kv, int64_t head_dim);
