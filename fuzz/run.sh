@@ -42,6 +42,7 @@ if [[ -n "${FUZZ_RUNS:-}" ]]; then
     echo "fuzz/run.sh: setarch -R is not permitted here; addresses stay random, runs may differ"
   fi
 fi
+build_tag=$(cd "$build" && pwd | md5sum | cut -c1-8)
 failed=0
 for name in "${harnesses[@]}"; do
   regressions=("$here/regressions/$name"/*)
@@ -70,8 +71,10 @@ for name in "${harnesses[@]}"; do
     budget=(-max_total_time="$seconds")
   fi
   # The input is written to a file per execution; /dev/shm keeps that in memory.
-  # A fixed scratch directory per harness (see fuzz_input.h), in memory.
-  export MAXCTX_FUZZ_DIR=/dev/shm/maxctx-fuzz-$name
+  # A fixed scratch directory per build directory and harness (see fuzz_input.h), in memory:
+  # the same path, and path length, on every run from this build; another checkout's runs at
+  # the same time get their own.
+  export MAXCTX_FUZZ_DIR=/dev/shm/maxctx-fuzz-$build_tag-$name
   nice -n 19 "${same_addresses[@]}" "$build/fuzz_$name" "$corpus" "${budget[@]}" "${limits[@]}" \
     -max_len=65536 -print_final_stats=1 \
     -artifact_prefix="$build/fuzz-artifacts/$name-" > "$log" 2>&1
