@@ -91,6 +91,7 @@ regressions = root / "fuzz" / "regressions"
 out = regressions / "yaml_config"
 out.mkdir(parents=True, exist_ok=True)
 (out / "complex_key.yml").write_text("? [a, b]\n: 1\nsteps: 3\n")
+(out / "long_base_config.yml").write_text("base_config: " + "b" * 300 + "\n")
 out = regressions / "tokenizer"
 out.mkdir(parents=True, exist_ok=True)
 list_type = json.loads(json.dumps(tokenizer))
@@ -100,3 +101,4 @@ list_type["model"]["type"] = ["h e", "l l"]
 sparse = json.loads(json.dumps(tokenizer))
 sparse["added_tokens"][1]["id"] = 400000000
 (out / "sparse_ids.json").write_text(json.dumps(sparse, ensure_ascii=False))
+(out / "untrieable.model").write_bytes(bytes.fromhex("0a0e0a0528756e6b3e150000000018020a0c0a033c733e150000000018030a0d0a040018030a0d0a000000185848585858"))

@@ -114,6 +114,15 @@ TEST(Config, InheritanceErrors) {
             std::string::npos);
   EXPECT_NE(load_error(dir.write("map_key.yml", "? {a: 1}\n: 1\n"), {}).find("is not a name"),
             std::string::npos);
+  // A name longer than the system looks up is not found, not a filesystem exception (found by
+  // fuzz_yaml_config).
+  const std::string long_name(300, 'b');
+  EXPECT_NE(load_error(dir.write("long_base.yml", "base_config: " + long_name + "\n"), {})
+                .find("not found"),
+            std::string::npos);
+  EXPECT_NE(load_error(dir.write("long_model.yml", "steps: 3\n"), {"model_name=" + long_name})
+                .find(long_name),
+            std::string::npos);
   // A key given twice in a file is refused, as on the command line (it used to take the last).
   EXPECT_NE(load_error(dir.write("twice.yml", "steps: 3\nsteps: 5\n"), {})
                 .find("sets 'steps' twice; give each key once"),

@@ -131,6 +131,15 @@ TEST(LoadTokenizer, ChoosesByContent) {
   expect_error((dir.path() / "garbage.model").string(), "not a SentencePiece model");
   std::ofstream(dir.path() / "other.json") << R"({"a": "b"})";
   expect_error((dir.path() / "other.json").string(), "tokenizer.json");
+  // A model proto whose pieces libsentencepiece's trie builder throws on, instead of returning
+  // a status (found by fuzz_tokenizer; it ended in std::terminate).
+  const std::string untrieable(
+      "\x0a\x0e\x0a\x05\x28\x75\x6e\x6b\x3e\x15\x00\x00\x00\x00\x18\x02\x0a\x0c\x0a\x03\x3c\x73\x3e"
+      "\x15\x00\x00\x00\x00\x18\x03\x0a\x0d\x0a\x04\x00\x18\x03\x0a\x0d\x0a\x00\x00\x00\x18\x58\x48"
+      "\x58\x58\x58",
+      49);
+  std::ofstream(dir.path() / "untrieable.model", std::ios::binary) << untrieable;
+  expect_error((dir.path() / "untrieable.model").string(), "not a valid SentencePiece model");
 }
 
 }  // namespace

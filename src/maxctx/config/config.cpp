@@ -84,8 +84,16 @@ struct Setting {
   std::string where;
 };
 
+// fs::exists without its exception: a name the system cannot look up (longer than a file name
+// may be, found by fuzz_yaml_config as a base_config) does not exist here, and the caller's
+// not-found error names it.
+bool path_exists(const fs::path& path) {
+  std::error_code error;
+  return fs::exists(path, error);
+}
+
 YAML::Node read_yaml_file(const fs::path& path) {
-  if (!fs::exists(path)) fail("config file '{}' does not exist", path.string());
+  if (!path_exists(path)) fail("config file '{}' does not exist", path.string());
   // A device or a FIFO (base_config: /dev/zero) would be read forever.
   if (!fs::is_regular_file(path)) fail("config file '{}' is not a regular file", path.string());
   try {
@@ -118,9 +126,9 @@ fs::path project_configs_dir() { return fs::path(MAXCTX_SOURCE_DIR) / "configs";
 // base_config is relative to the file naming it, else to the project's configs/ (MaxText).
 fs::path resolve_base_config(const fs::path& child, const std::string& name) {
   const fs::path beside = child.parent_path() / name;
-  if (fs::exists(beside)) return beside;
+  if (path_exists(beside)) return beside;
   const fs::path shipped = project_configs_dir() / name;
-  if (fs::exists(shipped)) return shipped;
+  if (path_exists(shipped)) return shipped;
   fail("base_config '{}' named in '{}' not found next to it or in {}", name, child.string(),
        project_configs_dir().string());
 }
@@ -151,9 +159,9 @@ void collect_yaml_chain(const fs::path& path, std::vector<fs::path>& visiting,
 fs::path model_file(const fs::path& config_path, const std::string& model_name) {
   const std::string file = model_name + ".yml";
   const fs::path beside = config_path.parent_path() / "models" / file;
-  if (fs::exists(beside)) return beside;
+  if (path_exists(beside)) return beside;
   const fs::path shipped = project_configs_dir() / "models" / file;
-  if (fs::exists(shipped)) return shipped;
+  if (path_exists(shipped)) return shipped;
   std::vector<std::string> names;
   if (fs::is_directory(project_configs_dir() / "models")) {
     for (const auto& entry : fs::directory_iterator(project_configs_dir() / "models")) {

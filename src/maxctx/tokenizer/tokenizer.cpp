@@ -19,7 +19,14 @@ namespace fs = std::filesystem;
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const fs::path& path) {
-    const sentencepiece::util::Status status = processor_.Load(path.string());
+    sentencepiece::util::Status status;
+    try {
+      status = processor_.Load(path.string());
+    } catch (const std::exception& e) {
+      // libsentencepiece reports most damage as a status, but its trie builder throws (a
+      // piece list it cannot index; found by fuzz_tokenizer).
+      fail("{}: not a valid SentencePiece model ({})", path.string(), e.what());
+    }
     if (!status.ok()) {
       fail("{}: not a SentencePiece model, tokenizer.json or GPT-2 encoder.json ({})",
            path.string(), status.ToString());
