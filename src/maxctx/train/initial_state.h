@@ -38,7 +38,8 @@ namespace maxctx::train {
 model::LlamaConfig training_model_config(const Config& config);
 
 // `config` with its model dimensions replaced by `model`'s (vocab_size, head_dim, the derived
-// widths and the experts), so that the data sources and the FLOP counts describe the model actually trained.
+// widths and the experts), so that the data sources and the FLOP counts describe the model actually
+// trained.
 Config with_model_dimensions(Config config, const model::LlamaConfig& model);
 
 struct StartingState {
