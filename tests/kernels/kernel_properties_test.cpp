@@ -12,6 +12,8 @@
 #include "kernels/kernel_sets.h"
 #include "kernels/test_util.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/tensor.h"
+#include "maxctx/kernels/kernels.h"
 
 namespace maxctx::kernels {
 namespace {
@@ -331,6 +333,16 @@ TEST_P(EveryFloatKernelSet, InPlaceCallsMatchOutOfPlace) {
     EXPECT_EQ(into_b, sum) << "add into b";
     EXPECT_EQ(scaled_in_place, scaled) << "scale";
   }
+}
+
+TEST(HostTransfers, RoundTripThroughTheBackendIsExact) {
+  const Kernels& k = backend(Device::kCpu);
+  const std::vector<int32_t> host = {3, -1, 7, 2147483647};
+  Tensor on_backend = k.empty(Shape{4});
+  k.copy_from_host(on_backend.view().raw(), host.data(), host.size() * sizeof(int32_t));
+  std::vector<int32_t> back(host.size(), 0);
+  k.copy_to_host(back.data(), on_backend.view().raw(), back.size() * sizeof(int32_t));
+  EXPECT_EQ(back, host);
 }
 
 }  // namespace

@@ -63,6 +63,12 @@ class HostAllocator final : public Allocator {
       std::memset(first, 0, static_cast<size_t>(last - first));  // still zero, just resident
     }
   }
+  void copy_to_host(void* host, const void* memory, size_t bytes) const override {
+    if (bytes > 0) std::memcpy(host, memory, bytes);
+  }
+  void copy_from_host(void* memory, const void* host, size_t bytes) const override {
+    if (bytes > 0) std::memcpy(memory, host, bytes);
+  }
   size_t resident_bytes(const void* memory, size_t bytes) const override {
     if (bytes == 0) return 0;
     const size_t page = page_size();

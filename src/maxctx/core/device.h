@@ -31,6 +31,12 @@ class Allocator {
   // How many bytes of the pages overlapping [memory, memory + bytes) the device holds now
   // (memory accounting for benchmarks; host: mincore).
   virtual size_t resident_bytes(const void* memory, size_t bytes) const = 0;
+  // Bytes between host memory and this device's: loading, checkpoints, logging, the int32 index
+  // arrays a step uploads, and collectives staged through the host (mesh/). Synchronous: the
+  // host side may be reused, and the device memory read by any later op, when the call returns.
+  // (host: memcpy.)
+  virtual void copy_to_host(void* host, const void* memory, size_t bytes) const = 0;
+  virtual void copy_from_host(void* memory, const void* host, size_t bytes) const = 0;
 };
 
 // Host memory: the cpu backend's allocator and core's default. Small buffers come from

@@ -83,6 +83,14 @@ class Kernels {
   // device until written again (Allocator::discard); the view stays valid.
   void discard(TensorView view) const { allocator().discard(view.raw(), view.bytes()); }
 
+  // Bytes between host memory and this backend's (Allocator::copy_to_host says when).
+  void copy_to_host(void* host, const void* backend_memory, size_t bytes) const {
+    allocator().copy_to_host(host, backend_memory, bytes);
+  }
+  void copy_from_host(void* backend_memory, const void* host, size_t bytes) const {
+    allocator().copy_from_host(backend_memory, host, bytes);
+  }
+
   // ---- dense layers ----
   // out (N, out) = in (N, in) · weightᵀ, weight (out, in) as nn.Linear stores it.
   virtual void matmul_forward(TensorView out, TensorView in, TensorView weight) const = 0;
