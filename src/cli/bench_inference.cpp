@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "cli/common.h"
+#include "cli/hardware.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/infer/engine.h"
@@ -18,7 +19,7 @@ namespace maxctx::cli {
 int run_bench_inference(const Args& args) {
   const Config config = load_command_config(args, "bench-inference");
   log::info("{}", format_config(config));
-  const Mesh mesh(mesh_spec_from(config));
+  const Mesh mesh = mesh_for(config);
   const infer::InferenceSettings settings = infer::inference_settings_from(config, mesh);
   const infer::MicrobenchmarkOptions options = infer::microbenchmark_options(config);
   infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config));

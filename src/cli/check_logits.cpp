@@ -21,6 +21,7 @@
 #include <memory>
 
 #include "cli/common.h"
+#include "cli/hardware.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/golden_logits.h"
@@ -144,7 +145,7 @@ int run_check_logits(const Args& args) {
   if (!(c.max_kl_div >= 0.0) || !(c.atol >= 0.0) || !(c.rtol >= 0.0)) {
     fail("max_kl_div, atol and rtol must be >= 0 (got {}, {}, {})", c.max_kl_div, c.atol, c.rtol);
   }
-  const Mesh mesh(mesh_spec_from(c));
+  const Mesh mesh = mesh_for(c);
   const parallel::ParallelDims dims = parallel::ParallelDims::training(mesh);
   ModelOnMesh m;
   load_model(c, mesh, dims, kernels_for(c), m);

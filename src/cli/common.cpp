@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include "cli/hardware.h"
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/collective_watchdog.h"
@@ -36,8 +37,8 @@ MeshSpec mesh_spec_from(const Config& config) {
 }
 
 const kernels::Kernels& kernels_for(const Config& config) {
-  const kernels::Kernels& cpu = kernels::backend(Device::kCpu);
-  return config.profiler.empty() ? cpu : kernels::traced(cpu);
+  const kernels::Kernels& backend = hardware_kernels(config);
+  return config.profiler.empty() ? backend : kernels::traced(backend);
 }
 
 void run_profiled(const Config& config, const Mesh& mesh, const char* command,

@@ -14,8 +14,8 @@ namespace maxctx::cli {
 // The config file and overrides of `args`; the world size sets the device count.
 Config load_command_config(const Args& args, const char* command);
 MeshSpec mesh_spec_from(const Config& config);
-// The op table the run computes with: the cpu backend (the only one this build runs), inside
-// trace spans when `profiler` is set.
+// The op table the run computes with: the backend of `hardware` (cli/hardware.h), inside trace
+// spans when `profiler` is set.
 const kernels::Kernels& kernels_for(const Config& config);
 // Runs `work`; with `profiler` set (xplane, nsys) traces it on every rank into
 // <base_output_directory>/<run_name, or maxctx_<command>>/trace.json and prints the summary.

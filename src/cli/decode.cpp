@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "cli/common.h"
+#include "cli/hardware.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/infer/engine.h"
@@ -45,7 +46,7 @@ std::vector<int32_t> parse_token_ids(const std::string& prompt) {
 int run_decode(const Args& args) {
   const Config config = load_command_config(args, "decode");
   log::info("{}", format_config(config));
-  const Mesh mesh(mesh_spec_from(config));
+  const Mesh mesh = mesh_for(config);
   infer::InferenceSettings settings = infer::inference_settings_from(config, mesh);
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   std::vector<int32_t> prompt;

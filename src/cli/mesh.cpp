@@ -4,13 +4,14 @@
 #include <cstdio>
 
 #include "cli/common.h"
+#include "cli/hardware.h"
 #include "maxctx/core/log.h"
 
 namespace maxctx::cli {
 
 int run_mesh(const Args& args) {
   const Config config = load_command_config(args, "mesh");
-  const Mesh mesh(mesh_spec_from(config));
+  const Mesh mesh = mesh_for(config);
   const std::string report = mesh_report(mesh);
   if (mesh.world_rank() == 0) std::fputs(report.c_str(), stdout);
   return 0;

@@ -230,6 +230,8 @@ int64_t scaled_size(int64_t base, int shift, int64_t limit, std::string_view der
 
 void validate_and_derive(Config& c, int64_t num_devices) {
   check_allowed_values(c);
+  require(c.hardware != "tpu",
+          "hardware=tpu: maxctx has no TPU backend; use hardware=cpu or hardware=gpu");
   require(c.global_parameter_scale >= 1 &&
               (c.global_parameter_scale & (c.global_parameter_scale - 1)) == 0,
           fmt::format("global_parameter_scale = {} must be a power of two (1, 2, 4, ...)",

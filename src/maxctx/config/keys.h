@@ -182,6 +182,10 @@ using StringList = std::vector<std::string>;
     "that names profiler=xplane")
 
 #define MAXCTX_PARALLEL_KEYS(X)                                                                  \
+  X(std::string, hardware, "cpu", "cpu|gpu|gpu_multiprocess|tpu",                               \
+    "What the run computes on: cpu; gpu (one CUDA GPU per rank, picked by the node-local rank "  \
+    "modulo the GPUs it sees; weights, optimizer state, activations and KV cache in GPU "       \
+    "memory); gpu_multiprocess is gpu here; tpu is refused (no TPU backend)")                  \
   X(int64_t, ici_data_parallelism, 1, "", "data axis within a node (-1: fill)")                 \
   X(int64_t, ici_fsdp_parallelism, -1, "", "fsdp axis within a node (-1: fill)")                \
   X(int64_t, ici_context_parallelism, 1, "", "context axis (training CP) within a node")       \

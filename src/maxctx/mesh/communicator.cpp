@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <typeinfo>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/tensor.h"
@@ -133,15 +134,27 @@ void Request::wait() {
 }
 
 void wait_all(std::span<Request> requests) {
-  std::vector<RequestImpl*> batch;
+  // One batch per backend (host and device transfers of one step may be waited together); every
+  // transfer was started when its request was made, so waiting batch after batch cannot stall.
+  std::vector<std::vector<RequestImpl*>> batches;
   for (const Request& request : requests) {
-    if (request.impl_) batch.push_back(request.impl_.get());
+    if (!request.impl_) continue;
+    RequestImpl* impl = request.impl_.get();
+    auto same_backend = [&](const std::vector<RequestImpl*>& b) {
+      return typeid(*b.front()) == typeid(*impl);
+    };
+    const auto batch = std::find_if(batches.begin(), batches.end(), same_backend);
+    if (batch == batches.end()) {
+      batches.push_back({impl});
+    } else {
+      batch->push_back(impl);
+    }
   }
-  if (batch.empty()) return;
+  if (batches.empty()) return;
   {
     const WaitScope waiting("wait_all (isend/irecv)", nullptr);
     const trace::Span span("wait", trace::Category::kComm);
-    batch.front()->wait_all(batch);
+    for (const std::vector<RequestImpl*>& batch : batches) batch.front()->wait_all(batch);
   }
   for (Request& request : requests) {
     request.impl_.reset();
@@ -379,60 +392,89 @@ MAXCTX_INSTANTIATE_VERBS(uint8_t)
 
 // --- Communicator: tensor views ----------------------------------------------------------------
 
+Communicator Communicator::for_memory_of(const TensorView& view) const {
+  if (view.device() == Device::kCpu) return *this;
+  MAXCTX_CHECK(device_impl_ != nullptr,
+               "communicator '{}' moves host memory only, and was given a {} tensor (the mesh "
+               "sets up device collectives for hardware=gpu)",
+               backend().label(), device_name(view.device()));
+  Communicator device(device_impl_);
+  device.trace_name_ = trace_name_;
+  return device;
+}
+
+Communicator Communicator::for_memory_of(const TensorView& a, const TensorView& b,
+                                         const char* verb) const {
+  MAXCTX_CHECK(a.device() == b.device(), "{}: one tensor is on {}, the other on {}", verb,
+               device_name(a.device()), device_name(b.device()));
+  return for_memory_of(a);
+}
+
 void Communicator::all_gather(const TensorView& mine, const TensorView& out) const {
   check_same_dtype("all_gather", mine, out);
-  visit_view_type(mine, [&]<typename T>() { all_gather<T>(elements<T>(mine), elements<T>(out)); });
+  const Communicator c = for_memory_of(mine, out, "all_gather");
+  visit_view_type(mine,
+                  [&]<typename T>() { c.all_gather<T>(elements<T>(mine), elements<T>(out)); });
 }
 
 void Communicator::all_gather_uneven(const TensorView& mine, const TensorView& out) const {
   check_same_dtype("all_gather_uneven", mine, out);
-  visit_view_type(mine,
-                  [&]<typename T>() { all_gather_uneven<T>(elements<T>(mine), elements<T>(out)); });
+  const Communicator c = for_memory_of(mine, out, "all_gather_uneven");
+  visit_view_type(
+      mine, [&]<typename T>() { c.all_gather_uneven<T>(elements<T>(mine), elements<T>(out)); });
 }
 
 void Communicator::reduce_scatter(const TensorView& in, const TensorView& out) const {
   check_same_dtype("reduce_scatter", in, out);
   check_reducible("reduce_scatter", in);
-  reduce_scatter<float>(elements<float>(in), elements<float>(out));
+  for_memory_of(in, out, "reduce_scatter").reduce_scatter<float>(elements<float>(in), elements<float>(out));
 }
 
 void Communicator::all_reduce(const TensorView& in_out, ReduceOp op) const {
   check_reducible("all_reduce", in_out);
-  all_reduce<float>(elements<float>(in_out), op);
+  for_memory_of(in_out).all_reduce<float>(elements<float>(in_out), op);
 }
 
 void Communicator::all_to_all(const TensorView& in, const TensorView& out) const {
   check_same_dtype("all_to_all", in, out);
-  visit_view_type(in, [&]<typename T>() { all_to_all<T>(elements<T>(in), elements<T>(out)); });
+  const Communicator c = for_memory_of(in, out, "all_to_all");
+  visit_view_type(in, [&]<typename T>() { c.all_to_all<T>(elements<T>(in), elements<T>(out)); });
 }
 
 void Communicator::all_to_allv(const TensorView& in, std::span<const int64_t> send_counts,
                                const TensorView& out, std::span<const int64_t> recv_counts) const {
   check_same_dtype("all_to_allv", in, out);
+  const Communicator c = for_memory_of(in, out, "all_to_allv");
   visit_view_type(in, [&]<typename T>() {
-    all_to_allv<T>(elements<T>(in), send_counts, elements<T>(out), recv_counts);
+    c.all_to_allv<T>(elements<T>(in), send_counts, elements<T>(out), recv_counts);
   });
 }
 
 void Communicator::send_recv(const TensorView& send, int dest, const TensorView& recv, int source,
                              int tag) const {
   check_same_dtype("send_recv", send, recv);
+  // An empty side (kNoPeer) carries no device; the other decides.
+  const Communicator c = for_memory_of(send.empty() ? recv : send, recv.empty() ? send : recv,
+                                       "send_recv");
   visit_view_type(send, [&]<typename T>() {
-    send_recv<T>(elements<T>(send), dest, elements<T>(recv), source, tag);
+    c.send_recv<T>(elements<T>(send), dest, elements<T>(recv), source, tag);
   });
 }
 
 Request Communicator::isend(const TensorView& data, int dest, int tag) const {
   Request request;
+  const Communicator c = for_memory_of(data);
   visit_view_type(data, [&]<typename T>() {
-    request = isend<T>(std::span<const T>(elements<T>(data)), dest, tag);
+    request = c.isend<T>(std::span<const T>(elements<T>(data)), dest, tag);
   });
   return request;
 }
 
 Request Communicator::irecv(const TensorView& data, int source, int tag) const {
   Request request;
-  visit_view_type(data, [&]<typename T>() { request = irecv<T>(elements<T>(data), source, tag); });
+  const Communicator c = for_memory_of(data);
+  visit_view_type(data,
+                  [&]<typename T>() { request = c.irecv<T>(elements<T>(data), source, tag); });
   return request;
 }
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "maxctx/core/split.h"
@@ -87,6 +88,14 @@ class Communicator {
   int size() const;
   // The backend, for code that must reach under the interface (the MPI bootstrap in mesh/).
   CommunicatorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<CommunicatorImpl>& shared_impl() const { return impl_; }
+  // The backend that moves tensor views in a backend's device memory (Device::kCuda): NCCL, or
+  // MPI staged through host buffers (mesh/device_collectives.h sets it). Span verbs and host
+  // views keep the host backend; a device view on a communicator without one is an error.
+  void set_device_collectives(std::shared_ptr<CommunicatorImpl> device) {
+    device_impl_ = std::move(device);
+  }
+  CommunicatorImpl* device_impl() const { return device_impl_.get(); }
   // The name its spans carry in a trace (the mesh axes it spans, e.g. "context"); split()
   // copies inherit "split" until renamed.
   const char* trace_name() const { return trace_name_; }
@@ -163,8 +172,13 @@ class Communicator {
 
  private:
   const CommunicatorImpl& backend() const;  // checks that this communicator is not empty
+  // The communicator whose span verbs move `view`'s memory: this one for host views, one over
+  // device_impl_ (same trace name) for device views.
+  Communicator for_memory_of(const TensorView& view) const;
+  Communicator for_memory_of(const TensorView& a, const TensorView& b, const char* verb) const;
 
   std::shared_ptr<CommunicatorImpl> impl_;
+  std::shared_ptr<CommunicatorImpl> device_impl_;  // null: host memory only
   const char* trace_name_ = "world";
 };
 

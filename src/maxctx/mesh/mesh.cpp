@@ -151,6 +151,14 @@ const Communicator& Mesh::group(std::span<const Axis> axes) const {
   return groups_[mask & nontrivial_axes_];
 }
 
+void Mesh::set_device_collectives(
+    const std::function<std::shared_ptr<CommunicatorImpl>(const Communicator&)>& make) {
+  world_.set_device_collectives(make(world_));
+  for (Communicator& group : groups_) {
+    if (group.impl() != nullptr) group.set_device_collectives(make(group));
+  }
+}
+
 std::string mesh_report(const Mesh& mesh) {
   const Communicator& world = mesh.world();
   // Per rank: world rank, node index, local rank, the coordinates; then the host name.

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <array>
+#include <functional>
+#include <memory>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -58,6 +60,12 @@ class Mesh {
     return group(std::span<const Axis>(axes.begin(), axes.size()));
   }
   const Communicator& group(std::span<const Axis> axes) const;  // order of `axes` is irrelevant
+
+  // Gives the world and every group a backend for device memory (Communicator::
+  // set_device_collectives): make(group) is called on every rank for each group in the same
+  // order (it may be collective over the group). mesh/device_collectives.h is the caller.
+  void set_device_collectives(
+      const std::function<std::shared_ptr<CommunicatorImpl>(const Communicator&)>& make);
 
  private:
   static constexpr int kNumGroups = 1 << kNumAxes;

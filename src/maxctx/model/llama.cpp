@@ -1,7 +1,10 @@
 #include "maxctx/model/llama.h"
 
+#include <vector>
+
 #include "maxctx/core/check.h"
 #include "maxctx/core/trace.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/model/decoder_layer.h"
 
 namespace maxctx::model {
@@ -17,7 +20,12 @@ kernels::AttentionParams attention_dims(const LlamaConfig& c, const LocalDims& d
 }
 
 parallel::TokenLayout token_layout(const TokenBatch& b) {
-  return {b.batch, b.seq, b.positions, b.segment_ids};
+  return {b.batch, b.seq, b.positions, b.segment_ids, b.host_positions, b.host_segment_ids};
+}
+
+// The loss weights as a view in the backend's memory.
+TensorView loss_weights_view(const TokenBatch& b, int64_t n, const kernels::Kernels& k) {
+  return TensorView(const_cast<float*>(b.loss_weights), DType::kF32, Shape{n}, k.device());
 }
 
 void check_activations(const LlamaConfig& c, const TokenBatch& b, const LlamaActivations& acts) {
@@ -205,11 +213,14 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   if (b.targets == nullptr) return sums;
   MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
   k.cross_entropy_forward(acts.token_loss.view(), acts.xent_lse.view(), acts.logits.view(),
-                          b.targets, TensorView::of(b.loss_weights, d.N));
-  const float* token_loss = acts.token_loss.data<float>();
+                          b.targets, loss_weights_view(b, d.N, k));
+  // The loss's one readout per forward: N floats, summed on the host in token order.
+  const std::vector<float> token_loss =
+      kernels::download_floats(k, acts.token_loss.view().elements(0, d.N));
+  const float* weights = b.host_loss_weights ? b.host_loss_weights : b.loss_weights;
   for (int64_t i = 0; i < d.N; ++i) {
     sums.loss_sum += token_loss[i];
-    sums.weight_sum += b.loss_weights[i];
+    sums.weight_sum += weights[i];
   }
   return sums;
 }
@@ -224,7 +235,7 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   TrainingLayers layers(c, b, plan, acts);
   const TensorView d_logits = acts.logits.view();  // in place: logits are not needed after this
   k.cross_entropy_backward(d_logits, acts.logits.view(), acts.xent_lse.view(), b.targets,
-                           TensorView::of(b.loss_weights, d.N), d_loss);
+                           loss_weights_view(b, d.N, k), d_loss);
   head_before_use(c, plan);
   k.matmul_backward(acts.d_normed.view(), g.lm_head, d_logits, acts.final_norm_out.view(),
                     w.lm_head);

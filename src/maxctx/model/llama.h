@@ -17,7 +17,8 @@
 
 namespace maxctx::model {
 
-// This rank's tokens, (B, S) row-major int32 unless noted.
+// This rank's tokens, (B, S) row-major int32 unless noted, in the backend's memory (the
+// kernels read them).
 struct TokenBatch {
   int64_t batch = 0;
   int64_t seq = 0;
@@ -26,6 +27,12 @@ struct TokenBatch {
   const int32_t* positions = nullptr;    // each token's position in its document
   const int32_t* segment_ids = nullptr;  // attention mask: equal ids attend; 0 = padding
   const float* loss_weights = nullptr;   // (B·S) 0 = not scored; may be null with targets null
+  // Host copies of positions, segment ids and loss weights, for what the host computes from them
+  // (the context plans' id exchange, the loss's weight sum); null: the backend's memory is the
+  // host's and the pointers above serve.
+  const int32_t* host_positions = nullptr;
+  const int32_t* host_segment_ids = nullptr;
+  const float* host_loss_weights = nullptr;
 };
 
 struct LossSums {

@@ -8,6 +8,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
+#include "maxctx/kernels/host_transfer.h"
 
 namespace maxctx::model {
 namespace {
@@ -165,7 +166,7 @@ void init_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>
     WeightSpec one = s;
     one.offset = 0;
     init_weights({one}, values.data(), seed);
-    kernels.copy(flat.elements(s.offset, s.numel()), TensorView::of(values.data(), s.numel()));
+    kernels::upload_floats(kernels, flat.elements(s.offset, s.numel()), values);
   }
 }
 

@@ -22,8 +22,16 @@ namespace maxctx::parallel {
 struct TokenLayout {
   int64_t batch = 0;
   int64_t seq = 0;
-  const int32_t* positions = nullptr;    // (batch, seq)
-  const int32_t* segment_ids = nullptr;  // (batch, seq)
+  const int32_t* positions = nullptr;    // (batch, seq) in the backend's memory
+  const int32_t* segment_ids = nullptr;  // (batch, seq) in the backend's memory
+  // The same two arrays on the host, for the ids a context plan exchanges between ranks; null:
+  // the backend's memory is the host's (the pointers above serve).
+  const int32_t* host_positions = nullptr;
+  const int32_t* host_segment_ids = nullptr;
+  const int32_t* positions_on_host() const { return host_positions ? host_positions : positions; }
+  const int32_t* segment_ids_on_host() const {
+    return host_segment_ids ? host_segment_ids : segment_ids;
+  }
 };
 
 // Causal (segment- and window-masked) self-attention of this rank's queries against every key

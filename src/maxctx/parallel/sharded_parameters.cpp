@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "maxctx/core/check.h"
 
@@ -151,9 +152,8 @@ void ShardedParameters::after_use(int unit) {
 void ShardedParameters::gradients_ready(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   const Unit& u = units_[unit];
-  const std::span<float> shard = grad_shard_.span<float>().subspan(u.shard_offset, u.shard_count);
-  fsdp_.reduce_scatter(std::span<const float>(full_grads_.data<float>() + u.begin, u.end - u.begin),
-                       shard);
+  const TensorView shard = grad_shard_.view().elements(u.shard_offset, u.shard_count);
+  fsdp_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
   if (expert_.size() == 1) {
     replicas_.all_reduce(shard, ReduceOp::kSum);
   } else {
@@ -164,7 +164,7 @@ void ShardedParameters::gradients_ready(int unit) {
       const int64_t end = std::min(run.end, u.shard_begin + u.shard_count);
       if (begin >= end) continue;
       (run.experts ? expert_replicas_ : replicas_)
-          .all_reduce(shard.subspan(begin - u.shard_begin, end - begin), ReduceOp::kSum);
+          .all_reduce(shard.elements(begin - u.shard_begin, end - begin), ReduceOp::kSum);
     }
   }
   measure_units();
@@ -197,6 +197,9 @@ double ShardedParameters::global_grad_norm() const {
   double expert_sum = 0.0;
   double split_sum = 0.0;
   double replicated_sum = 0.0;
+  // The norm's one readout of the shard per step, summed on the host in element order.
+  std::vector<float> grads(static_cast<size_t>(grad_shard_.numel()));
+  kernels_.copy_to_host(grads.data(), grad_shard_.view().raw(), grad_shard_.view().bytes());
   for (const Unit& u : units_) {
     const int64_t shard_end = u.shard_begin + u.shard_count;
     for (const WeightSpec& s : specs_) {
@@ -204,7 +207,7 @@ double ShardedParameters::global_grad_norm() const {
       const int64_t end = std::min(shard_end, s.offset + s.numel());
       double sum = 0.0;
       for (int64_t i = begin; i < end; ++i) {
-        const double g = grad_shard_.data<float>()[u.shard_offset + (i - u.shard_begin)];
+        const double g = grads[u.shard_offset + (i - u.shard_begin)];
         sum += g * g;
       }
       if (s.expert_weight() && expert_.size() > 1) {

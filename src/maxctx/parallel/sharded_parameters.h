@@ -80,7 +80,7 @@ class ShardedParameters final : public WeightPlan {
 
   // This rank's shard: master weights, reduced gradients (f32), AdamW moments (same layout).
   TensorView master() const { return master_.view(); }
-  std::span<float> grad_shard() { return grad_shard_.span<float>(); }
+  TensorView grad_shard() const { return grad_shard_.view(); }
   TensorView adam_m() const { return adam_m_.view(); }
   TensorView adam_v() const { return adam_v_.view(); }
 

@@ -8,6 +8,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/train/checkpoint.h"
 
@@ -129,10 +130,13 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
   StartingState s;
   s.params = kernels.empty({numel}, weight_dtype);
   const auto read_full_state = [&](const fs::path& from_run, int64_t step) {
-    s.adam_m = kernels.empty({numel}, weight_dtype);
-    s.adam_v = kernels.empty({numel}, weight_dtype);
-    const CheckpointState state = read_checkpoint(from_run, step, global_specs, s.params.view(),
-                                                  s.adam_m.view(), s.adam_v.view());
+    // Read on the host, then one copy each into the backend's memory.
+    const Tensor params({numel}, weight_dtype), m({numel}, weight_dtype), v({numel}, weight_dtype);
+    const CheckpointState state =
+        read_checkpoint(from_run, step, global_specs, params.view(), m.view(), v.view());
+    s.params = kernels::to_backend(kernels, params.view());
+    s.adam_m = kernels::to_backend(kernels, m.view());
+    s.adam_v = kernels::to_backend(kernels, v.view());
     s.step = state.step;
     s.data_position = state.data_position;
   };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
@@ -66,6 +67,17 @@ void clip_by_global_norm(std::span<float> grads, double global_norm, double thre
   const auto norm = static_cast<float>(global_norm);
   const auto max_norm = static_cast<float>(threshold);
   for (float& g : grads) g = (g / norm) * max_norm;
+}
+
+void clip_by_global_norm(const kernels::Kernels& kernels, TensorView grads, double global_norm,
+                         double threshold) {
+  if (threshold <= 0.0 || global_norm < threshold) return;
+  MAXCTX_CHECK(grads.dtype() == DType::kF32, "gradients are f32, got {}",
+               dtype_name(grads.dtype()));
+  std::vector<float> values(static_cast<size_t>(grads.numel()));
+  kernels.copy_to_host(values.data(), grads.raw(), grads.bytes());
+  clip_by_global_norm(values, global_norm, threshold);
+  kernels.copy_from_host(grads.raw(), values.data(), grads.bytes());
 }
 
 }  // namespace maxctx

@@ -54,5 +54,9 @@ double sum_of_squares(std::span<const float> values);
 // Scales grads as optax.clip_by_global_norm(threshold) does, given the global norm of all of
 // them. threshold <= 0 leaves grads as they are (MaxText's "clipping off").
 void clip_by_global_norm(std::span<float> grads, double global_norm, double threshold);
+// The same on a view in `kernels`' memory (f32): scaled on a host copy by the rule above, so
+// every backend clips bit for bit as the CPU does (a copy each way, only when clipping applies).
+void clip_by_global_norm(const kernels::Kernels& kernels, TensorView grads, double global_norm,
+                         double threshold);
 
 }  // namespace maxctx

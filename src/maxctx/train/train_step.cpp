@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/train/recall.h"
 
 namespace maxctx::train {
@@ -16,16 +17,53 @@ std::vector<float> loss_weights_of(const Batch& batch) {
   return weights;
 }
 
-model::TokenBatch token_batch(const Batch& batch, const std::vector<float>& loss_weights) {
-  return {batch.rows,           batch.seq_len,          batch.tokens.data(),
-          batch.targets.data(), batch.positions.data(), batch.segment_ids.data(),
-          loss_weights.data()};
+// A micro-batch in the backend's memory: its index arrays and loss weights uploaded once, with
+// host copies of what the host computes from (the context plans' ids, the weight sum).
+class UploadedBatch {
+ public:
+  UploadedBatch(const kernels::Kernels& k, const Batch& batch)
+      : loss_weights_(loss_weights_of(batch)), loss_weights_device_(k.empty({batch.size()})) {
+    const size_t n = static_cast<size_t>(batch.size());
+    std::vector<int32_t> ids(4 * n);  // tokens | targets | positions | segment ids
+    for (size_t a = 0; const std::vector<int32_t>* array :
+                       {&batch.tokens, &batch.targets, &batch.positions, &batch.segment_ids}) {
+      std::copy(array->begin(), array->end(), ids.begin() + static_cast<int64_t>(a++ * n));
+    }
+    ids_.upload(k, ids);
+    k.copy_from_host(loss_weights_device_.view().raw(), loss_weights_.data(), n * sizeof(float));
+    const int32_t* device = ids_.data();
+    tokens_ = {batch.rows,
+               batch.seq_len,
+               device,
+               device + n,
+               device + 2 * n,
+               device + 3 * n,
+               static_cast<const float*>(loss_weights_device_.view().raw()),
+               batch.positions.data(),
+               batch.segment_ids.data(),
+               loss_weights_.data()};
+  }
+  const model::TokenBatch& tokens() const { return tokens_; }
+
+ private:
+  std::vector<float> loss_weights_;
+  kernels::DeviceIndices ids_;
+  Tensor loss_weights_device_;
+  model::TokenBatch tokens_;
+};
+
+// scored_accuracy_from_logits on the host's copy of the logits.
+ScoredAccuracy accuracy_of(const kernels::Kernels& k, const model::LlamaActivations& acts,
+                           int64_t vocab_size, const Batch& batch) {
+  const std::vector<float> logits = kernels::download_floats(k, acts.logits.view());
+  return scored_accuracy_from_logits(logits, vocab_size, batch);
 }
 
 }  // namespace
 
 StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batches,
-                          model::LlamaActivations& acts, std::vector<float>& accumulated) {
+                          model::LlamaActivations& acts, Tensor& accumulated) {
+  const kernels::Kernels& k = *m.plans.model.kernels;
   MAXCTX_CHECK(!micro_batches.empty(), "a step needs at least one micro-batch");
   parallel::ShardedParameters& parameters = *m.plans.parameters;
   // The mean is over the whole step: its total weight is known before the first backward.
@@ -40,16 +78,18 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
                                        : 0.0;
 
   const bool accumulate = micro_batches.size() > 1;
-  if (accumulate) accumulated.assign(parameters.grad_shard().size(), 0.0f);
+  if (accumulate) {
+    k.reserve(accumulated, parameters.grad_shard().numel());
+    k.fill_zero(accumulated.view());
+  }
   double totals[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, correct, scored, load-balance sum
   for (const Batch& batch : micro_batches) {
     parameters.begin_step();  // zero gradients; weights re-gathered
-    const std::vector<float> loss_weights = loss_weights_of(batch);
-    const model::TokenBatch tokens = token_batch(batch, loss_weights);
+    const UploadedBatch uploaded(k, batch);
+    const model::TokenBatch& tokens = uploaded.tokens();
     const model::LossSums sums =
         model::llama_forward(m.config, m.weights, tokens, m.plans.model, acts);
-    const ScoredAccuracy accuracy =
-        scored_accuracy_from_logits(acts.logits.span<float>(), m.config.vocab_size, batch);
+    const ScoredAccuracy accuracy = accuracy_of(k, acts, m.config.vocab_size, batch);
     model::llama_backward(m.config, m.weights, m.gradients, tokens, m.plans.model, acts, d_loss,
                           static_cast<float>(lb_scale));
     totals[0] += sums.loss_sum;
@@ -57,12 +97,14 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
     totals[2] += static_cast<double>(accuracy.scored);
     totals[3] += sums.moe_lb_sum;
     if (accumulate) {
-      const std::span<const float> shard = parameters.grad_shard();
-      for (size_t i = 0; i < shard.size(); ++i) accumulated[i] += shard[i];
+      k.add_inplace(accumulated.view().elements(0, parameters.grad_shard().numel()),
+                    parameters.grad_shard());
     }
   }
-  if (accumulate)
-    std::copy(accumulated.begin(), accumulated.end(), parameters.grad_shard().begin());
+  if (accumulate) {
+    k.copy(parameters.grad_shard(),
+           accumulated.view().elements(0, parameters.grad_shard().numel()));
+  }
   m.batch_group.all_reduce(std::span<double>(totals, 4), ReduceOp::kSum);
   return {totals[0], global_weight, totals[1], totals[2], totals[3] * lb_scale};
 }
@@ -70,15 +112,15 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
 StepSums evaluate(const StepModel& m, int64_t count,
                   const std::function<Batch(int64_t)>& read_batch, model::LlamaActivations& acts) {
   // The optimizer changed the master shard since the weights were last gathered.
+  const kernels::Kernels& k = *m.plans.model.kernels;
   if (m.plans.parameters) m.plans.parameters->begin_step();
   double totals[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, weight, correct, scored
   for (int64_t b = 0; b < count; ++b) {
     const Batch batch = read_batch(b);
-    const std::vector<float> loss_weights = loss_weights_of(batch);
-    const model::LossSums sums = model::llama_forward(
-        m.config, m.weights, token_batch(batch, loss_weights), m.plans.model, acts);
-    const ScoredAccuracy accuracy =
-        scored_accuracy_from_logits(acts.logits.span<float>(), m.config.vocab_size, batch);
+    const UploadedBatch uploaded(k, batch);
+    const model::LossSums sums =
+        model::llama_forward(m.config, m.weights, uploaded.tokens(), m.plans.model, acts);
+    const ScoredAccuracy accuracy = accuracy_of(k, acts, m.config.vocab_size, batch);
     totals[0] += sums.loss_sum;
     totals[1] += sums.weight_sum;
     totals[2] += static_cast<double>(accuracy.correct);

@@ -54,7 +54,7 @@ struct StepModel {
 // plans.parameters->grad_shard() holds the gradient of the step's mean loss. `accumulated` is
 // scratch for more than one micro-batch (kept by the caller across steps). Collective.
 StepSums forward_backward(const StepModel& model, std::span<const Batch> micro_batches,
-                          model::LlamaActivations& acts, std::vector<float>& accumulated);
+                          model::LlamaActivations& acts, Tensor& accumulated);
 
 // Σ weight·xent and Σ weight of the `count` batches read_batch(0), ..., read_batch(count - 1)
 // (this rank's shares) over the whole job, forward only, with the current parameters. Each batch

@@ -9,6 +9,7 @@
 #include "maxctx/core/log.h"
 #include "maxctx/core/memory_check.h"
 #include "maxctx/core/trace.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/model/activations.h"
@@ -65,7 +66,7 @@ struct Trainer::State {
   model::LlamaActivations acts;
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Evaluation> evaluation;  // null without eval_interval > 0
-  std::vector<float> accumulated;          // gradient accumulation's f32 sum of the shard
+  Tensor accumulated;                      // gradient accumulation's f32 sum of the shard
   AdamWConfig adamw;
   LearningRateSchedule schedule;
   std::unique_ptr<MetricLogger> metrics;
@@ -108,7 +109,9 @@ struct Trainer::State {
     run_on_root(mesh.world(), [&] {
       metrics->flush();
       write_checkpoint(run_dir, {step, loader->position(), format_config(config)}, global_specs,
-                       params.view(), m.view(), v.view());
+                       kernels::to_host(kernels, params.view()).view(),
+                       kernels::to_host(kernels, m.view()).view(),
+                       kernels::to_host(kernels, v.view()).view());
       remove_old_checkpoints(run_dir, config.max_num_checkpoints_to_keep);
       log::info("saved checkpoint {} in {}", step, (run_dir / "checkpoints").string());
     });
@@ -239,12 +242,11 @@ void Trainer::run(int64_t max_new_steps) {
     const StepSums sums = forward_backward(s.step_model(), micro_batches, s.acts, s.accumulated);
     trace::Span optimizer_span("optimizer", trace::Category::kOptimizer);
     const double raw_norm = s.plans.parameters->global_grad_norm();
-    clip_by_global_norm(s.plans.parameters->grad_shard(), raw_norm, c.gradient_clipping_threshold);
+    clip_by_global_norm(s.kernels, s.plans.parameters->grad_shard(), raw_norm,
+                        c.gradient_clipping_threshold);
     const double learning_rate = learning_rate_at(s.schedule, s.step);
-    const std::span<float> grads = s.plans.parameters->grad_shard();
     adamw_update(s.kernels, s.adamw, s.step + 1, static_cast<float>(learning_rate),
-                 s.plans.parameters->master(),
-                 TensorView::of(grads.data(), static_cast<int64_t>(grads.size())),
+                 s.plans.parameters->master(), s.plans.parameters->grad_shard(),
                  s.plans.parameters->adam_m(), s.plans.parameters->adam_v());
     optimizer_span.finish();
 
@@ -323,8 +325,7 @@ std::vector<float> Trainer::gather_parameters() {
   Tensor params, m, v;
   s.plans.parameters->gather_full(params, m, v);
   const Tensor global = s.global_of(params);
-  std::vector<float> values(static_cast<size_t>(global.numel()));
-  s.kernels.copy(TensorView::of(values.data(), global.numel()), global.view());
+  std::vector<float> values = kernels::download_floats(s.kernels, global.view());
   return values;
 }
 

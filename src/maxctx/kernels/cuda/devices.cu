@@ -22,4 +22,11 @@ CudaDevices visible_cuda_devices() {
   return devices;
 }
 
+std::string select_cuda_device(int index) {
+  const cudaError_t status = cudaSetDevice(index);
+  if (status == cudaSuccess) return "";
+  cudaGetLastError();
+  return cudaGetErrorString(status);
+}
+
 }  // namespace maxctx::kernels::cuda

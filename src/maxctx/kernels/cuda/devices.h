@@ -19,4 +19,9 @@ struct CudaDevices {
 // the caller turns into its own error when it wanted a GPU.
 CudaDevices visible_cuda_devices();
 
+// Makes device `index` (0 .. count - 1 of visible_cuda_devices) this process's current device,
+// before any other CUDA call of the run (cudaSetDevice). Returns the runtime's reason when it
+// fails, empty on success (the caller makes the error; this file stays free of core/ headers).
+std::string select_cuda_device(int index);
+
 }  // namespace maxctx::kernels::cuda

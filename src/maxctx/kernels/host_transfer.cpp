@@ -1,0 +1,62 @@
+#include "maxctx/kernels/host_transfer.h"
+
+#include "maxctx/core/check.h"
+
+namespace maxctx::kernels {
+
+void upload_floats(const Kernels& kernels, TensorView dst, std::span<const float> values) {
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(values.size()), dst.numel(), "upload_floats: values");
+  if (dst.dtype() == DType::kF32) {
+    kernels.copy_from_host(dst.raw(), values.data(), values.size_bytes());
+    return;
+  }
+  const Tensor staged = kernels.empty({dst.numel()}, DType::kF32);
+  kernels.copy_from_host(staged.view().raw(), values.data(), values.size_bytes());
+  kernels.copy(dst, staged.view());
+}
+
+std::vector<float> download_floats(const Kernels& kernels, TensorView src) {
+  std::vector<float> values(static_cast<size_t>(src.numel()));
+  if (src.dtype() == DType::kF32) {
+    kernels.copy_to_host(values.data(), src.raw(), src.bytes());
+    return values;
+  }
+  const Tensor widened = kernels.empty({src.numel()}, DType::kF32);
+  kernels.copy(widened.view(), src);
+  kernels.copy_to_host(values.data(), widened.view().raw(), widened.view().bytes());
+  return values;
+}
+
+std::vector<std::byte> download_bytes(const Kernels& kernels, TensorView src) {
+  std::vector<std::byte> bytes(src.bytes());
+  kernels.copy_to_host(bytes.data(), src.raw(), src.bytes());
+  return bytes;
+}
+
+Tensor to_host(const Kernels& kernels, TensorView src) {
+  Tensor host(src.shape(), src.dtype());
+  kernels.copy_to_host(host.view().raw(), src.raw(), src.bytes());
+  return host;
+}
+
+Tensor to_backend(const Kernels& kernels, TensorView host) {
+  MAXCTX_CHECK(host.device() == Device::kCpu, "to_backend takes a host view, got {}",
+               device_name(host.device()));
+  Tensor out = kernels.empty(host.shape(), host.dtype());
+  kernels.copy_from_host(out.view().raw(), host.raw(), host.bytes());
+  return out;
+}
+
+DeviceIndices::DeviceIndices(const Kernels& kernels, std::span<const int32_t> host) {
+  upload(kernels, host);
+}
+
+void DeviceIndices::upload(const Kernels& kernels, std::span<const int32_t> host) {
+  if (buffer_.size() < host.size_bytes() || buffer_.device() != kernels.device()) {
+    buffer_ = AlignedBuffer(host.size_bytes(), kernels.allocator());
+  }
+  kernels.copy_from_host(buffer_.data(), host.data(), host.size_bytes());
+  size_ = static_cast<int64_t>(host.size());
+}
+
+}  // namespace maxctx::kernels

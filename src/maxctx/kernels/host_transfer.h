@@ -1,0 +1,47 @@
+// Float values between host vectors and a backend's tensors of any float dtype, through the
+// backend's allocator (Kernels::copy_to_host/copy_from_host) and its copy op (the dtype
+// conversion). For loading, checkpoints and logging: code above kernels/ never reads or writes
+// a tensor's memory itself, since on a GPU the host cannot touch it.
+//
+// The conversion is the backend's copy op on the backend's memory, exactly as a copy from a host
+// view was before, so the cpu backend's bits are unchanged (f32 → bf16 rounds to nearest even).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "maxctx/kernels/kernels.h"
+
+namespace maxctx::kernels {
+
+// dst (any float dtype, the backend's memory) = values (dst.numel() of them).
+void upload_floats(const Kernels& kernels, TensorView dst, std::span<const float> values);
+// The elements of `src` (any float dtype, the backend's memory) as f32 on the host.
+std::vector<float> download_floats(const Kernels& kernels, TensorView src);
+// Bytes of `src` (any dtype) as they are, on the host.
+std::vector<std::byte> download_bytes(const Kernels& kernels, TensorView src);
+
+// A host tensor holding `src`'s elements (same dtype and shape), and the reverse: a tensor of
+// `kernels` holding a host view's (checkpoints are read and written through these).
+Tensor to_host(const Kernels& kernels, TensorView src);
+Tensor to_backend(const Kernels& kernels, TensorView host);
+
+// int32 index arrays (token ids, positions, segment ids) in the backend's memory, which has no
+// int32 tensor dtype: a buffer of the backend and a pointer into it.
+class DeviceIndices {
+ public:
+  DeviceIndices() = default;
+  // A copy of `host` in `kernels`' memory.
+  DeviceIndices(const Kernels& kernels, std::span<const int32_t> host);
+  // Replaces the contents with `host`, growing the buffer when needed.
+  void upload(const Kernels& kernels, std::span<const int32_t> host);
+  const int32_t* data() const { return reinterpret_cast<const int32_t*>(buffer_.data()); }
+  int64_t size() const { return size_; }
+
+ private:
+  AlignedBuffer buffer_;
+  int64_t size_ = 0;
+};
+
+}  // namespace maxctx::kernels
