@@ -25,6 +25,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/golden_logits.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/model/activations.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama.h"
@@ -108,16 +109,25 @@ std::vector<float> forward_logits(const Config& c, const Mesh& mesh, ModelOnMesh
     local_positions[i] = positions[mine[i]];
     local_segments[i] = segments[mine[i]];
   }
-  const model::TokenBatch batch{
-      1,      local, local_tokens.data(), nullptr, local_positions.data(), local_segments.data(),
+  const kernels::Kernels& k = *m.plans.model.kernels;
+  // The kernels read the ids in the backend's memory; the context plans exchange the host's.
+  const kernels::DeviceIndices device_tokens(k, local_tokens);
+  const kernels::DeviceIndices device_positions(k, local_positions);
+  const kernels::DeviceIndices device_segments(k, local_segments);
+  model::TokenBatch batch{
+      1,      local, device_tokens.data(), nullptr, device_positions.data(), device_segments.data(),
       nullptr};
-  model::LlamaActivations acts = model::allocate_activations(*m.plans.model.kernels, m.config, 1,
-                                                             local, m.plans.model.tensor_size);
+  batch.host_positions = local_positions.data();
+  batch.host_segment_ids = local_segments.data();
+  model::LlamaActivations acts =
+      model::allocate_activations(k, m.config, 1, local, m.plans.model.tensor_size);
   model::llama_forward(m.config, m.weights, batch, m.plans.model, acts);
 
   const int64_t V = m.config.vocab_size;
+  const std::vector<float> local_logits =
+      kernels::download_floats(k, acts.logits.view().elements(0, local * V));
   std::vector<float> gathered(padded_len * V);  // rank-major: rank r's rows, in its local order
-  context.all_gather<float>(std::span<const float>(acts.logits.data<float>(), local * V), gathered);
+  context.all_gather<float>(local_logits, gathered);
   std::vector<float> logits(S * V);
   for (int64_t r = 0; r < cp; ++r) {
     const std::vector<int64_t> rows = context_shard_indices(padded_len, cp, r, balance);

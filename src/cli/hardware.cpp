@@ -59,9 +59,10 @@ void fail_unless_every_rank_has_a_gpu(const Communicator& world, const std::stri
     if (failing++ == 0) first = fmt::format("rank {} {}", r, text);
   }
   if (failing > 0) {
-    fail("hardware=gpu: {} of {} ranks find no GPU ({}); every rank needs one (or use "
-         "hardware=cpu)",
-         failing, world.size(), first);
+    fail(
+        "hardware=gpu: {} of {} ranks find no GPU ({}); every rank needs one (or use "
+        "hardware=cpu)",
+        failing, world.size(), first);
   }
 }
 #endif
@@ -69,9 +70,10 @@ void fail_unless_every_rank_has_a_gpu(const Communicator& world, const std::stri
 // What the GPU path does not run yet, refused before any work.
 void check_gpu_supports(const Config& config) {
   if (config.decoder_block == "mixtral") {
-    fail("decoder_block=mixtral: the MoE block routes tokens on the host, not on hardware={} "
-         "yet; use hardware=cpu",
-         config.hardware);
+    fail(
+        "decoder_block=mixtral: the MoE block routes tokens on the host, not on hardware={} "
+        "yet; use hardware=cpu",
+        config.hardware);
   }
 }
 
@@ -86,8 +88,9 @@ Mesh mesh_for(const Config& config) {
   if (!uses_gpu(config)) return mesh;
   check_gpu_supports(config);
   if (emulate_gpu()) {
-    log::info("hardware=gpu: the emulated GPU (MAXCTX_EMULATE_GPU=1, a test switch): cpu "
-              "kernels behind device memory the host cannot touch");
+    log::info(
+        "hardware=gpu: the emulated GPU (MAXCTX_EMULATE_GPU=1, a test switch): cpu "
+        "kernels behind device memory the host cannot touch");
     set_up_device_collectives(mesh, {mesh.hostname(), kEmulatedBusId},
                               kernels::emulated::emulated_gpu_kernels().allocator(), nullptr);
     return mesh;
@@ -116,9 +119,10 @@ Mesh mesh_for(const Config& config) {
   return mesh;
 #else
   (void)node_local_rank;
-  fail("hardware={}: this build has no cuda backend (configured with MAXCTX_CUDA=OFF); use "
-       "hardware=cpu, or build where the CUDA toolkit is",
-       config.hardware);
+  fail(
+      "hardware={}: this build has no cuda backend (configured with MAXCTX_CUDA=OFF); use "
+      "hardware=cpu, or build where the CUDA toolkit is",
+      config.hardware);
 #endif
 }
 

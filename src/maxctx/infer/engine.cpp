@@ -151,6 +151,24 @@ int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca) 
   return std::max(prefill_rows, local_slots);
 }
 
+model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq) {
+  const size_t n = tokens_.size();
+  std::vector<int32_t> ids(3 * n);
+  std::copy(tokens_.begin(), tokens_.end(), ids.begin());
+  std::copy(positions_.begin(), positions_.end(), ids.begin() + static_cast<int64_t>(n));
+  std::copy(segments_.begin(), segments_.end(), ids.begin() + static_cast<int64_t>(2 * n));
+  ids_device_.upload(kernels_, ids);
+  model::TokenBatch b;
+  b.batch = batch;
+  b.seq = seq;
+  b.tokens = ids_device_.data();
+  b.positions = ids_device_.data() + n;
+  b.segment_ids = ids_device_.data() + 2 * n;
+  b.host_positions = positions_.data();
+  b.host_segment_ids = segments_.data();
+  return b;
+}
+
 int64_t InferenceEngine::local_slots() const {
   return settings_.decode == DecodeSharding::kBatch ? settings_.slots / ca_.size()
                                                     : settings_.slots;
@@ -215,12 +233,7 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   }
   row_logits_.resize(logit_rows_.size() * static_cast<size_t>(V));
   plans_.cache->reset();
-  model::TokenBatch batch;
-  batch.batch = B;
-  batch.seq = S;
-  batch.tokens = tokens_.data();
-  batch.positions = positions_.data();
-  batch.segment_ids = segments_.data();
+  const model::TokenBatch batch = upload_batch(B, S);
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill, ws_,
                                  logit_rows_, row_logits_.data(), nullptr, plans_.experts.get());
   // Exactly one rank holds each slot's last row; the others add zeros, which is exact.
@@ -267,12 +280,7 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   logit_rows_.resize(static_cast<size_t>(local));
   std::iota(logit_rows_.begin(), logit_rows_.end(), 0);
   row_logits_.resize(static_cast<size_t>(local * V));
-  model::TokenBatch batch;
-  batch.batch = local;
-  batch.seq = 1;
-  batch.tokens = tokens_.data();
-  batch.positions = positions_.data();
-  batch.segment_ids = segments_.data();
+  const model::TokenBatch batch = upload_batch(local, 1);
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.decode, ws_,
                                  logit_rows_, row_logits_.data(), plans_.row_split.get(),
                                  plans_.experts.get());

@@ -23,6 +23,7 @@
 
 #include "maxctx/config/config.h"
 #include "maxctx/infer/sampler.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/inference.h"
 #include "maxctx/model/quantized_checkpoint.h"
@@ -137,6 +138,9 @@ class InferenceEngine {
   std::vector<float> row_logits_;  // (rows, V) logits of this rank's rows
   // Token batches of this rank: (B, S) tokens, positions, segment ids, and the logit rows.
   std::vector<int32_t> tokens_, positions_, segments_;
+  kernels::DeviceIndices ids_device_;  // tokens_ | positions_ | segments_ in the backend's memory
+  // A TokenBatch of (batch, seq) over tokens_, positions_ and segments_, uploaded once.
+  model::TokenBatch upload_batch(int64_t batch, int64_t seq);
   std::vector<int64_t> logit_rows_, logit_slots_;
 };
 

@@ -59,4 +59,12 @@ void DeviceIndices::upload(const Kernels& kernels, std::span<const int32_t> host
   size_ = static_cast<int64_t>(host.size());
 }
 
+void DeviceIndices::write(const Kernels& kernels, int64_t offset, std::span<const int32_t> host) {
+  MAXCTX_CHECK(offset >= 0 && offset + static_cast<int64_t>(host.size()) <= size_,
+               "index write [{}, {}) outside {} elements", offset,
+               offset + static_cast<int64_t>(host.size()), size_);
+  kernels.copy_from_host(buffer_.data() + offset * static_cast<int64_t>(sizeof(int32_t)),
+                         host.data(), host.size_bytes());
+}
+
 }  // namespace maxctx::kernels

@@ -36,6 +36,8 @@ class DeviceIndices {
   DeviceIndices(const Kernels& kernels, std::span<const int32_t> host);
   // Replaces the contents with `host`, growing the buffer when needed.
   void upload(const Kernels& kernels, std::span<const int32_t> host);
+  // Elements [offset, offset + host.size()) = host, inside the current contents.
+  void write(const Kernels& kernels, int64_t offset, std::span<const int32_t> host);
   const int32_t* data() const { return reinterpret_cast<const int32_t*>(buffer_.data()); }
   int64_t size() const { return size_; }
 

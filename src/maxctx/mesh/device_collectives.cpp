@@ -140,8 +140,7 @@ class HostStagedCommunicator final : public CommunicatorImpl {
                  int source, ElementType type, int tag) const override {
     const HostBuffer sent = download(send, dest == kNoPeer ? 0 : send_count, type);
     const HostBuffer received(bytes(recv_count, type));
-    host_->send_recv(sent.data(), send_count, dest, received.data(), recv_count, source, type,
-                     tag);
+    host_->send_recv(sent.data(), send_count, dest, received.data(), recv_count, source, type, tag);
     if (source != kNoPeer) upload(recv, received, recv_count, type);
   }
   std::unique_ptr<RequestImpl> isend(const void* data, int64_t count, ElementType type, int dest,
@@ -210,8 +209,8 @@ DeviceCollectivesChoice choose_device_collectives(std::span<const DeviceIdentity
   if (ranks.size() <= 1) return staged("one rank");  // nothing to move: no NCCL set-up
   if (std::any_of(ranks.begin(), ranks.end(),
                   [](const DeviceIdentity& r) { return r.bus_id == kEmulatedBusId; })) {
-    return staged(fmt::format("{} rank{} on the emulated GPU", ranks.size(),
-                              ranks.size() == 1 ? "" : "s"));
+    return staged(
+        fmt::format("{} rank{} on the emulated GPU", ranks.size(), ranks.size() == 1 ? "" : "s"));
   }
   for (const DeviceIdentity& r : ranks) {
     const auto sharing = std::count_if(ranks.begin(), ranks.end(), [&](const DeviceIdentity& o) {

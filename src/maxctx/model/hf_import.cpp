@@ -261,23 +261,29 @@ void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSp
                      TensorView flat, const fs::path& checkpoint_dir) {
   MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
   const io::SafetensorsCheckpoint checkpoint(checkpoint_dir);
-  Tensor full;
+  // Each tensor is read and checked on the host, then its rows of this rank's block cross into
+  // the backend's memory (one copy for a whole tensor).
+  Tensor full;  // on the host, flat's dtype
   for (const WeightSpec& s : specs) {
     const Shape shape =
         s.global_cols == 1 ? Shape{s.global_rows} : Shape{s.global_rows, s.global_cols};
     const TensorView out = flat.elements(s.offset, s.numel());
-    if (s.rows == s.global_rows && s.cols == s.global_cols) {
-      checkpoint.read_into(s.name, out.reshaped(shape));
-      check_finite(out, s.name, checkpoint_dir);
-      continue;
+    if (full.numel() < shape.numel() || full.dtype() != flat.dtype()) {
+      full = Tensor({shape.numel()}, flat.dtype());
     }
-    kernels.reserve(full, shape.numel(), flat.dtype());
     const TensorView whole = full.view().elements(0, shape.numel());
     checkpoint.read_into(s.name, whole.reshaped(shape));
     check_finite(whole, s.name, checkpoint_dir);
+    if (s.rows == s.global_rows && s.cols == s.global_cols) {
+      kernels.copy_from_host(out.raw(), whole.raw(), out.bytes());
+      continue;
+    }
     for (int64_t r = 0; r < s.rows; ++r) {
-      kernels.copy(out.elements(r * s.cols, s.cols),
-                   whole.elements((s.row_offset + r) * s.global_cols + s.col_offset, s.cols));
+      const TensorView row = out.elements(r * s.cols, s.cols);
+      kernels.copy_from_host(
+          row.raw(),
+          whole.elements((s.row_offset + r) * s.global_cols + s.col_offset, s.cols).raw(),
+          row.bytes());
     }
   }
 }

@@ -204,7 +204,8 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   }
   const TensorView x = ws.residual.rows(N);
   LayerInputs inputs;
-  inputs.tokens = {b.batch, b.seq, b.positions, b.segment_ids};
+  inputs.tokens = {b.batch,           b.seq, b.positions, b.segment_ids, b.host_positions,
+                   b.host_segment_ids};
   inputs.dims.heads_q = c.num_query_heads;
   inputs.dims.heads_kv = c.num_kv_heads;
   inputs.dims.head_dim = c.head_dim;
@@ -255,12 +256,16 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   }
   const TensorView normed = ws.normed.rows(R);
   k.rmsnorm_forward(normed, ws.rstd.rows(R), head_in, w.final_norm, c.norm_eps);
-  const TensorView logits_view(logits, DType::kF32, Shape{R, c.vocab_size});
+  // The rows are computed in the backend's memory, then copied to the caller's host array once.
+  k.reserve(ws.logits, R * c.vocab_size);
+  const TensorView logits_view =
+      ws.logits.view().elements(0, R * c.vocab_size).reshaped(Shape{R, c.vocab_size});
   if (row_split != nullptr) {
     project_split(k, &ws.int8_rows, ws.part, *row_split, normed, w.lm_head_part, logits_view);
   } else {
     project(k, &ws.int8_rows, normed, {{&w.lm_head, logits_view}});
   }
+  k.copy_to_host(logits, logits_view.raw(), logits_view.bytes());
 }
 
 }  // namespace maxctx::model

@@ -95,6 +95,8 @@ struct InferenceWorkspace {
   Tensor part;                  // (N, rows) a row split's f32 part, before its gather
   Tensor hidden_part;           // (N, Fr) a row split's hidden units, before their gather
   MoeBuffers moe;               // a mixture of experts' state, reused by every layer
+  Tensor logits;                // (R, V) f32 the logit rows before their copy to the host
+                                // (grown to the most rows asked for; not in the plan's count)
 };
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,

@@ -119,8 +119,8 @@ void AllGatherContextAttention::gather_keys(TensorView k, TensorView v, const To
   kernels_.copy(send.elements(kv_numel, kv_numel), v);
   context_.all_gather(send, recv);
   send_ids_.resize(2 * B * S);
-  std::copy(tokens.positions, tokens.positions + B * S, send_ids_.begin());
-  std::copy(tokens.segment_ids, tokens.segment_ids + B * S, send_ids_.begin() + B * S);
+  std::copy_n(tokens.positions_on_host(), B * S, send_ids_.begin());
+  std::copy_n(tokens.segment_ids_on_host(), B * S, send_ids_.begin() + B * S);
   recv_ids_.resize(cp * 2 * B * S);
   context_.all_gather(std::span<const int32_t>(send_ids_), std::span<int32_t>(recv_ids_));
 
@@ -140,6 +140,9 @@ void AllGatherContextAttention::gather_keys(TensorView k, TensorView v, const To
       std::copy(ids + B * S + b * S, ids + B * S + (b + 1) * S, full_seg_.data() + dst_row);
     }
   }
+  // The kernels read the gathered ids in the backend's memory.
+  full_pos_device_.upload(kernels_, full_pos_);
+  full_seg_device_.upload(kernels_, full_seg_);
 }
 
 void AllGatherContextAttention::forward(TensorView out, TensorView lse, TensorView q, TensorView k,
@@ -151,7 +154,8 @@ void AllGatherContextAttention::forward(TensorView out, TensorView lse, TensorVi
   const kernels::AttentionParams p = chunk_params(tokens, dims, cp * tokens.seq);
   kernels_.attention_forward(out, lse, q, full_k_.view().elements(0, full_numel),
                              full_v_.view().elements(0, full_numel), tokens.positions,
-                             tokens.segment_ids, full_pos_.data(), full_seg_.data(), p, &stats_);
+                             tokens.segment_ids, full_pos_device_.data(), full_seg_device_.data(),
+                             p, &stats_);
 }
 
 void AllGatherContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
@@ -173,10 +177,10 @@ void AllGatherContextAttention::backward(TensorView dq, TensorView dk, TensorVie
   kernels_.fill_zero(full_dv);
   kernels_.fill_zero(dq);
   const kernels::AttentionParams p = chunk_params(tokens, dims, cp * S);
-  kernels_.attention_backward(dq, full_dk, full_dv, d_out, out, lse, q,
-                              full_k_.view().elements(0, full_numel),
-                              full_v_.view().elements(0, full_numel), tokens.positions,
-                              tokens.segment_ids, full_pos_.data(), full_seg_.data(), p, &stats_);
+  kernels_.attention_backward(
+      dq, full_dk, full_dv, d_out, out, lse, q, full_k_.view().elements(0, full_numel),
+      full_v_.view().elements(0, full_numel), tokens.positions, tokens.segment_ids,
+      full_pos_device_.data(), full_seg_device_.data(), p, &stats_);
   // Every rank holds partial dK/dV for every rank's keys: sum them at their owners, in f32. The
   // blocks are [rank][dK | dV] so that one reduce-scatter delivers both.
   kernels_.reserve(grad_send_, cp * 2 * kv_numel, DType::kF32);
@@ -205,8 +209,8 @@ void RingContextAttention::load_own_chunk(TensorView k, TensorView v, const Toke
   }
   kernels_.copy(chunk_kv(0).elements(0, kv_numel_), k);
   kernels_.copy(chunk_kv(0).elements(kv_numel_, kv_numel_), v);
-  std::copy(tokens.positions, tokens.positions + n, chunk_ids_[0].begin());
-  std::copy(tokens.segment_ids, tokens.segment_ids + n, chunk_ids_[0].begin() + n);
+  std::copy_n(tokens.positions_on_host(), n, chunk_ids_[0].begin());
+  std::copy_n(tokens.segment_ids_on_host(), n, chunk_ids_[0].begin() + n);
 }
 
 std::vector<Request> RingContextAttention::pass_chunk_along(int cur) {
@@ -243,7 +247,8 @@ void RingContextAttention::forward(TensorView out, TensorView lse, TensorView q,
     // Post the hand-off of the current chunk before computing with it.
     std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
     const TensorView chunk = chunk_kv(cur);
-    const int32_t* chunk_pos = chunk_ids_[cur].data();
+    chunk_ids_device_.upload(kernels_, chunk_ids_[cur]);  // complete: received last step
+    const int32_t* chunk_pos = chunk_ids_device_.data();
     kernels_.attention_forward(step == 0 ? merged : partial_out, step == 0 ? lse : partial_lse, q,
                                chunk.elements(0, kv_numel_), chunk.elements(kv_numel_, kv_numel_),
                                tokens.positions, tokens.segment_ids, chunk_pos, chunk_pos + B * S,
@@ -282,7 +287,8 @@ void RingContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
     std::vector<Request> in_flight = step + 1 < cp ? pass_chunk_along(cur) : std::vector<Request>{};
     const TensorView chunk = chunk_kv(cur);
     const TensorView grad = chunk_grad(cur);
-    const int32_t* chunk_pos = chunk_ids_[cur].data();
+    chunk_ids_device_.upload(kernels_, chunk_ids_[cur]);  // complete: received last step
+    const int32_t* chunk_pos = chunk_ids_device_.data();
     kernels_.attention_backward(
         dq, grad.elements(0, kv_numel_), grad.elements(kv_numel_, kv_numel_), d_out, out, lse, q,
         chunk.elements(0, kv_numel_), chunk.elements(kv_numel_, kv_numel_), tokens.positions,

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/model_plan.h"
@@ -69,6 +70,7 @@ class AllGatherContextAttention final : public AttentionPlan {
   Tensor full_k_, full_v_;                    // (B, cp·S, Hkv, D)
   Tensor full_dk_, full_dv_;                  // (B, cp·S, Hkv, D)
   std::vector<int32_t> full_pos_, full_seg_;  // (B, cp·S)
+  kernels::DeviceIndices full_pos_device_, full_seg_device_;  // the same, in the backend's memory
   std::vector<int32_t> send_ids_, recv_ids_;
 };
 
@@ -106,10 +108,11 @@ class RingContextAttention final : public AttentionPlan {
   kernels::AttentionStats stats_;
   // Two chunk slots (current, next): K, V (B, S, Hkv, D), positions, segments (B, S); the
   // backward's travelling dK/dV accumulators likewise.
-  int64_t kv_numel_ = 0;               // B·S·Hkv·D of the current call
-  Tensor chunk_kv_[2];                 // K then V, 2·B·S·Hkv·D, in K's dtype
-  std::vector<int32_t> chunk_ids_[2];  // positions then segments, 2·B·S
-  Tensor chunk_grad_[2];               // dK then dV, 2·B·S·Hkv·D, f32
+  int64_t kv_numel_ = 0;                     // B·S·Hkv·D of the current call
+  Tensor chunk_kv_[2];                       // K then V, 2·B·S·Hkv·D, in K's dtype
+  std::vector<int32_t> chunk_ids_[2];        // positions then segments, 2·B·S
+  kernels::DeviceIndices chunk_ids_device_;  // the chunk in use's ids, in the backend's memory
+  Tensor chunk_grad_[2];                     // dK then dV, 2·B·S·Hkv·D, f32
   // The output's f32 accumulator and one step's partial (out, lse).
   Tensor merged_out_, partial_out_, partial_lse_;
 };

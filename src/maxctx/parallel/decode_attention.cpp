@@ -28,7 +28,8 @@ void PrefillAttention::forward(int64_t layer, TensorView out_view, TensorView, T
                cache_.shape().slots, cache_.shape().prefill_rows);
   for (int64_t b = 0; b < B; ++b) {
     if (layer == 0) {
-      cache_.set_rows(b, 0, S, tokens.positions + b * S, tokens.segment_ids + b * S);
+      cache_.set_rows(b, 0, S, tokens.positions_on_host() + b * S,
+                      tokens.segment_ids_on_host() + b * S);
     }
     const int64_t run = S * row_elements;
     cache_.store(layer, b, 0, S, k_view.elements(b * run, run), v_view.elements(b * run, run));
@@ -54,8 +55,8 @@ void PrefillAttention::store_batch_sharded(int64_t layer, TensorView k, TensorVi
   ca_.all_gather(send, recv);
   if (layer == 0) {
     send_ids_.resize(static_cast<size_t>(2 * B * S));
-    std::copy(tokens.positions, tokens.positions + B * S, send_ids_.begin());
-    std::copy(tokens.segment_ids, tokens.segment_ids + B * S, send_ids_.begin() + B * S);
+    std::copy_n(tokens.positions_on_host(), B * S, send_ids_.begin());
+    std::copy_n(tokens.segment_ids_on_host(), B * S, send_ids_.begin() + B * S);
     recv_ids_.resize(static_cast<size_t>(ca * 2 * B * S));
     ca_.all_gather(std::span<const int32_t>(send_ids_), std::span<int32_t>(recv_ids_));
   }
@@ -110,7 +111,7 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
     }
   }
   const KvView kv = cache_.view(layer);
-  q_seg_.assign(static_cast<size_t>(B), 1);
+  if (q_seg_.size() != B) q_seg_.upload(kernels_, std::vector<int32_t>(static_cast<size_t>(B), 1));
   kernels::AttentionParams p = dims;
   p.batch = B;
   p.seq_q = 1;

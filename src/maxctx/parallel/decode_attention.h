@@ -75,12 +75,12 @@ class DecodeAttention final : public LayerAttention {
   const Communicator& ca_;
   DecodeSharding sharding_;
   KvCache& cache_;
-  std::vector<int64_t> rows_;   // (slots) where this rank stores the new K/V, −1: not here
-  std::vector<int32_t> q_seg_;  // (slots) all 1: a decode query is a token
-  Tensor partial_;              // (B, Hq, D) then (B, Hq): this rank's out and lse
-  Tensor gathered_;             // ca × partial_
-  Tensor lse_;                  // (B, Hq)
-  Tensor merged_;               // (B, Hq, D) f32: the merge's accumulator
+  std::vector<int64_t> rows_;     // (slots) where this rank stores the new K/V, −1: not here
+  kernels::DeviceIndices q_seg_;  // (slots) all 1: a decode query is a token
+  Tensor partial_;                // (B, Hq, D) then (B, Hq): this rank's out and lse
+  Tensor gathered_;               // ca × partial_
+  Tensor lse_;                    // (B, Hq)
+  Tensor merged_;                 // (B, Hq, D) f32: the merge's accumulator
 };
 
 }  // namespace maxctx::parallel

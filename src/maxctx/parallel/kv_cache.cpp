@@ -21,12 +21,16 @@ KvCache::KvCache(const kernels::Kernels& kernels, const KvCacheShape& s)
   }
   positions_.assign(static_cast<size_t>(s.slots * s.rows()), 0);
   segments_.assign(static_cast<size_t>(s.slots * s.rows()), 0);
+  positions_device_.upload(kernels, positions_);
+  segments_device_.upload(kernels, segments_);
   decode_length_.assign(static_cast<size_t>(s.slots), 0);
 }
 
 void KvCache::reset() {
   std::fill(positions_.begin(), positions_.end(), 0);
   std::fill(segments_.begin(), segments_.end(), 0);
+  dirty_begin_ = 0;
+  dirty_end_ = static_cast<int64_t>(positions_.size());
   std::fill(decode_length_.begin(), decode_length_.end(), 0);
 }
 
@@ -35,8 +39,11 @@ void KvCache::set_rows(int64_t slot, int64_t row, int64_t n, const int32_t* posi
   MAXCTX_CHECK(slot >= 0 && slot < shape_.slots && row >= 0 && row + n <= shape_.rows(),
                "rows [{}, {}) of slot {} outside the cache's {} slots x {} rows", row, row + n,
                slot, shape_.slots, shape_.rows());
-  std::copy(positions, positions + n, positions_.begin() + slot * shape_.rows() + row);
-  std::copy(segments, segments + n, segments_.begin() + slot * shape_.rows() + row);
+  const int64_t at = slot * shape_.rows() + row;
+  std::copy(positions, positions + n, positions_.begin() + at);
+  std::copy(segments, segments + n, segments_.begin() + at);
+  dirty_begin_ = dirty_end_ > dirty_begin_ ? std::min(dirty_begin_, at) : at;
+  dirty_end_ = std::max(dirty_end_, at + n);
 }
 
 int64_t KvCache::append_decode_row(int64_t slot, int32_t position) {
@@ -84,8 +91,17 @@ KvView KvCache::view(int64_t layer) const {
   // One slot's rows in use are a prefix of its layer block; with several slots the rows keep
   // the cache's stride, and attention skips the empty ones.
   view.rows = shape_.slots == 1 ? rows_in_use() : shape_.rows();
-  view.positions = positions_.data();
-  view.segments = segments_.data();
+  if (dirty_end_ > dirty_begin_) {
+    const auto changed = [&](const std::vector<int32_t>& ids) {
+      return std::span<const int32_t>(ids).subspan(static_cast<size_t>(dirty_begin_),
+                                                   static_cast<size_t>(dirty_end_ - dirty_begin_));
+    };
+    positions_device_.write(kernels_, dirty_begin_, changed(positions_));
+    segments_device_.write(kernels_, dirty_begin_, changed(segments_));
+    dirty_begin_ = dirty_end_ = 0;
+  }
+  view.positions = positions_device_.data();
+  view.segments = segments_device_.data();
   const int64_t at = offset(layer, 0, 0);
   const int64_t count = shape_.slots * view.rows * shape_.row_elements();
   view.k = k_.view().elements(at, count);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/kernels/kernels.h"
 
 namespace maxctx::parallel {
@@ -87,10 +88,15 @@ class KvCache {
 
   const kernels::Kernels& kernels_;
   KvCacheShape shape_;
-  Tensor k_, v_;                        // (L, slots, rows, Hkv, D) f32, bf16 or int8
-  Tensor k_scale_, v_scale_;            // (L, slots, rows) int8 only
-  std::vector<int32_t> positions_;      // (slots, rows)
-  std::vector<int32_t> segments_;       // (slots, rows) 1 = a token, 0 = empty
+  Tensor k_, v_;                    // (L, slots, rows, Hkv, D) f32, bf16 or int8
+  Tensor k_scale_, v_scale_;        // (L, slots, rows) int8 only
+  std::vector<int32_t> positions_;  // (slots, rows)
+  std::vector<int32_t> segments_;   // (slots, rows) 1 = a token, 0 = empty
+  // The two id tables in the backend's memory, which attention reads; the elements
+  // [dirty_begin_, dirty_end_) changed on the host since the last view() and are copied then
+  // (one copy each per decode step, not one per row).
+  mutable kernels::DeviceIndices positions_device_, segments_device_;
+  mutable int64_t dirty_begin_ = 0, dirty_end_ = 0;
   std::vector<int64_t> decode_length_;  // (slots) decode rows used
 };
 

@@ -61,7 +61,7 @@ struct OnHost {
 };
 
 // The body of every op: the cpu backend's same op on the undisguised arguments.
-#define MAXCTX_EMULATED_OP(op, ...)                                          \
+#define MAXCTX_EMULATED_OP(op, ...)                                        \
   return [this](const OnHost& on_host, auto&&... args) -> decltype(auto) { \
     return cpu_.op(on_host(std::forward<decltype(args)>(args))...);        \
   }(OnHost{#op}, __VA_ARGS__)
@@ -143,8 +143,8 @@ class EmulatedGpuKernels final : public Kernels {
   void attention_merge(TensorView out, TensorView lse, TensorView out_a, TensorView lse_a,
                        TensorView out_b, TensorView lse_b, int64_t batch, int64_t seq_q,
                        int64_t heads_q, int64_t head_dim) const override {
-    MAXCTX_EMULATED_OP(attention_merge, out, lse, out_a, lse_a, out_b, lse_b, batch, seq_q,
-                       heads_q, head_dim);
+    MAXCTX_EMULATED_OP(attention_merge, out, lse, out_a, lse_a, out_b, lse_b, batch, seq_q, heads_q,
+                       head_dim);
   }
   void single_query_attention(TensorView out, TensorView lse, TensorView q, TensorView k,
                               TensorView v, const int32_t* q_pos, const int32_t* q_seg,
@@ -158,8 +158,8 @@ class EmulatedGpuKernels final : public Kernels {
                                    const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                                    const int32_t* k_seg,
                                    const AttentionParams& params) const override {
-    MAXCTX_EMULATED_OP(single_query_attention_int8, out, lse, q, k_codes, k_scale, v_codes,
-                       v_scale, q_pos, q_seg, k_pos, k_seg, params);
+    MAXCTX_EMULATED_OP(single_query_attention_int8, out, lse, q, k_codes, k_scale, v_codes, v_scale,
+                       q_pos, q_seg, k_pos, k_seg, params);
   }
   // The int8 packs are the backend's own host structures (kernels/types.h), as on the cpu.
   Int8Weights int8_pack_weights(TensorView weight) const override {
@@ -193,9 +193,7 @@ class EmulatedGpuKernels final : public Kernels {
   }
   void fill_zero(TensorView x) const override { MAXCTX_EMULATED_OP(fill_zero, x); }
   double sum_of_squares(TensorView x) const override { MAXCTX_EMULATED_OP(sum_of_squares, x); }
-  void copy(TensorView dst, TensorView src) const override {
-    MAXCTX_EMULATED_OP(copy, dst, src);
-  }
+  void copy(TensorView dst, TensorView src) const override { MAXCTX_EMULATED_OP(copy, dst, src); }
   void adamw_update(TensorView params, TensorView grads, TensorView mu, TensorView nu,
                     const AdamWStep& step) const override {
     MAXCTX_EMULATED_OP(adamw_update, params, grads, mu, nu, step);
