@@ -13,16 +13,14 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/kernels/emulated/emulated_gpu.h"
+#include "maxctx/kernels/gpu_devices.h"
 #include "maxctx/mesh/device_collectives.h"
 
-#if MAXCTX_HAVE_CUDA
-#include "maxctx/kernels/cuda/devices.h"
 // The NCCL communicator (mesh/nccl_communicator.h) where this checkout has it; without it a
 // group of ranks on distinct GPUs stages through the host too (and says so).
-#if __has_include("maxctx/mesh/nccl_communicator.h")
+#if MAXCTX_HAVE_CUDA && __has_include("maxctx/mesh/nccl_communicator.h")
 #include "maxctx/mesh/nccl_communicator.h"
 #define MAXCTX_HAVE_NCCL_COMMUNICATOR 1
-#endif
 #endif
 
 namespace maxctx::cli {
@@ -42,7 +40,6 @@ int node_local_rank(const Mesh& mesh) {
   return static_cast<int>(mesh.local_rank());
 }
 
-#if MAXCTX_HAVE_CUDA
 // One line on every rank alike when some rank has no usable GPU: every rank's problem ("" when
 // none) is gathered, and the first is named.
 void fail_unless_every_rank_has_a_gpu(const Communicator& world, const std::string& mine) {
@@ -65,7 +62,6 @@ void fail_unless_every_rank_has_a_gpu(const Communicator& world, const std::stri
         failing, world.size(), first);
   }
 }
-#endif
 
 // What the GPU path does not run yet, refused before any work.
 void check_gpu_supports(const Config& config) {
@@ -95,16 +91,20 @@ Mesh mesh_for(const Config& config) {
                               kernels::emulated::emulated_gpu_kernels().allocator(), nullptr);
     return mesh;
   }
-#if MAXCTX_HAVE_CUDA
-  const kernels::cuda::CudaDevices devices = kernels::cuda::visible_cuda_devices();
-  const int local_rank = node_local_rank(mesh);
+  if (!kernels::has_cuda_backend()) {
+    fail(
+        "hardware={}: this build has no cuda backend (configured with MAXCTX_CUDA=OFF); use "
+        "hardware=cpu, or build where the CUDA toolkit is",
+        config.hardware);
+  }
+  const kernels::GpuDevices devices = kernels::visible_gpus();
   std::string problem;
   int device = -1;
   if (devices.count() == 0) {
     problem = fmt::format("on {} sees no CUDA device: {}", mesh.hostname(), devices.error);
   } else {
-    device = local_rank % devices.count();
-    const std::string error = kernels::cuda::select_cuda_device(device);
+    device = node_local_rank(mesh) % devices.count();
+    const std::string error = kernels::select_gpu(device);
     if (!error.empty()) {
       problem = fmt::format("on {} cannot use GPU {}: {}", mesh.hostname(), device, error);
     }
@@ -117,13 +117,6 @@ Mesh mesh_for(const Config& config) {
   set_up_device_collectives(mesh, {mesh.hostname(), devices.pci_bus_ids[device]},
                             kernels::backend(Device::kCuda).allocator(), nccl);
   return mesh;
-#else
-  (void)node_local_rank;
-  fail(
-      "hardware={}: this build has no cuda backend (configured with MAXCTX_CUDA=OFF); use "
-      "hardware=cpu, or build where the CUDA toolkit is",
-      config.hardware);
-#endif
 }
 
 const kernels::Kernels& hardware_kernels(const Config& config) {

@@ -427,7 +427,8 @@ void Communicator::all_gather_uneven(const TensorView& mine, const TensorView& o
 void Communicator::reduce_scatter(const TensorView& in, const TensorView& out) const {
   check_same_dtype("reduce_scatter", in, out);
   check_reducible("reduce_scatter", in);
-  for_memory_of(in, out, "reduce_scatter").reduce_scatter<float>(elements<float>(in), elements<float>(out));
+  for_memory_of(in, out, "reduce_scatter")
+      .reduce_scatter<float>(elements<float>(in), elements<float>(out));
 }
 
 void Communicator::all_reduce(const TensorView& in_out, ReduceOp op) const {
@@ -454,8 +455,8 @@ void Communicator::send_recv(const TensorView& send, int dest, const TensorView&
                              int tag) const {
   check_same_dtype("send_recv", send, recv);
   // An empty side (kNoPeer) carries no device; the other decides.
-  const Communicator c = for_memory_of(send.empty() ? recv : send, recv.empty() ? send : recv,
-                                       "send_recv");
+  const Communicator c =
+      for_memory_of(send.empty() ? recv : send, recv.empty() ? send : recv, "send_recv");
   visit_view_type(send, [&]<typename T>() {
     c.send_recv<T>(elements<T>(send), dest, elements<T>(recv), source, tag);
   });

@@ -14,8 +14,8 @@
 
 #include <array>
 #include <functional>
-#include <memory>
 #include <initializer_list>
+#include <memory>
 #include <span>
 #include <string>
 

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Whole runs on the emulated GPU (hardware=gpu, MAXCTX_EMULATE_GPU=1) equal the CPU runs bit for
+# bit: the outputs tests/golden/golden.py reads from a run (every step's loss, gradient norm and
+# accuracy, the final checkpoint's sha256; check-logits' divergences; decoded token ids) are
+# compared as text. The emulated GPU's memory faults on any host access, so a pass also says
+# that the run path above kernels/ never touches tensor memory itself.
+#   emulated_gpu_runs.sh <build dir> <source dir>
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$2" && pwd)
+maxctx=$build/maxctx
+py=(/usr/bin/python3 "$src/tests/golden/golden.py")
+fixtures=$src/tests/fixtures
+work=$build/tests/device/emulated_gpu_runs
+rm -rf "$work"
+mkdir -p "$work"
+mpirun=(timeout 120 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1
+  -x OPENBLAS_NUM_THREADS=1)
+
+run() {  # run <log> <ranks> <hardware> <maxctx args...>
+  local log=$1 np=$2 hardware=$3
+  shift 3
+  local emulate=()
+  [[ $hardware == gpu ]] && emulate=(-x MAXCTX_EMULATE_GPU=1)
+  if ! "${mpirun[@]}" -np "$np" "${emulate[@]}" "$maxctx" "$@" hardware="$hardware" > "$log" 2>&1; then
+    echo "FAIL: $(basename "$log" .log) exited non-zero: maxctx $* hardware=$hardware"
+    grep -v '^Config' "$log" | tail -15
+    exit 1
+  fi
+}
+
+same() {  # same <case>: the CPU's and the emulated GPU's outputs are equal
+  if ! diff "$work/$1.cpu.txt" "$work/$1.gpu.txt" > "$work/$1.diff"; then
+    echo "FAIL: $1 differs between the CPU and the emulated GPU:"
+    cat "$work/$1.diff"
+    exit 1
+  fi
+  echo "$1: equal ($(wc -l < "$work/$1.cpu.txt") values)"
+}
+
+"${py[@]}" token-file "$work/tokens.bin"
+train_common=(model_name=maxctx-tiny dataset_type=tokens dataset_path="$work/tokens.bin"
+  max_target_length=64 steps=3 learning_rate=3e-3 warmup_steps_fraction=0.2 log_period=1
+  checkpoint_period=3 base_output_directory="$work/train")
+train() {  # train <case> <ranks> <key=value ...>
+  local name=$1 np=$2
+  shift 2
+  local fsdp=(ici_fsdp_parallelism=1)
+  [[ " $* " == *" ici_fsdp_parallelism="* ]] && fsdp=()
+  for hardware in cpu gpu; do
+    run "$work/$name.$hardware.log" "$np" "$hardware" train "$src/configs/base.yml" \
+      "${train_common[@]}" run_name="$name.$hardware" per_device_batch_size=$((4 / np)) \
+      "${fsdp[@]}" "$@"
+    "${py[@]}" train "$work/train/$name.$hardware" "$work/$name.$hardware.txt"
+  done
+  same "$name"
+}
+train train_np1 1
+train train_np1_accumulation 1 gradient_accumulation_steps=2
+train train_context2_all_gather 2 ici_context_parallelism=2 context_parallel_strategy=all_gather
+train train_context2_ring 2 ici_context_parallelism=2 context_parallel_strategy=ring
+train train_fsdp2 2 ici_fsdp_parallelism=2
+train train_tensor2 2 ici_tensor_parallelism=2
+train train_context2_ring_bf16 2 ici_context_parallelism=2 context_parallel_strategy=ring \
+  dtype=bfloat16 weight_dtype=bfloat16
+
+# The staging choice is reported once per axis, on rank 0.
+grep -q -x "context axis: 2 ranks on the emulated GPU: collectives over MPI with host staging" \
+  "$work/train_context2_ring.gpu.log" || { echo "FAIL: no staging report"; exit 1; }
+
+check() {  # check <case> <ranks> <key=value ...>: check-logits on the tiny_llama fixture
+  local name=$1 np=$2
+  shift 2
+  for hardware in cpu gpu; do
+    run "$work/$name.$hardware.log" "$np" "$hardware" check-logits "$src/configs/base.yml" \
+      load_parameters_path="$fixtures/tiny_llama" \
+      golden_logits_path="$fixtures/tiny_llama/golden_logits.jsonl" ici_fsdp_parallelism=1 \
+      max_kl_div=1e-6 atol=1e-5 rtol=0 "$@"
+    "${py[@]}" check-logits "$work/$name.$hardware.log" "$work/$name.$hardware.txt"
+  done
+  same "$name"
+}
+check logits_context2 2 ici_context_parallelism=2
+
+decode() {  # decode <case> <ranks> <key=value ...>: 4 slots of the tiny_llama fixture
+  local name=$1 np=$2
+  shift 2
+  for hardware in cpu gpu; do
+    run "$work/$name.$hardware.log" "$np" "$hardware" decode "$src/configs/inference.yml" \
+      load_parameters_path="$fixtures/tiny_llama" prompt="1 5 9 3 17 2 44" \
+      max_prefill_predict_length=16 max_target_length=40 per_device_batch_size=$((4 / np)) \
+      ici_context_autoregressive_parallelism="$np" "$@"
+    "${py[@]}" decode "$work/$name.$hardware.log" "$work/$name.$hardware.txt"
+  done
+  same "$name"
+}
+decode decode_np1 1
+decode decode_sequence_ca2 2 context_autoregressive_decode=sequence
+decode decode_batch_ca2 2 context_autoregressive_decode=batch
+decode decode_int8_ca2 2 quantization=int8 quantize_kvcache=true
+echo "emulated GPU runs: all equal to the CPU"

@@ -1,0 +1,158 @@
+// The emulated GPU (kernels/emulated/) and the choice of collectives for device memory
+// (mesh/device_collectives.h), on one process.
+#include "maxctx/kernels/emulated/emulated_gpu.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "maxctx/core/check.h"
+#include "maxctx/kernels/host_transfer.h"
+#include "maxctx/kernels/kernels.h"
+#include "maxctx/mesh/device_collectives.h"
+
+namespace maxctx {
+namespace {
+
+const kernels::Kernels& emulated() { return kernels::emulated::emulated_gpu_kernels(); }
+const kernels::Kernels& cpu() { return kernels::backend(Device::kCpu); }
+
+// A failed MAXCTX_CHECK throws here instead of ending the process.
+class ThrowingChecks {
+ public:
+  ThrowingChecks() {
+    set_check_handler([](const std::string& message) { throw Error(message); });
+  }
+  ~ThrowingChecks() { set_check_handler({}); }
+};
+
+TEST(EmulatedGpu, PosesAsCudaWithDisguisedMemory) {
+  EXPECT_EQ(emulated().device(), Device::kCuda);
+  const Tensor t = emulated().empty({16});
+  EXPECT_EQ(t.device(), Device::kCuda);
+  EXPECT_TRUE(kernels::emulated::is_disguised(t.view().raw()));
+  const Tensor host({16});
+  EXPECT_FALSE(kernels::emulated::is_disguised(host.view().raw()));
+}
+
+TEST(EmulatedGpuDeathTest, HostDereferenceOfDeviceMemoryFaults) {
+  GTEST_FLAG_SET(death_test_style, "fast");  // a re-executed child would start MPI again
+  const Tensor t = emulated().empty({16});
+  const auto* device_memory = static_cast<const volatile float*>(t.view().raw());
+  // What code above kernels/ that reads tensor memory itself would do: on a GPU it reads
+  // garbage or faults later; here it faults at once.
+  EXPECT_DEATH({ [[maybe_unused]] const float x = device_memory[3]; }, "");
+}
+
+TEST(EmulatedGpu, CopiesCrossTheDisguise) {
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f};
+  const Tensor t = emulated().empty({5});
+  kernels::upload_floats(emulated(), t.view(), values);
+  EXPECT_EQ(kernels::download_floats(emulated(), t.view()), values);
+  // bf16 through the backend's copy op, as the cpu backend rounds.
+  const Tensor b = emulated().empty({5}, DType::kBF16);
+  kernels::upload_floats(emulated(), b.view(), values);
+  const Tensor b_cpu = cpu().empty({5}, DType::kBF16);
+  kernels::upload_floats(cpu(), b_cpu.view(), values);
+  EXPECT_EQ(kernels::download_floats(emulated(), b.view()),
+            kernels::download_floats(cpu(), b_cpu.view()));
+}
+
+TEST(EmulatedGpu, OpsEqualTheCpuBackendBitForBit) {
+  const int64_t n = 6, in = 8, out = 5;
+  std::vector<float> x(n * in), w(out * in);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.37f * static_cast<float>(i % 7) - 1.1f;
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.11f * static_cast<float>(i % 5) - 0.2f;
+  const auto run = [&](const kernels::Kernels& k) {
+    const Tensor tx = k.empty({n, in}), tw = k.empty({out, in}), ty = k.empty({n, out});
+    kernels::upload_floats(k, tx.view(), x);
+    kernels::upload_floats(k, tw.view(), w);
+    k.matmul_forward(ty.view(), tx.view(), tw.view());
+    const Tensor table = k.empty({out, in});
+    kernels::upload_floats(k, table.view(), w);
+    const std::vector<int32_t> tokens = {4, 0, 2, 2, 1, 3};
+    const kernels::DeviceIndices ids(k, tokens);
+    const Tensor e = k.empty({n, in});
+    k.embedding_forward(e.view(), ids.data(), table.view());
+    std::vector<float> result = kernels::download_floats(k, ty.view());
+    const std::vector<float> embedded = kernels::download_floats(k, e.view());
+    result.insert(result.end(), embedded.begin(), embedded.end());
+    return result;
+  };
+  const std::vector<float> a = run(emulated()), b = run(cpu());
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+}
+
+TEST(EmulatedGpu, HostIndexArrayIsAnErrorNamingTheOp) {
+  const ThrowingChecks checks;
+  const Tensor table = emulated().empty({4, 3});
+  const Tensor out = emulated().empty({2, 3});
+  const std::vector<int32_t> host_tokens = {1, 2};  // left on the host: a placement bug
+  try {
+    emulated().embedding_forward(out.view(), host_tokens.data(), table.view());
+    FAIL() << "a host index array was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("embedding_forward was given host memory"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(EmulatedGpu, HostTensorIsAnError) {
+  const ThrowingChecks checks;
+  const Tensor device = emulated().empty({4});
+  const Tensor host({4});
+  EXPECT_THROW(emulated().copy(device.view(), host.view()), Error);
+}
+
+// ---- which collectives move device memory ----
+
+std::vector<DeviceIdentity> ranks(std::initializer_list<std::pair<const char*, const char*>> l) {
+  std::vector<DeviceIdentity> out;
+  for (const auto& [host, bus] : l) out.push_back({host, bus});
+  return out;
+}
+
+TEST(DeviceCollectivesChoice, DistinctGpusUseNccl) {
+  const auto r = ranks({{"a", "0000:19:00.0"}, {"a", "0000:3b:00.0"}, {"b", "0000:19:00.0"}});
+  const DeviceCollectivesChoice choice = choose_device_collectives(r, true);
+  EXPECT_EQ(choice.kind, DeviceCollectives::kNccl);
+  EXPECT_EQ(choice.reason, "3 ranks on 3 GPUs: collectives over NCCL");
+}
+
+TEST(DeviceCollectivesChoice, SharedGpuStagesThroughTheHost) {
+  const auto r = ranks({{"a", "0000:19:00.0"}, {"a", "0000:19:00.0"}});
+  const DeviceCollectivesChoice choice = choose_device_collectives(r, true);
+  EXPECT_EQ(choice.kind, DeviceCollectives::kHostStaging);
+  EXPECT_EQ(choice.reason,
+            "2 ranks share GPU 0000:19:00.0: collectives over MPI with host staging (NCCL "
+            "refuses two ranks on one GPU)");
+  // One shared pair among distinct ones is enough.
+  const auto mixed = ranks({{"a", "0000:19:00.0"}, {"a", "0000:3b:00.0"}, {"a", "0000:3b:00.0"}});
+  EXPECT_EQ(choose_device_collectives(mixed, true).kind, DeviceCollectives::kHostStaging);
+}
+
+TEST(DeviceCollectivesChoice, SameBusIdOnAnotherHostIsAnotherGpu) {
+  const auto r = ranks({{"a", "0000:19:00.0"}, {"b", "0000:19:00.0"}});
+  EXPECT_EQ(choose_device_collectives(r, true).kind, DeviceCollectives::kNccl);
+}
+
+TEST(DeviceCollectivesChoice, EmulatedGpuOneRankOrNoNcclStage) {
+  const auto emulated_ranks = ranks({{"a", kEmulatedBusId}, {"a", kEmulatedBusId}});
+  EXPECT_EQ(choose_device_collectives(emulated_ranks, true).kind, DeviceCollectives::kHostStaging);
+  EXPECT_EQ(choose_device_collectives(emulated_ranks, true).reason,
+            "2 ranks on the emulated GPU: collectives over MPI with host staging");
+  EXPECT_EQ(choose_device_collectives(ranks({{"a", "0000:19:00.0"}}), true).kind,
+            DeviceCollectives::kHostStaging);
+  const auto distinct = ranks({{"a", "0000:19:00.0"}, {"a", "0000:3b:00.0"}});
+  const DeviceCollectivesChoice no_nccl = choose_device_collectives(distinct, false);
+  EXPECT_EQ(no_nccl.kind, DeviceCollectives::kHostStaging);
+  EXPECT_EQ(no_nccl.reason, "this build has no NCCL: collectives over MPI with host staging");
+}
+
+}  // namespace
+}  // namespace maxctx
