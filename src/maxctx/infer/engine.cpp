@@ -90,7 +90,7 @@ Tensor weights_in_dtype(const kernels::Kernels& kernels, const model::LlamaConfi
                         const std::vector<float>& weights) {
   const auto n = static_cast<int64_t>(weights.size());
   Tensor flat = kernels.empty({n}, model.weight_dtype);
-  kernels.copy(flat.view(), TensorView::of(weights.data(), n));
+  kernels::upload_floats(kernels, flat.view(), weights);
   return flat;
 }
 
@@ -342,6 +342,7 @@ void InferenceEngine::fill_synthetic(int64_t context) {
   plans_.cache->reset();
   const int64_t row = shape.row_elements();
   std::vector<float> k(static_cast<size_t>(S * row)), v(k.size());
+  const Tensor k_rows = kernels_.empty({S * row}), v_rows = kernels_.empty({S * row});
   const uint64_t stream = rng::stream_id("synthetic_kv");
   for (int64_t j = 0; j < shape.slots; ++j) {
     plans_.cache->set_rows(j, 0, S, positions.data(), segments.data());
@@ -350,8 +351,9 @@ void InferenceEngine::fill_synthetic(int64_t context) {
           static_cast<uint64_t>(((l * shape.slots + j) * 2) * shape.rows() * row);
       rng::fill_normal(k, 0, stream, first, 0.0f, 1.0f);
       rng::fill_normal(v, 0, stream, first + static_cast<uint64_t>(shape.rows() * row), 0.0f, 1.0f);
-      plans_.cache->store(l, j, 0, S, TensorView::of(k.data(), S * row),
-                          TensorView::of(v.data(), S * row));
+      kernels::upload_floats(kernels_, k_rows.view(), k);
+      kernels::upload_floats(kernels_, v_rows.view(), v);
+      plans_.cache->store(l, j, 0, S, k_rows.view(), v_rows.view());
     }
   }
   std::fill(length_.begin(), length_.end(), context);

@@ -106,8 +106,10 @@ Int8Parameters read_int8_checkpoint(const kernels::Kernels& k, const std::vector
   for (const WeightSpec& s : specs) {
     const TensorView region = flat.elements(s.offset, s.numel());
     if (!int8_quantized(s)) {
-      checkpoint.read_into(s.name,
-                           region.reshaped(s.cols == 1 ? Shape{s.rows} : Shape{s.rows, s.cols}));
+      // Read on the host, then one copy into the backend's memory.
+      const Tensor host(s.cols == 1 ? Shape{s.rows} : Shape{s.rows, s.cols}, region.dtype());
+      checkpoint.read_into(s.name, host.view());
+      k.copy_from_host(region.raw(), host.view().raw(), region.bytes());
       continue;
     }
     k.fill_zero(region);
@@ -116,11 +118,13 @@ Int8Parameters read_int8_checkpoint(const kernels::Kernels& k, const std::vector
         file.bytes(file.expect(s.name, io::StDType::kI8, {s.rows, s.cols}));
     const TensorView codes =
         p.codes.view().elements(next_code, s.numel()).reshaped({s.rows, s.cols});
-    std::memcpy(codes.raw(), code_bytes.data(), code_bytes.size());
+    k.copy_from_host(codes.raw(), code_bytes.data(), code_bytes.size());
     const std::string scale_name = s.name + "_scale";
     const TensorView scale = p.scales.view().elements(next_scale, s.rows);
     checkpoint.file_for(scale_name).expect(scale_name, io::StDType::kF32, {s.rows});
-    checkpoint.read_f32_into(scale_name, scale);
+    const Tensor host_scale({s.rows});
+    checkpoint.read_f32_into(scale_name, host_scale.view());
+    k.copy_from_host(scale.raw(), host_scale.view().raw(), scale.bytes());
     p.matrices.push_back({region.reshaped({s.rows, s.cols}), codes, scale});
     next_code += s.numel();
     next_scale += s.rows;

@@ -6,6 +6,7 @@
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/host_transfer.h"
 
 namespace maxctx {
 
@@ -72,12 +73,9 @@ void clip_by_global_norm(std::span<float> grads, double global_norm, double thre
 void clip_by_global_norm(const kernels::Kernels& kernels, TensorView grads, double global_norm,
                          double threshold) {
   if (threshold <= 0.0 || global_norm < threshold) return;
-  MAXCTX_CHECK(grads.dtype() == DType::kF32, "gradients are f32, got {}",
-               dtype_name(grads.dtype()));
-  std::vector<float> values(static_cast<size_t>(grads.numel()));
-  kernels.copy_to_host(values.data(), grads.raw(), grads.bytes());
+  std::vector<float> values = kernels::download_floats(kernels, grads);
   clip_by_global_norm(values, global_norm, threshold);
-  kernels.copy_from_host(grads.raw(), values.data(), grads.bytes());
+  kernels::upload_floats(kernels, grads, values);
 }
 
 }  // namespace maxctx
