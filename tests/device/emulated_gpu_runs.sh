@@ -27,6 +27,9 @@ run() {  # run <log> <ranks> <hardware> <maxctx args...>
     grep -v '^Config' "$log" | tail -15
     exit 1
   fi
+  if [[ $hardware == gpu ]] && ! grep -q "^hardware=gpu: the emulated GPU" "$log"; then
+    echo "FAIL: $(basename "$log" .log) did not run on the emulated GPU"; exit 1
+  fi
 }
 
 same() {  # same <case>: the CPU's and the emulated GPU's outputs are equal
@@ -40,7 +43,7 @@ same() {  # same <case>: the CPU's and the emulated GPU's outputs are equal
 
 "${py[@]}" token-file "$work/tokens.bin"
 train_common=(model_name=maxctx-tiny dataset_type=tokens dataset_path="$work/tokens.bin"
-  max_target_length=64 steps=3 learning_rate=3e-3 warmup_steps_fraction=0.2 log_period=1
+  max_target_length=64 learning_rate=3e-3 warmup_steps_fraction=0.2 log_period=1
   checkpoint_period=3 base_output_directory="$work/train")
 train() {  # train <case> <ranks> <key=value ...>
   local name=$1 np=$2
@@ -49,7 +52,7 @@ train() {  # train <case> <ranks> <key=value ...>
   [[ " $* " == *" ici_fsdp_parallelism="* ]] && fsdp=()
   for hardware in cpu gpu; do
     run "$work/$name.$hardware.log" "$np" "$hardware" train "$src/configs/base.yml" \
-      "${train_common[@]}" run_name="$name.$hardware" per_device_batch_size=$((4 / np)) \
+      "${train_common[@]}" steps=3 run_name="$name.$hardware" per_device_batch_size=$((4 / np)) \
       "${fsdp[@]}" "$@"
     "${py[@]}" train "$work/train/$name.$hardware" "$work/$name.$hardware.txt"
   done
@@ -63,6 +66,18 @@ train train_fsdp2 2 ici_fsdp_parallelism=2
 train train_tensor2 2 ici_tensor_parallelism=2
 train train_context2_ring_bf16 2 ici_context_parallelism=2 context_parallel_strategy=ring \
   dtype=bfloat16 weight_dtype=bfloat16
+
+# Resuming train_np1 from its step-3 checkpoint (read back into each device's memory) for 2 more
+# steps.
+for hardware in cpu gpu; do
+  run "$work/resume.$hardware.log" 1 "$hardware" train "$src/configs/base.yml" \
+    "${train_common[@]}" steps=5 run_name="train_np1.$hardware" per_device_batch_size=4 \
+    ici_fsdp_parallelism=1
+  grep -q "resuming from checkpoint 3" "$work/resume.$hardware.log" || {
+    echo "FAIL: resume on $hardware did not start from checkpoint 3"; exit 1; }
+  "${py[@]}" train "$work/train/train_np1.$hardware" "$work/resume.$hardware.txt"
+done
+same resume
 
 # The staging choice is reported once per axis, on rank 0.
 grep -q -x "context axis: 2 ranks on the emulated GPU: collectives over MPI with host staging" \
