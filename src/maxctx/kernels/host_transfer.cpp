@@ -27,12 +27,6 @@ std::vector<float> download_floats(const Kernels& kernels, TensorView src) {
   return values;
 }
 
-std::vector<std::byte> download_bytes(const Kernels& kernels, TensorView src) {
-  std::vector<std::byte> bytes(src.bytes());
-  kernels.copy_to_host(bytes.data(), src.raw(), src.bytes());
-  return bytes;
-}
-
 Tensor to_host(const Kernels& kernels, TensorView src) {
   Tensor host(src.shape(), src.dtype());
   kernels.copy_to_host(host.view().raw(), src.raw(), src.bytes());

@@ -19,8 +19,6 @@ namespace maxctx::kernels {
 void upload_floats(const Kernels& kernels, TensorView dst, std::span<const float> values);
 // The elements of `src` (any float dtype, the backend's memory) as f32 on the host.
 std::vector<float> download_floats(const Kernels& kernels, TensorView src);
-// Bytes of `src` (any dtype) as they are, on the host.
-std::vector<std::byte> download_bytes(const Kernels& kernels, TensorView src);
 
 // A host tensor holding `src`'s elements (same dtype and shape), and the reverse: a tensor of
 // `kernels` holding a host view's (checkpoints are read and written through these).
