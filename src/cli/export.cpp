@@ -198,7 +198,8 @@ int run_export(const Args& args) {
     if (m.tie_embeddings) {
       fail("export quantization=int8: a model with tied embeddings is not supported");
     }
-    model::write_int8_checkpoint(kernels_for(c), specs, params.data(), out);
+    // The parameters are a host array: quantized by the cpu backend whatever `hardware` says.
+    model::write_int8_checkpoint(kernels::backend(Device::kCpu), specs, params.data(), out);
   } else {
     model::save_hf_weights(specs, params.data(), out / "model.safetensors");
   }
