@@ -3,6 +3,9 @@
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/cpu_kernels.h"
 #include "maxctx/kernels/kernels.h"
+#if MAXCTX_HAVE_CUDA
+#include "maxctx/kernels/cuda/cuda_kernels.h"
+#endif
 
 namespace maxctx::kernels {
 
@@ -11,7 +14,11 @@ const Kernels& backend(Device device) {
     case Device::kCpu:
       return cpu::cpu_kernels();
     case Device::kCuda:
+#if MAXCTX_HAVE_CUDA
+      return cuda::cuda_kernels();
+#else
       break;
+#endif
   }
   fail("this build has no {} backend: it has cpu", device_name(device));
 }

@@ -86,6 +86,7 @@ struct Int8Weights {
   int64_t quads = 0;             // ceil(in_dim / 4)
   int64_t blocks = 0;            // ceil(out_dim / 16)
   AlignedBuffer packed;          // (blocks, quads, 16, 4) int8; padding rows and columns are 0
+                                 // (a device backend's own layout in its memory: cuda/int8.h)
   std::vector<float> scale;      // (out_dim) w ≈ q · scale
   std::vector<int32_t> row_sum;  // (out_dim) Σ_k q[o, k]
 };
@@ -96,6 +97,9 @@ struct Int8Rows {
   int64_t quads = 0;
   std::vector<uint8_t> codes;  // (rows, quads·4) q + 128; padding columns hold 128 (q = 0)
   std::vector<float> scale;    // (rows)
+  // A device backend's rows in its own memory and layout (kernels/cuda/int8.h); the host
+  // vectors above are then empty.
+  AlignedBuffer device;
 };
 
 }  // namespace maxctx::kernels

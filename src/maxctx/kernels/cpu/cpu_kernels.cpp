@@ -16,6 +16,7 @@
 #include "maxctx/kernels/cpu/rope.h"
 #include "maxctx/kernels/cpu/single_query_attention.h"
 #include "maxctx/kernels/cpu/swiglu.h"
+#include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::kernels::cpu {
 namespace {
@@ -54,12 +55,6 @@ float* f32(const TensorView& v, const char* op, const char* what) {
   MAXCTX_CHECK(v.dtype() == DType::kF32, "the cpu backend's {} takes {} as f32, got a {} tensor",
                op, what, dtype_name(v.dtype()));
   return static_cast<float*>(v.raw());
-}
-// An output that may be exactly an input (in place) must then have the input's dtype.
-void check_same_dtype_in_place(const TensorView& out, const TensorView& in, const char* op) {
-  MAXCTX_CHECK(out.raw() != in.raw() || out.dtype() == in.dtype(),
-               "{} in place needs one dtype, got {} over {}", op, dtype_name(out.dtype()),
-               dtype_name(in.dtype()));
 }
 
 // A float view's elements as f32: its own memory, or a widened copy in staging.
@@ -101,36 +96,6 @@ Floats gemm_floats(const TensorView& v, const char* op) {
 ConstFloats const_floats(const TensorView& v, const char* op) {
   check_float(v, op);
   return {v.raw(), v.dtype()};
-}
-
-// The number of rows of a view holding rows of `row_elements` elements.
-int64_t rows_of(const TensorView& v, int64_t row_elements) {
-  MAXCTX_CHECK(row_elements > 0 && v.numel() % row_elements == 0,
-               "a tensor of shape {} is not made of rows of {} elements", v.shape().to_string(),
-               row_elements);
-  return v.numel() / row_elements;
-}
-
-void check_numel(const TensorView& v, int64_t numel, const char* what) {
-  MAXCTX_CHECK_EQ(v.numel(), numel, "{} has the wrong element count (shape {})", what,
-                  v.shape().to_string());
-}
-
-// (out_dim, in_dim) of a weight matrix view.
-struct MatrixDims {
-  int64_t out_dim, in_dim;
-};
-MatrixDims matrix_dims(const TensorView& weight) {
-  MAXCTX_CHECK_EQ(weight.shape().rank(), 2, "a weight matrix is (out_dim, in_dim), got shape {}",
-                  weight.shape().to_string());
-  return {weight.shape()[0], weight.shape()[1]};
-}
-
-int64_t attention_q_numel(const AttentionParams& p) {
-  return p.batch * p.seq_q * p.heads_q * p.head_dim;
-}
-int64_t attention_kv_numel(const AttentionParams& p) {
-  return p.batch * p.seq_k * p.heads_kv * p.head_dim;
 }
 
 class CpuKernels final : public Kernels {
@@ -468,16 +433,6 @@ class CpuKernels final : public Kernels {
     backward(d_in_data, f32(d_weight), const_floats(d_out, "matmul_backward"),
              const_floats(in, "matmul_backward"), const_floats(weight, "matmul_backward"), N,
              in_dim, out_dim);
-  }
-
-  static void check_attention_views(const TensorView& out, const TensorView& lse,
-                                    const TensorView& q, const TensorView& k, const TensorView& v,
-                                    const AttentionParams& p) {
-    check_numel(q, attention_q_numel(p), "attention q");
-    check_numel(out, attention_q_numel(p), "attention out");
-    check_numel(lse, p.batch * p.heads_q * p.seq_q, "attention lse");
-    check_numel(k, attention_kv_numel(p), "attention k");
-    check_numel(v, attention_kv_numel(p), "attention v");
   }
 };
 

@@ -1,0 +1,44 @@
+#include "maxctx/kernels/view_checks.h"
+
+#include "maxctx/core/check.h"
+
+namespace maxctx::kernels {
+
+// An output that may be exactly an input (in place) must then have the input's dtype.
+void check_same_dtype_in_place(const TensorView& out, const TensorView& in, const char* op) {
+  MAXCTX_CHECK(out.raw() != in.raw() || out.dtype() == in.dtype(),
+               "{} in place needs one dtype, got {} over {}", op, dtype_name(out.dtype()),
+               dtype_name(in.dtype()));
+}
+
+// The number of rows of a view holding rows of `row_elements` elements.
+int64_t rows_of(const TensorView& v, int64_t row_elements) {
+  MAXCTX_CHECK(row_elements > 0 && v.numel() % row_elements == 0,
+               "a tensor of shape {} is not made of rows of {} elements", v.shape().to_string(),
+               row_elements);
+  return v.numel() / row_elements;
+}
+
+void check_numel(const TensorView& v, int64_t numel, const char* what) {
+  MAXCTX_CHECK_EQ(v.numel(), numel, "{} has the wrong element count (shape {})", what,
+                  v.shape().to_string());
+}
+
+MatrixDims matrix_dims(const TensorView& weight) {
+  MAXCTX_CHECK_EQ(weight.shape().rank(), 2, "a weight matrix is (out_dim, in_dim), got shape {}",
+                  weight.shape().to_string());
+  return {weight.shape()[0], weight.shape()[1]};
+}
+
+void check_attention_views(const TensorView& out, const TensorView& lse, const TensorView& q,
+                           const TensorView& k, const TensorView& v, const AttentionParams& p) {
+  const int64_t q_numel = p.batch * p.seq_q * p.heads_q * p.head_dim;
+  const int64_t kv_numel = p.batch * p.seq_k * p.heads_kv * p.head_dim;
+  check_numel(q, q_numel, "attention q");
+  check_numel(out, q_numel, "attention out");
+  check_numel(lse, p.batch * p.heads_q * p.seq_q, "attention lse");
+  check_numel(k, kv_numel, "attention k");
+  check_numel(v, kv_numel, "attention v");
+}
+
+}  // namespace maxctx::kernels

@@ -1,0 +1,31 @@
+// The shape checks every backend's op table makes on its views before calling a kernel: the
+// element counts against the dims an op reads (kernels.h), with one message for each. Shared by
+// the cpu and cuda backends so that a bad call reads the same whichever backend it reaches.
+#pragma once
+
+#include <cstdint>
+
+#include "maxctx/core/tensor.h"
+#include "maxctx/kernels/types.h"
+
+namespace maxctx::kernels {
+
+// An output that may be exactly an input (in place) must then have the input's dtype.
+void check_same_dtype_in_place(const TensorView& out, const TensorView& in, const char* op);
+
+// The number of rows of a view holding rows of `row_elements` elements.
+int64_t rows_of(const TensorView& v, int64_t row_elements);
+
+void check_numel(const TensorView& v, int64_t numel, const char* what);
+
+// (out_dim, in_dim) of a weight matrix view.
+struct MatrixDims {
+  int64_t out_dim, in_dim;
+};
+MatrixDims matrix_dims(const TensorView& weight);
+
+// out, q (B, Sq, Hq, D), lse (B, Hq, Sq), k, v (B, Sk, Hkv, D) by their element counts.
+void check_attention_views(const TensorView& out, const TensorView& lse, const TensorView& q,
+                           const TensorView& k, const TensorView& v, const AttentionParams& p);
+
+}  // namespace maxctx::kernels
