@@ -11,6 +11,7 @@
 #include "maxctx/core/buffer.h"
 #include "maxctx/kernels/cpu/attention.h"
 #include "maxctx/kernels/cpu/attention_tiles.h"
+#include "maxctx/kernels/mask.h"
 
 namespace maxctx::kernels::cpu::attention_internal {
 
@@ -35,9 +36,10 @@ using FloatScratch = Scratch<float>;
 
 // ---------------------------------------------------------------- tiles and masks
 
-struct BlockBounds {
-  int32_t pos_min, pos_max, seg_min, seg_max;
-};
+// Block ranges and tile classes: kernels/mask.h (shared with the CUDA kernels).
+using kernels::BlockBounds;
+using kernels::classify_tile;
+using kernels::TileMask;
 
 // bounds[b * n_blocks + blk]: the ranges of positions and segment ids in a block of rows.
 inline std::vector<BlockBounds> block_bounds(const int32_t* pos, const int32_t* seg, int64_t batch,
@@ -48,34 +50,12 @@ inline std::vector<BlockBounds> block_bounds(const int32_t* pos, const int32_t* 
     for (int64_t blk = 0; blk < n_blocks; ++blk) {
       const int64_t begin = b * rows + blk * block;
       const int64_t end = b * rows + std::min(rows, (blk + 1) * block);
-      BlockBounds r{pos[begin], pos[begin], seg[begin], seg[begin]};
-      for (int64_t i = begin + 1; i < end; ++i) {
-        r.pos_min = std::min(r.pos_min, pos[i]);
-        r.pos_max = std::max(r.pos_max, pos[i]);
-        r.seg_min = std::min(r.seg_min, seg[i]);
-        r.seg_max = std::max(r.seg_max, seg[i]);
-      }
+      BlockBounds r = kernels::bounds_of_row(pos[begin], seg[begin]);
+      for (int64_t i = begin + 1; i < end; ++i) r = kernels::bounds_add_row(r, pos[i], seg[i]);
       bounds[static_cast<size_t>(b * n_blocks + blk)] = r;
     }
   }
   return bounds;
-}
-
-enum class TileMask { kSkip, kFull, kPartial };
-
-// kSkip only when no (query, key) pair can be visible, kFull only when every pair is.
-inline TileMask classify_tile(const BlockBounds& q, const BlockBounds& k, int32_t window) {
-  const bool segments_disjoint = q.seg_max < k.seg_min || k.seg_max < q.seg_min;
-  const bool keys_all_later = static_cast<int64_t>(q.pos_max) < k.pos_min;
-  const bool keys_all_too_old = window > 0 && static_cast<int64_t>(q.pos_min) - k.pos_max >= window;
-  if (segments_disjoint || keys_all_later || keys_all_too_old) return TileMask::kSkip;
-  const bool one_segment =
-      q.seg_min == q.seg_max && k.seg_min == k.seg_max && q.seg_min == k.seg_min;
-  const bool keys_all_earlier = static_cast<int64_t>(k.pos_max) <= q.pos_min;
-  const bool keys_all_in_window =
-      window <= 0 || static_cast<int64_t>(q.pos_max) - k.pos_min < window;
-  return one_segment && keys_all_earlier && keys_all_in_window ? TileMask::kFull
-                                                               : TileMask::kPartial;
 }
 
 // Everything a tile loop needs to know about the shapes, derived once per call.
