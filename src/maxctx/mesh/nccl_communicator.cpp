@@ -44,11 +44,12 @@ void check_nccl(ncclResult_t status, const char* what, const std::string& over) 
   if (status == ncclSuccess) return;
   const char* detail = ncclGetLastError(nullptr);
   const bool has_detail = detail != nullptr && detail[0] != '\0';
-  MAXCTX_CHECK(status == ncclSuccess, "NCCL {} over {} failed: {}{}{}{}", what, over,
-               ncclGetErrorString(status), has_detail ? ": " : "", has_detail ? detail : "",
-               status == ncclInvalidUsage
-                   ? " (NCCL refuses two ranks on one GPU: such groups stage through the host)"
-                   : "");
+  MAXCTX_CHECK(
+      status == ncclSuccess, "NCCL {} over {} failed: {}{}{}{}", what, over,
+      ncclGetErrorString(status), has_detail ? ": " : "", has_detail ? detail : "",
+      status == ncclInvalidUsage
+          ? " (if two ranks share one GPU: NCCL refuses them; such groups stage through the host)"
+          : "");
 }
 
 ncclDataType_t nccl_type(ElementType type) {
