@@ -205,12 +205,16 @@ tiny=(model_name=maxctx-tiny dataset_type=synthetic max_target_length=128 steps=
 train_tiny() {  # train_tiny <run name> <ranks> <key=value ...>
   local name=$1 np=$2
   shift 2
-  run_step "$name" 90 "${mpirun[@]}" -np "$np" "$maxctx" train "$src/configs/base.yml" \
+  run_step "$name" 60 "${mpirun[@]}" -np "$np" "$maxctx" train "$src/configs/base.yml" \
     "${tiny[@]}" run_name="$name" per_device_batch_size=$((4 / np)) "$@"
 }
 compare() {  # compare <step name> <run a> <run b>: losses within 1e-4 (relative, fp32)
   run_step "$1" 30 "${py[@]}" compare-losses "$runs/$2/metrics.jsonl" "$runs/$3/metrics.jsonl" \
     1e-4 "$(data "$1")"
+}
+run_hf_step() {
+  run_step hf_llama_step 200 python3 "$src/scripts/gpu/hf_llama_step_bench.py" 8192,32768
+  keep_json hf_llama_step "$work/hf_llama_step.log"
 }
 if [ -n "$maxctx" ]; then
   train_tiny tiny_gpu 1 hardware=gpu
@@ -224,15 +228,17 @@ if [ -n "$maxctx" ]; then
 
   # check-logits on the torch fixtures: fp32 within 1e-4, bf16 within the CPU run's bounds.
   fixtures=$src/tests/fixtures
-  run_step check_logits_fp32 90 "${mpirun[@]}" -np 1 "$maxctx" check-logits "$src/configs/base.yml" \
+  run_step check_logits_fp32 60 "${mpirun[@]}" -np 1 "$maxctx" check-logits "$src/configs/base.yml" \
     load_parameters_path="$fixtures/tiny_llama" golden_logits_path="$fixtures/tiny_llama/golden_logits.jsonl" \
     ici_fsdp_parallelism=1 hardware=gpu max_kl_div=1e-6 atol=1e-4 rtol=0
-  run_step check_logits_bf16 90 "${mpirun[@]}" -np 1 "$maxctx" check-logits "$src/configs/base.yml" \
+  run_step check_logits_bf16 60 "${mpirun[@]}" -np 1 "$maxctx" check-logits "$src/configs/base.yml" \
     load_parameters_path="$fixtures/tiny_llama_bf16" \
     golden_logits_path="$fixtures/tiny_llama_bf16/golden_logits.jsonl" ici_fsdp_parallelism=1 \
     hardware=gpu weight_dtype=bfloat16 dtype=bfloat16 max_kl_div=2e-4 atol=5e-2 rtol=2e-2
 
-  # ---- the ~1.5B Llama: a training step at 8K and 32K, then decode at 32K context ----------
+  # ---- the ~1.5B Llama: transformers' training step (the anchor), then maxctx's at 8K and
+  # 32K, then decode at 32K context -------------------------------------------------------------
+  run_hf_step
   for seq in 8192 32768; do
     remat=none
     [ "$seq" -gt 8192 ] && remat=full  # transformers checkpoints every layer at 32K too
@@ -253,9 +259,8 @@ if [ -n "$maxctx" ]; then
   [ -f "$work/decode.json" ] && keep_json maxctx_decode_32k "$work/decode.json"
 else
   missing maxctx_runs maxctx
+  run_hf_step
 fi
-run_step hf_llama_step 200 python3 "$src/scripts/gpu/hf_llama_step_bench.py" 8192,32768
-keep_json hf_llama_step "$work/hf_llama_step.log"
 
 # ---- the report ------------------------------------------------------------------------------
 "${py[@]}" assemble "$steps" "$env_json" "$report"
