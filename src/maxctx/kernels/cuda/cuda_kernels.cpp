@@ -10,6 +10,7 @@
 #include "maxctx/kernels/cuda/allocator.h"
 #include "maxctx/kernels/cuda/attention_reference.h"
 #include "maxctx/kernels/cuda/devices.h"
+#include "maxctx/kernels/cuda/flash_attention.h"
 #include "maxctx/kernels/cuda/gemm.h"
 #include "maxctx/kernels/cuda/int8.h"
 #include "maxctx/kernels/cuda/ops.h"
@@ -185,12 +186,22 @@ class CudaKernels final : public Kernels {
                                  targets, f32(weights, kOp, "weights"), d_loss, N, V);
   }
 
-  // The plain device reference (attention_reference.h); the flash kernels replace it here.
+  // The flash kernels (flash_attention.h) for the head dims they are built for (64, 128); other
+  // head dims (the tests' tiny models) run the plain device kernel (attention_reference.h), which
+  // is also what cuda_attention_test holds the flash kernels against. Both take the same mask
+  // semantics and accumulate the same way; the choice depends on the shape only.
+  static bool flash_supports(const AttentionParams& p) {
+    return p.head_dim == 64 || p.head_dim == 128;
+  }
   void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                          const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                          const int32_t* k_seg, const AttentionParams& p,
                          AttentionStats* stats) const override {
     check_device_attention_views(out, lse, q, k, v, p);
+    if (flash_supports(p)) {
+      flash_attention_forward(out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p, stats, nullptr);
+      return;
+    }
     attention_forward_reference(out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p, stats);
   }
   void attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
@@ -200,6 +211,11 @@ class CudaKernels final : public Kernels {
                           AttentionStats* stats) const override {
     check_device_attention_views(out, lse, q, k, v, p);
     check_device_attention_views(d_out, lse, dq, dk, dv, p);
+    if (flash_supports(p)) {
+      flash_attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p,
+                               stats, nullptr);
+      return;
+    }
     attention_backward_reference(dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg,
                                  p, stats);
   }
