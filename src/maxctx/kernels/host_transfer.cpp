@@ -27,6 +27,18 @@ std::vector<float> download_floats(const Kernels& kernels, TensorView src) {
   return values;
 }
 
+HostFloats::HostFloats(const Kernels& kernels, TensorView src) {
+  MAXCTX_CHECK(src.dtype() == DType::kF32, "HostFloats reads f32 views, got {}",
+               dtype_name(src.dtype()));
+  if (kernels.device() == Device::kCpu) {
+    span_ = src.span<float>();
+    return;
+  }
+  copy_.resize(static_cast<size_t>(src.numel()));
+  kernels.copy_to_host(copy_.data(), src.raw(), src.bytes());
+  span_ = copy_;
+}
+
 Tensor to_host(const Kernels& kernels, TensorView src) {
   Tensor host(src.shape(), src.dtype());
   kernels.copy_to_host(host.view().raw(), src.raw(), src.bytes());

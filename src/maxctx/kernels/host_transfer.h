@@ -20,6 +20,22 @@ void upload_floats(const Kernels& kernels, TensorView dst, std::span<const float
 // The elements of `src` (any float dtype, the backend's memory) as f32 on the host.
 std::vector<float> download_floats(const Kernels& kernels, TensorView src);
 
+// An f32 view's elements readable on the host, for the step's readouts (token losses, the
+// accuracy's logits, the gradient norm): the memory itself where the backend's memory is the
+// host's (cpu: no copy in the step), a downloaded copy held here otherwise.
+class HostFloats {
+ public:
+  HostFloats(const Kernels& kernels, TensorView src);
+  HostFloats(const HostFloats&) = delete;
+  HostFloats& operator=(const HostFloats&) = delete;
+  std::span<const float> span() const { return span_; }
+  float operator[](size_t i) const { return span_[i]; }
+
+ private:
+  std::vector<float> copy_;  // empty when span_ is the backend's own memory
+  std::span<const float> span_;
+};
+
 // A host tensor holding `src`'s elements (same dtype and shape), and the reverse: a tensor of
 // `kernels` holding a host view's (checkpoints are read and written through these).
 Tensor to_host(const Kernels& kernels, TensorView src);

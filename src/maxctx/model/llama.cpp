@@ -215,8 +215,7 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   k.cross_entropy_forward(acts.token_loss.view(), acts.xent_lse.view(), acts.logits.view(),
                           b.targets, loss_weights_view(b, d.N, k));
   // The loss's one readout per forward: N floats, summed on the host in token order.
-  const std::vector<float> token_loss =
-      kernels::download_floats(k, acts.token_loss.view().elements(0, d.N));
+  const kernels::HostFloats token_loss(k, acts.token_loss.view().elements(0, d.N));
   const float* weights = b.host_loss_weights ? b.host_loss_weights : b.loss_weights;
   for (int64_t i = 0; i < d.N; ++i) {
     sums.loss_sum += token_loss[i];

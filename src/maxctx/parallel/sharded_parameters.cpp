@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/host_transfer.h"
 
 namespace maxctx::parallel {
 
@@ -198,8 +199,7 @@ double ShardedParameters::global_grad_norm() const {
   double split_sum = 0.0;
   double replicated_sum = 0.0;
   // The norm's one readout of the shard per step, summed on the host in element order.
-  std::vector<float> grads(static_cast<size_t>(grad_shard_.numel()));
-  kernels_.copy_to_host(grads.data(), grad_shard_.view().raw(), grad_shard_.view().bytes());
+  const kernels::HostFloats grads(kernels_, grad_shard_.view());
   for (const Unit& u : units_) {
     const int64_t shard_end = u.shard_begin + u.shard_count;
     for (const WeightSpec& s : specs_) {

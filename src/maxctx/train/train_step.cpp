@@ -52,11 +52,11 @@ class UploadedBatch {
   model::TokenBatch tokens_;
 };
 
-// scored_accuracy_from_logits on the host's copy of the logits.
+// scored_accuracy_from_logits on the logits as the host reads them (a copy only off the host).
 ScoredAccuracy accuracy_of(const kernels::Kernels& k, const model::LlamaActivations& acts,
                            int64_t vocab_size, const Batch& batch) {
-  const std::vector<float> logits = kernels::download_floats(k, acts.logits.view());
-  return scored_accuracy_from_logits(logits, vocab_size, batch);
+  const kernels::HostFloats logits(k, acts.logits.view());
+  return scored_accuracy_from_logits(logits.span(), vocab_size, batch);
 }
 
 }  // namespace
