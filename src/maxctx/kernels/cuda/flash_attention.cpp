@@ -7,7 +7,6 @@
 #if MAXCTX_HAVE_CUDA
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -134,18 +133,6 @@ void check_common(const AttentionParams& p, const TensorView& q, const TensorVie
                dtype_name(q.dtype()), dtype_name(k.dtype()), dtype_name(v.dtype()));
 }
 
-// Runs f, turning the .cu side's std::runtime_error (a CUDA failure) into maxctx::Error.
-template <typename F>
-void rethrowing(F&& f) {
-  try {
-    f();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::runtime_error& e) {
-    throw Error(e.what());
-  }
-}
-
 }  // namespace
 
 void flash_attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k,
@@ -157,7 +144,7 @@ void flash_attention_forward(TensorView out, TensorView lse, TensorView q, Tenso
   check_view(out, "out", p.batch * p.seq_q * p.heads_q * p.head_dim, false);
   check_view(lse, "lse", p.batch * p.heads_q * p.seq_q, true);
   if (p.seq_q == 0) return;
-  rethrowing([&] {
+  {
     const bool bf16 = q.dtype() == DType::kBF16;
     const Shape g = bf16 ? make_shape(p, flash::kMmaTileRows, flash::kMmaBlockK, true)
                          : make_shape(p, flash::kFfmaTileRows, flash::kFfmaBlockK, true);
@@ -174,7 +161,7 @@ void flash_attention_forward(TensorView out, TensorView lse, TensorView q, Tenso
     // Each (token block, key block) verdict holds for every kv head and head chunk.
     count_tiles(stats, q_bounds, k_bounds, g.batch, g.window,
                 static_cast<int64_t>(g.heads_kv) * g.n_chunks, stream);
-  });
+  }
 }
 
 void flash_attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
@@ -193,7 +180,7 @@ void flash_attention_backward(TensorView dq, TensorView dk, TensorView dv, Tenso
   check_view(dk, "dk", kv_elems, true);
   check_view(dv, "dv", kv_elems, true);
   if (p.seq_q == 0 || p.seq_k == 0) return;  // nothing to accumulate
-  rethrowing([&] {
+  {
     const Shape g = make_shape(p, flash::kBackwardBlock, flash::kBackwardBlock, false);
     const DeviceBounds q_bounds(q_pos, q_seg, g.batch, g.seq_q, g.block_t, stream);
     const DeviceBounds k_bounds(k_pos, k_seg, g.batch, g.seq_k, g.block_k, stream);
@@ -206,7 +193,7 @@ void flash_attention_backward(TensorView dq, TensorView dk, TensorView dv, Tenso
                            v.raw(), elem_of(q), m, g, stream);
     // The dk/dv kernel's tiles: each (query block, key block) verdict for every query head.
     count_tiles(stats, q_bounds, k_bounds, g.batch, g.window, g.heads_q, stream);
-  });
+  }
 }
 
 }  // namespace maxctx::kernels::cuda

@@ -11,8 +11,10 @@
 // delta_i = dO_i·O_i; dk/dv: one CTA per (key block, kv head), looping over the group's query
 // heads and the query blocks in a fixed order; dq: one CTA per (query block, query head), looping
 // over the key blocks. Each recomputes P = exp(s·scale - lse) and dS = P·(dO·vᵀ - delta).
+#include <string>
+
+#include "maxctx/kernels/cuda/cuda_check.h"
 #include "maxctx/kernels/cuda/flash_common.cuh"
-#include "maxctx/kernels/cuda/flash_errors.cuh"
 
 namespace maxctx::kernels::cuda::flash {
 namespace {
@@ -374,7 +376,7 @@ void forward_for_dim(Out* out, float* lse, const float* q, const float* k, const
                      const Masks& m, const Shape& g, cudaStream_t stream) {
   const dim3 grid(g.n_qb * g.n_chunks, g.heads_kv, g.batch);
   forward_ffma_kernel<D, Out><<<grid, kThreads, 0, stream>>>(out, lse, q, k, v, m, g);
-  MAXCTX_FLASH_LAUNCHED("flash attention forward (fp32)");
+  MAXCTX_CUDA_LAUNCHED("flash attention forward (fp32)");
 }
 
 template <int D, typename In, typename DOut>
@@ -382,22 +384,24 @@ void backward_for_dim(float* dq, float* dk, float* dv, const DOut* d_out, const 
                       const float* delta, const In* q, const In* k, const In* v, const Masks& m,
                       const Shape& g, cudaStream_t stream) {
   constexpr size_t smem = backward_smem_bytes<D>();
-  MAXCTX_FLASH_CUDA_CHECK(cudaFuncSetAttribute(backward_dkdv_kernel<D, In, DOut>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
-  MAXCTX_FLASH_CUDA_CHECK(cudaFuncSetAttribute(backward_dq_kernel<D, In, DOut>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
+  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(backward_dkdv_kernel<D, In, DOut>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(backward_dq_kernel<D, In, DOut>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
   backward_dkdv_kernel<D, In, DOut><<<dim3(g.n_kb, g.heads_kv, g.batch), kThreads, smem, stream>>>(
       dk, dv, d_out, lse, delta, q, k, v, m, g);
-  MAXCTX_FLASH_LAUNCHED("flash attention backward (dk, dv)");
+  MAXCTX_CUDA_LAUNCHED("flash attention backward (dk, dv)");
   backward_dq_kernel<D, In, DOut><<<dim3(g.n_qb, g.heads_q, g.batch), kThreads, smem, stream>>>(
       dq, d_out, lse, delta, q, k, v, m, g);
-  MAXCTX_FLASH_LAUNCHED("flash attention backward (dq)");
+  MAXCTX_CUDA_LAUNCHED("flash attention backward (dq)");
 }
 
 [[noreturn]] void unsupported_dim(int dim) {
-  fail_attention("head_dim " + std::to_string(dim) + " is not supported (64 or 128)");
+  cuda_error(
+      ("cuda flash attention: head_dim " + std::to_string(dim) + " is not supported (64 or 128)")
+          .c_str());
 }
 
 }  // namespace

@@ -14,8 +14,10 @@
 // The lower half of each 32-bit register holds the lower column (or k) index. Shared-memory rows
 // are D + 8 bf16 long: 4 words of padding put the 8 rows g of a fragment load in distinct banks
 // ((D/2 + 4)·g + t mod 32 is distinct for g < 8, t < 4), and the 16-bit V loads likewise.
+#include <string>
+
+#include "maxctx/kernels/cuda/cuda_check.h"
 #include "maxctx/kernels/cuda/flash_common.cuh"
-#include "maxctx/kernels/cuda/flash_errors.cuh"
 
 namespace maxctx::kernels::cuda::flash {
 namespace {
@@ -232,12 +234,12 @@ template <int D, typename Out>
 void launch_for_dim(Out* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                     const __nv_bfloat16* v, const Masks& m, const Shape& g, cudaStream_t stream) {
   const size_t smem = 3 * 64 * (D + 8) * sizeof(__nv_bfloat16) + 4 * 64 * sizeof(int32_t);
-  MAXCTX_FLASH_CUDA_CHECK(cudaFuncSetAttribute(forward_mma_kernel<D, Out>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
+  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(forward_mma_kernel<D, Out>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
   const dim3 grid(g.n_qb * g.n_chunks, g.heads_kv, g.batch);
   forward_mma_kernel<D, Out><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, m, g);
-  MAXCTX_FLASH_LAUNCHED("flash attention forward (mma)");
+  MAXCTX_CUDA_LAUNCHED("flash attention forward (mma)");
 }
 
 }  // namespace
@@ -253,7 +255,9 @@ void launch_forward_mma(void* out, Elem out_type, float* lse, const void* q, con
     Out* o = static_cast<Out*>(out);
     if (g.dim == 64) return launch_for_dim<64>(o, lse, qd, kd, vd, m, g, s);
     if (g.dim == 128) return launch_for_dim<128>(o, lse, qd, kd, vd, m, g, s);
-    fail_attention("head_dim " + std::to_string(g.dim) + " is not supported (64 or 128)");
+    cuda_error(("cuda flash attention: head_dim " + std::to_string(g.dim) +
+                " is not supported (64 or 128)")
+                   .c_str());
   });
 }
 

@@ -2,8 +2,8 @@
 // stats; compiled by the host compiler) and the .cu files (kernels and their launchers). Plain
 // C++ without CUDA types and without fmt (nvcc 13 cannot compile fmt 9's consteval checks, so
 // the .cu files include nothing that includes core/check.h): pointers are device memory, the
-// stream is a cudaStream_t as void*, and a CUDA failure is thrown as std::runtime_error, which
-// flash_attention.cpp turns into maxctx::Error.
+// stream is a cudaStream_t as void*, and a CUDA failure is thrown as maxctx::Error through the
+// backend's cuda_check.h (errors.cpp formats it on the host compiler's side).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // The small kernels around the CUDA flash attention: per-block position/segment ranges (what
 // tiles are classified from), delta = rowsum(dO∘O) for the backward, and stream-ordered scratch.
+#include "maxctx/kernels/cuda/cuda_check.h"
 #include "maxctx/kernels/cuda/flash_common.cuh"
-#include "maxctx/kernels/cuda/flash_errors.cuh"
 
 namespace maxctx::kernels::cuda::flash {
 namespace {
@@ -48,7 +48,7 @@ void launch_block_bounds(BlockBounds* bounds, const int32_t* pos, const int32_t*
   block_bounds_kernel<<<(count + kThreads - 1) / kThreads, kThreads, 0,
                         static_cast<cudaStream_t>(stream)>>>(bounds, pos, seg, batch, rows, block,
                                                              n_blocks);
-  MAXCTX_FLASH_LAUNCHED("flash attention block ranges");
+  MAXCTX_CUDA_LAUNCHED("flash attention block ranges");
 }
 
 void launch_row_delta(float* delta, const void* d_out, Elem d_out_type, const void* out,
@@ -64,14 +64,14 @@ void launch_row_delta(float* delta, const void* d_out, Elem d_out_type, const vo
       row_delta_kernel<DOut, Out><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
           delta, static_cast<const DOut*>(d_out), static_cast<const Out*>(out), batch, seq_q,
           heads_q, dim);
-      MAXCTX_FLASH_LAUNCHED("flash attention backward delta");
+      MAXCTX_CUDA_LAUNCHED("flash attention backward delta");
     });
   });
 }
 
 void* scratch_alloc(size_t bytes, void* stream) {
   void* data = nullptr;
-  MAXCTX_FLASH_CUDA_CHECK(
+  MAXCTX_CUDA_CHECK(
       cudaMallocAsync(&data, bytes > 0 ? bytes : 1, static_cast<cudaStream_t>(stream)));
   return data;
 }
@@ -84,9 +84,9 @@ void scratch_free(void* data, void* stream) {
 void copy_bounds_to_host(BlockBounds* host, const BlockBounds* device, size_t count, void* stream) {
   if (count == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
-  MAXCTX_FLASH_CUDA_CHECK(
+  MAXCTX_CUDA_CHECK(
       cudaMemcpyAsync(host, device, count * sizeof(BlockBounds), cudaMemcpyDeviceToHost, s));
-  MAXCTX_FLASH_CUDA_CHECK(cudaStreamSynchronize(s));
+  MAXCTX_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 }  // namespace maxctx::kernels::cuda::flash
