@@ -13,7 +13,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../common.sh"
 # This machine as it is now (shared machines change from minute to minute): probed first, one
 # rank per core, into the build directory; the plans below read that profile.
+# Four ranks share the two cores: a device is then half a core, probed as such (4 ranks at once)
+# for the 4-rank cases.
 mkdir -p "$build_dir/bench"
 profile="$build_dir/bench/this-machine.yml"
+profile4="$build_dir/bench/this-machine-4-ranks.yml"
 "${mpi[@]}" -np 2 --bind-to core "$build_dir/maxctx" probe-hardware "$profile" > /dev/null
-/usr/bin/python3 "$here/validate.py" "$build_dir" "$here/../../configs" "$profile"
+"${mpi[@]}" -np 4 --bind-to none "$build_dir/maxctx" probe-hardware "$profile4" \
+  name=this-machine-4-ranks > /dev/null
+/usr/bin/python3 "$here/validate.py" "$build_dir" "$here/../../configs" "$profile" "$profile4"

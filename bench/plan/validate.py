@@ -16,6 +16,8 @@ import tempfile
 BUILD = sys.argv[1]
 CONFIGS = sys.argv[2]
 PROFILE = sys.argv[3]  # the hardware profile the plans use
+# The profile probed with 4 ranks on the machine's cores, for the 4-rank cases (optional).
+PROFILE_4 = sys.argv[4] if len(sys.argv) > 4 else PROFILE
 MAXCTX = os.path.join(BUILD, "maxctx")
 MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1", "-x",
        "OPENBLAS_NUM_THREADS=1"]
@@ -90,7 +92,8 @@ def run(np, args, log):
 
 
 def plan(config, args, np, mode):
-    cmd = [MAXCTX, "plan", config] + args + [f"num_devices={np}", "hardware_profile=" + PROFILE,
+    profile = PROFILE_4 if np > os.cpu_count() else PROFILE
+    cmd = [MAXCTX, "plan", config] + args + [f"num_devices={np}", "hardware_profile=" + profile,
                                               f"mode={mode}", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
@@ -123,6 +126,7 @@ def main():
                      "load_average_1min": os.getloadavg()[0],
                      "predicted_peak_bytes": predicted_peak, "measured_peak_rss_bytes": rss,
                      "peak_ratio": ratio(predicted_peak, rss),
+                     "predicted_breakdown": p["predicted"],
                      "predicted_step_seconds": predicted_step,
                      "measured_step_seconds": measured_step,
                      "step_ratio": ratio(predicted_step, measured_step),
@@ -160,7 +164,7 @@ def main():
     summary = {"cases": len(rows),
                "peak_within_10_percent": within("peak_ratio", 0.10),
                "step_within_20_percent": within("step_ratio", 0.20),
-               "profile": open(PROFILE).read()}
+               "profile": open(PROFILE).read(), "profile_4_ranks": open(PROFILE_4).read()}
     os.makedirs(os.path.join(BUILD, "bench"), exist_ok=True)
     path = os.path.join(BUILD, "bench", "plan_validation.json")
     with open(path, "w") as out:

@@ -142,6 +142,9 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
           {"fits", static_cast<double>(m.peak()) + hw.runtime_bytes <= hw.memory_bytes},
           {"predicted",
            {{"compute_seconds", t.compute_seconds},
+            {"matmul_seconds", t.matmul_seconds},
+            {"attention_seconds", t.attention_seconds},
+            {"vector_seconds", t.vector_seconds},
             {"communication_seconds", t.communication_seconds},
             {"step_seconds", t.seconds()},
             {"mfu", t.mfu}}}};
@@ -183,10 +186,11 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
   if (p.traffic.axes().empty()) s += "  (none: one rank)\n";
   s += fmt::format(
       "\nTFLOPs per device per step: {:.4g} (MaxText's count; attention {:.4g}), {:.4g} executed "
-      "with recomputation\npredicted on {}: compute {:.4g} s + communication {:.4g} s = step "
-      "{:.4g} s, MFU {:.1f}%\n",
+      "with recomputation\npredicted on {}: compute {:.4g} s (matmuls {:.4g}, attention {:.4g}, "
+      "vector kernels {:.4g}) + communication {:.4g} s = step {:.4g} s, MFU {:.1f}%\n",
       p.model_tflops.total, p.model_tflops.attention, p.executed_tflops.total, hw.name,
-      t.compute_seconds, t.communication_seconds, t.seconds(), 100 * t.mfu);
+      t.compute_seconds, t.matmul_seconds, t.attention_seconds, t.vector_seconds,
+      t.communication_seconds, t.seconds(), 100 * t.mfu);
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 
 #include "maxctx/core/check.h"
@@ -31,7 +32,82 @@ LinkSpeed link_of(const YAML::Node& root, const std::string& tier, const std::st
   return {positive_number(node, "bandwidth", file), positive_number(node, "latency", file)};
 }
 
+// `key: {size: rate, ...}` per kind, every size and rate positive.
+std::map<std::string, std::map<int64_t, double>> rate_tables(const YAML::Node& root,
+                                                             const std::string& key,
+                                                             const std::string& file) {
+  std::map<std::string, std::map<int64_t, double>> tables;
+  const YAML::Node node = root[key];
+  if (!node) return tables;
+  if (!node.IsMap())
+    fail("hardware profile {}: '{}' must map a dtype to {{size: rate}}", file, key);
+  for (const auto& kind : node) {
+    const std::string name = kind.first.as<std::string>();
+    if (!kind.second.IsMap() || kind.second.size() == 0) {
+      fail("hardware profile {}: '{}: {}' must map sizes to rates", file, key, name);
+    }
+    for (const auto& entry : kind.second) {
+      int64_t size = 0;
+      try {
+        size = entry.first.as<int64_t>();
+      } catch (const YAML::Exception&) {
+        fail("hardware profile {}: '{}: {}' has a size '{}' that is not an integer", file, key,
+             name, entry.first.Scalar());
+      }
+      if (size <= 0)
+        fail("hardware profile {}: '{}: {}' size {} must be positive", file, key, name, size);
+      tables[name][size] = positive_number(kind.second, entry.first.Scalar(), file);
+    }
+  }
+  return tables;
+}
+
+// The table's rate at `size`: linear in log2(size) between its entries, flat beyond them.
+double interpolated(const std::map<int64_t, double>& table, int64_t size) {
+  const auto above = table.lower_bound(size);
+  if (above == table.end()) return std::prev(above)->second;
+  if (above->first == size || above == table.begin()) return above->second;
+  const auto below = std::prev(above);
+  const double t = (std::log2(double(size)) - std::log2(double(below->first))) /
+                   (std::log2(double(above->first)) - std::log2(double(below->first)));
+  return below->second + t * (above->second - below->second);
+}
+
+std::string format_tables(const std::map<std::string, std::map<int64_t, double>>& tables) {
+  std::string out;
+  for (const auto& [kind, table] : tables) {
+    out += fmt::format("  {}: {{", kind);
+    const char* sep = "";
+    for (const auto& [size, rate] : table) {
+      out += fmt::format("{}{}: {:.4g}", sep, size, rate);
+      sep = ", ";
+    }
+    out += "}\n";
+  }
+  return out;
+}
+
 }  // namespace
+
+double HardwareProfile::matmul_rate(std::string_view kind, int64_t smallest) const {
+  const auto it = matmul_by_size.find(std::string(kind));
+  if (it != matmul_by_size.end()) return interpolated(it->second, smallest);
+  if (kind.ends_with("_backward")) return backward_flops(kind.substr(0, kind.size() - 9));
+  return flops(kind);
+}
+
+double HardwareProfile::attention_rate(std::string_view dtype, int64_t head_dim) const {
+  const auto it = attention_by_head_dim.find(std::string(dtype));
+  if (it != attention_by_head_dim.end()) return interpolated(it->second, head_dim);
+  return flops(dtype) * attention_fraction;
+}
+
+double HardwareProfile::vector_seconds(const std::string& op, double elements,
+                                       double bytes_per_element) const {
+  const auto it = vector_rates.find(op);
+  if (it != vector_rates.end()) return elements / it->second;
+  return elements * bytes_per_element / memory_bandwidth;
+}
 
 double HardwareProfile::flops(std::string_view dtype) const {
   if (dtype == "bfloat16") return flops_bf16;
@@ -68,7 +144,10 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   p.source = root["source"] ? root["source"].as<std::string>() : "";
   p.memory_bytes = positive_number(root, "memory_bytes", where);
   p.memory_bandwidth = positive_number(root, "memory_bandwidth", where);
-  if (root["runtime_bytes"]) p.runtime_bytes = positive_number(root, "runtime_bytes", where);
+  // 0 (what a profile without the figure writes back) means none.
+  if (root["runtime_bytes"] && root["runtime_bytes"].Scalar() != "0") {
+    p.runtime_bytes = positive_number(root, "runtime_bytes", where);
+  }
   const YAML::Node flops = root["flops"];
   if (!flops || !flops.IsMap())
     fail("hardware profile {}: 'flops' (float32, bfloat16, int8) is missing", where);
@@ -87,21 +166,46 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   }
   p.ici = link_of(root, "ici", where);
   p.dcn = link_of(root, "dcn", where);
+  p.matmul_by_size = rate_tables(root, "matmul_by_size", where);
+  p.attention_by_head_dim = rate_tables(root, "attention_by_head_dim", where);
+  if (const YAML::Node rates = root["vector_rates"]) {
+    if (!rates.IsMap())
+      fail("hardware profile {}: 'vector_rates' must map op names to rates", where);
+    for (const auto& entry : rates) {
+      const std::string op = entry.first.as<std::string>();
+      p.vector_rates[op] = positive_number(rates, op, where);
+    }
+  }
   return p;
 }
 
 std::string format_hardware_profile(const HardwareProfile& p) {
+  std::string detail;
+  if (!p.matmul_by_size.empty()) {
+    detail += "matmul_by_size:  # FLOP/s of (2048, d) x (d, 2d) by the smallest dimension d\n" +
+              format_tables(p.matmul_by_size);
+  }
+  if (!p.attention_by_head_dim.empty()) {
+    detail += "attention_by_head_dim:  # causal forward + backward FLOP/s by head_dim\n" +
+              format_tables(p.attention_by_head_dim);
+  }
+  if (!p.vector_rates.empty()) {
+    detail += "vector_rates:  # elements/s of the vector kernels, forward + backward\n";
+    for (const auto& [op, rate] : p.vector_rates) detail += fmt::format("  {}: {:.4g}\n", op, rate);
+  }
   return fmt::format(
-      "name: {}\nsource: \"{}\"\nmemory_bytes: {:.6g}\nruntime_bytes: {:.6g}\n"
-      "memory_bandwidth: {:.6g}  # bytes/s\n"
-      "flops:  # dense matmul FLOP/s by input dtype\n  float32: {:.6g}\n  bfloat16: {:.6g}\n"
-      "  int8: {:.6g}\n  bfloat16_backward: {:.6g}  # f32 gradients x bf16 operands\n"
-      "attention_fraction: {:.4g}  # attention FLOP/s / matmul FLOP/s\n"
-      "ici:  # inside a node: bytes/s per device, seconds per collective\n"
-      "  bandwidth: {:.6g}\n  latency: {:.6g}\ndcn:\n  bandwidth: {:.6g}\n  latency: {:.6g}\n",
-      p.name, p.source, p.memory_bytes, p.runtime_bytes, p.memory_bandwidth, p.flops_f32,
-      p.flops_bf16, p.flops_int8, p.flops_bf16_backward, p.attention_fraction, p.ici.bandwidth,
-      p.ici.latency, p.dcn.bandwidth, p.dcn.latency);
+             "name: {}\nsource: \"{}\"\nmemory_bytes: {:.6g}\nruntime_bytes: {:.6g}\n"
+             "memory_bandwidth: {:.6g}  # bytes/s\n"
+             "flops:  # dense matmul FLOP/s by input dtype\n  float32: {:.6g}\n  bfloat16: {:.6g}\n"
+             "  int8: {:.6g}\n  bfloat16_backward: {:.6g}  # f32 gradients x bf16 operands\n"
+             "attention_fraction: {:.4g}  # attention FLOP/s / matmul FLOP/s\n"
+             "ici:  # inside a node: bytes/s per device, seconds per collective\n"
+             "  bandwidth: {:.6g}\n  latency: {:.6g}\ndcn:\n  bandwidth: {:.6g}\n  latency: "
+             "{:.6g}\n",
+             p.name, p.source, p.memory_bytes, p.runtime_bytes, p.memory_bandwidth, p.flops_f32,
+             p.flops_bf16, p.flops_int8, p.flops_bf16_backward, p.attention_fraction,
+             p.ici.bandwidth, p.ici.latency, p.dcn.bandwidth, p.dcn.latency) +
+         detail;
 }
 
 }  // namespace maxctx

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace maxctx {
@@ -40,8 +41,29 @@ struct HardwareProfile {
   LinkSpeed ici;
   LinkSpeed dcn;
 
+  // Measured detail (probe-hardware writes it; spec-sheet profiles leave it out): small
+  // matmuls and attention with small heads run below the peak, and a step also spends time in
+  // vector kernels. Without a table the plan falls back to the figures above.
+  //
+  // FLOP/s of an (2048, d) x (d, 2d) matmul by its smallest dimension d, per kind: "float32",
+  // "bfloat16", "int8", and "<dtype>_backward" (input and weight gradients together).
+  std::map<std::string, std::map<int64_t, double>> matmul_by_size;
+  // Causal attention forward + backward FLOP/s (MaxText's count) by head_dim, per dtype.
+  std::map<std::string, std::map<int64_t, double>> attention_by_head_dim;
+  // Elements per second of the engine's vector kernels, forward and backward together (keys:
+  // train/step_work.h vector_ops()).
+  std::map<std::string, double> vector_rates;
+
   double flops(std::string_view dtype) const;           // "float32" | "bfloat16" | "int8"
   double backward_flops(std::string_view dtype) const;  // the backward's matmul rate
+  // The rate of a matmul whose smallest dimension is `smallest` (kind as in matmul_by_size):
+  // the table interpolated in log2 of the size and held flat beyond its ends, else the peak.
+  double matmul_rate(std::string_view kind, int64_t smallest) const;
+  // Attention's rate at `head_dim`: the table, else the matmul peak x attention_fraction.
+  double attention_rate(std::string_view dtype, int64_t head_dim) const;
+  // Seconds of a vector kernel over `elements`: the measured rate, else the bytes it moves per
+  // element over the memory bandwidth.
+  double vector_seconds(const std::string& op, double elements, double bytes_per_element) const;
 };
 
 // `name_or_path`: a file path (ends in .yml/.yaml or contains '/'), else

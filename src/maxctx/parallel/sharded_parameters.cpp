@@ -191,6 +191,15 @@ ShardedParameters::MemoryUse ShardedParameters::memory_use() const {
   return m;
 }
 
+double squares_in_element_order(std::span<const float> values) {
+  double sum = 0.0;
+  for (const float v : values) {
+    const double g = v;
+    sum += g * g;
+  }
+  return sum;
+}
+
 double ShardedParameters::global_grad_norm() const {
   // Tensor-split weights hold different blocks on each tensor rank (summed over tensor);
   // replicated ones hold the same values there (counted once). Under the expert axis the
@@ -205,11 +214,11 @@ double ShardedParameters::global_grad_norm() const {
     for (const WeightSpec& s : specs_) {
       const int64_t begin = std::max(u.shard_begin, s.offset);
       const int64_t end = std::min(shard_end, s.offset + s.numel());
-      double sum = 0.0;
-      for (int64_t i = begin; i < end; ++i) {
-        const double g = grads[u.shard_offset + (i - u.shard_begin)];
-        sum += g * g;
-      }
+      const double sum = begin < end
+                             ? squares_in_element_order(grads.span().subspan(
+                                   static_cast<size_t>(u.shard_offset + (begin - u.shard_begin)),
+                                   static_cast<size_t>(end - begin)))
+                             : 0.0;
       if (s.expert_weight() && expert_.size() > 1) {
         expert_sum += sum;
       } else {

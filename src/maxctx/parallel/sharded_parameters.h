@@ -33,6 +33,10 @@
 
 namespace maxctx::parallel {
 
+// Σ v² in double, one element after another: the gradient norm's order, so that its bits do not
+// depend on how the shard is cut (probe-hardware times it for the plan).
+double squares_in_element_order(std::span<const float> values);
+
 class ShardedParameters final : public WeightPlan {
  public:
   // Consecutive elements of a unit that are all experts' weights, or all not.

@@ -218,6 +218,8 @@ TrainingPlan plan_training(const Config& config) {
     p.executed_tflops.attention += attention * L / 1e12;
     p.executed_tflops.total = p.executed_tflops.learnable_weight + p.executed_tflops.attention;
   }
+  p.work = training_step_work(m, remat, p.rows, p.local_seq, tp, c.gradient_accumulation_steps,
+                              shard, c.gradient_clipping_threshold > 0);
   return p;
 }
 
@@ -263,16 +265,21 @@ double communication_seconds(const Traffic& traffic, const std::map<std::string,
 
 StepTime predict_step_time(const TrainingPlan& plan, const Config& c,
                            const HardwareProfile& profile) {
-  const double rate = profile.flops(c.dtype);
+  const model::LlamaConfig m = training_model_config(c);
+  const std::string backward_kind = c.dtype + "_backward";
   StepTime t;
-  // The weights' matmuls: a third of the model's count is the forward (plus what the remat
-  // policy recomputes, also forward), two thirds the backward at the backward's rate.
-  const double backward = plan.model_tflops.learnable_weight * 2 / 3;
-  const double forward = plan.executed_tflops.learnable_weight - backward;
-  t.compute_seconds = forward * 1e12 / rate + backward * 1e12 / profile.backward_flops(c.dtype) +
-                      plan.executed_tflops.attention * 1e12 / (rate * profile.attention_fraction);
+  for (const MatmulWork& mm : plan.work.matmuls) {
+    t.matmul_seconds += mm.forward_flops() / profile.matmul_rate(c.dtype, mm.smallest()) +
+                        mm.backward_flops() / profile.matmul_rate(backward_kind, mm.smallest());
+  }
+  t.attention_seconds =
+      plan.executed_tflops.attention * 1e12 / profile.attention_rate(c.dtype, m.head_dim);
+  for (const VectorWork& v : plan.work.vectors) {
+    t.vector_seconds += profile.vector_seconds(v.op, v.elements, v.bytes_per_element);
+  }
+  t.compute_seconds = t.matmul_seconds + t.attention_seconds + t.vector_seconds;
   t.communication_seconds = communication_seconds(plan.traffic, plan.groups, profile);
-  t.mfu = plan.model_tflops.total * 1e12 / (t.seconds() * rate);
+  t.mfu = plan.model_tflops.total * 1e12 / (t.seconds() * profile.flops(c.dtype));
   return t;
 }
 

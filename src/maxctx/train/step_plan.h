@@ -5,9 +5,10 @@
 // (tests/train_loop/plan_drift_test.cpp runs real steps and compares).
 //
 // Everything is rank 0's (fsdp shards are uneven by at most one element per unit; rank 0 holds
-// the larger part). The step time is a roofline on a hardware profile: compute at the profile's
-// matmul rate (attention at its attention fraction) plus each collective's wire bytes over its
-// tier's bandwidth and a latency per call, nothing overlapped.
+// the larger part). The step time sums, on a hardware profile, every matmul at the profile's
+// rate for its dtype and size, attention at its rate for the head size, the vector kernels at
+// their measured rates (or the bytes they move over the memory bandwidth), and each
+// collective's wire bytes over its tier's bandwidth plus a latency per call; nothing overlaps.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/parallelize.h"
 #include "maxctx/train/metrics.h"
+#include "maxctx/train/step_work.h"
 
 namespace maxctx::train {
 
@@ -56,7 +58,10 @@ struct GroupLink {
 };
 
 struct StepTime {
-  double compute_seconds = 0;
+  double matmul_seconds = 0;     // every weight's matmuls at its shape (StepWork)
+  double attention_seconds = 0;  // with the remat policy's recomputation
+  double vector_seconds = 0;     // norms, SwiGLU, RoPE, adds, loss, embedding, optimizer
+  double compute_seconds = 0;    // the three above
   double communication_seconds = 0;
   double seconds() const { return compute_seconds + communication_seconds; }
   double mfu = 0;  // model FLOPs (MaxText's count) / (seconds x peak of the dtype)
@@ -71,6 +76,7 @@ struct TrainingPlan {
   std::map<std::string, GroupLink> groups;  // every axis name traffic uses
   TrainingTflops model_tflops;              // MaxText's per-device count (no recompute)
   TrainingTflops executed_tflops;           // with the remat policy's recomputation
+  StepWork work;                            // the same step kernel by kernel
 };
 
 // Throws maxctx::Error (the engine's own messages) for a config the trainer would refuse.

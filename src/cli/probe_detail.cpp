@@ -1,0 +1,204 @@
+#include "cli/probe_detail.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "maxctx/core/check.h"
+#include "maxctx/core/dtype.h"
+#include "maxctx/kernels/host_transfer.h"
+#include "maxctx/parallel/sharded_parameters.h"
+#include "maxctx/train/batch.h"
+#include "maxctx/train/optimizer.h"
+#include "maxctx/train/recall.h"
+#include "maxctx/train/step_work.h"
+
+namespace maxctx::cli {
+namespace {
+
+constexpr int64_t kTokens = 2048;  // a training micro-batch's rows
+
+// A tensor of pseudo-random values in [0.01, 1): operands as a run has them (all-zero operands
+// let the chip run cooler and faster than it runs on real data).
+Tensor operand(const kernels::Kernels& k, Shape shape, DType dtype = DType::kF32) {
+  Tensor values = k.empty(shape);
+  std::vector<float> host(static_cast<size_t>(values.numel()));
+  uint32_t state = 12345;
+  for (float& x : host) {
+    state = state * 1664525u + 1013904223u;
+    x = 0.01f + 0.99f * static_cast<float>(state >> 8) / 16777216.0f;
+  }
+  kernels::upload_floats(k, values.view(), host);
+  if (dtype == DType::kF32) return values;
+  Tensor t = k.empty(std::move(shape), dtype);
+  k.copy(t.view(), values.view());
+  return t;
+}
+
+// (2048, d) x (d, 2d): forward (2·N·d·2d FLOPs) or input + weight gradients (twice that).
+double matmul_rate(const kernels::Kernels& k, const Communicator& world, DType dtype, int64_t d,
+                   bool backward) {
+  const int64_t N = kTokens, K = d, M = 2 * d;
+  Tensor in = operand(k, {N, K}, dtype), w = operand(k, {M, K}, dtype), out = operand(k, {N, M});
+  const int repeats = d <= 256 ? 9 : 5;
+  if (!backward) {
+    const double s =
+        timed(world, repeats, [&] { k.matmul_forward(out.view(), in.view(), w.view()); });
+    return 2.0 * double(N * K * M) / s;
+  }
+  Tensor d_in = operand(k, {N, K}), d_w = operand(k, {M, K});
+  const double s = timed(world, repeats, [&] {
+    k.matmul_backward(d_in.view(), d_w.view(), out.view(), in.view(), w.view());
+  });
+  return 4.0 * double(N * K * M) / s;
+}
+
+double int8_rate(const kernels::Kernels& k, const Communicator& world, int64_t d) {
+  const int64_t N = kTokens, K = d, M = 2 * d;
+  Tensor in = operand(k, {N, K}), w = operand(k, {M, K}), out = operand(k, {N, M});
+  const kernels::Int8Weights packed = k.int8_pack_weights(w.view());
+  kernels::Int8Rows rows;
+  k.int8_quantize_rows(rows, in.view());
+  const double s = timed(world, 5, [&] { k.int8_matmul_forward(out.view(), rows, packed); });
+  return 2.0 * double(N * K * M) / s;
+}
+
+// Causal attention forward + backward at S 2048, 8 query and 4 KV heads of `head_dim`,
+// counted as MaxText counts it (4·S²·Hq·D/2 forward, x3 with the backward).
+double attention_rate(const kernels::Kernels& k, const Communicator& world, DType dtype,
+                      int64_t head_dim) {
+  kernels::AttentionParams p;
+  p.batch = 1;
+  p.seq_q = p.seq_k = kTokens;
+  p.heads_q = 8;
+  p.heads_kv = 4;
+  p.head_dim = head_dim;
+  const int64_t nq = p.seq_q * p.heads_q * head_dim, nk = p.seq_k * p.heads_kv * head_dim;
+  Tensor q = operand(k, {nq}, dtype), kk = operand(k, {nk}, dtype), v = operand(k, {nk}, dtype),
+         out = operand(k, {nq}, dtype), d_out = operand(k, {nq}),
+         lse = operand(k, {p.heads_q * p.seq_q}), dq = operand(k, {nq}), dk = operand(k, {nk}),
+         dv = operand(k, {nk});
+  std::vector<int32_t> pos(static_cast<size_t>(p.seq_q)), seg(pos.size(), 1);
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
+  const kernels::DeviceIndices positions(k, pos), segments(k, seg);
+  const double s = timed(world, 3, [&] {
+    k.attention_forward(out.view(), lse.view(), q.view(), kk.view(), v.view(), positions.data(),
+                        segments.data(), positions.data(), segments.data(), p, nullptr);
+    k.attention_backward(dq.view(), dk.view(), dv.view(), d_out.view(), out.view(), lse.view(),
+                         q.view(), kk.view(), v.view(), positions.data(), segments.data(),
+                         positions.data(), segments.data(), p, nullptr);
+  });
+  return 3.0 * 4.0 * double(p.seq_q * p.seq_k * p.heads_q * head_dim) / 2 / s;
+}
+
+// Elements per second of each vector kernel of train::vector_ops(), forward + backward, at a
+// step's shapes: 2048 tokens of width 1024, a vocabulary of 8192, 4M parameters.
+std::map<std::string, double> vector_rates(const kernels::Kernels& k, const Communicator& world) {
+  const int64_t N = kTokens, W = 1024, V = 8192, P = int64_t{4} << 20;
+  const double rows = double(N * W);
+  Tensor a = operand(k, {N, W}), b = operand(k, {N, W}), c = operand(k, {N, W}),
+         d = operand(k, {N, W}), e = operand(k, {N, W}), weight = operand(k, {W}),
+         d_weight = operand(k, {W}), rstd = operand(k, {N});
+  std::vector<int32_t> host_tokens(static_cast<size_t>(N));
+  for (size_t i = 0; i < host_tokens.size(); ++i) host_tokens[i] = static_cast<int32_t>(i * 7 % V);
+  const kernels::DeviceIndices tokens(k, host_tokens);
+  std::map<std::string, double> rates;
+  rates["rmsnorm"] = rows / timed(world, 5, [&] {
+                       k.rmsnorm_forward(b.view(), rstd.view(), a.view(), weight.view(), 1e-5f);
+                       k.rmsnorm_backward(c.view(), d_weight.view(), b.view(), a.view(),
+                                          weight.view(), rstd.view());
+                     });
+  rates["swiglu"] = rows / timed(world, 5, [&] {
+                      k.swiglu_forward(c.view(), a.view(), b.view());
+                      k.swiglu_backward(d.view(), e.view(), c.view(), a.view(), b.view());
+                    });
+  {
+    // 8 + 4 heads of 64 over the same N·W elements.
+    const int64_t heads = 16, D = W / heads;
+    Tensor cos = operand(k, {N, D / 2}), sin = operand(k, {N, D / 2});
+    const TensorView x = a.view().reshaped({N, heads, D}), y = b.view().reshaped({N, heads, D});
+    rates["rope"] = rows / timed(world, 5, [&] {
+                      k.rope_forward(y, x, cos.view(), sin.view());
+                      k.rope_backward(x, y, cos.view(), sin.view());
+                    });
+  }
+  rates["residual_add"] = rows / timed(world, 5, [&] {
+                            k.add(c.view(), a.view(), b.view());
+                            k.add_inplace(d.view(), a.view());
+                          });
+  {
+    Tensor table = operand(k, {V, W}), d_table = operand(k, {V, W});
+    rates["embedding"] = rows / timed(world, 5, [&] {
+                           k.embedding_forward(a.view(), tokens.data(), table.view());
+                           k.embedding_backward(d_table.view(), a.view(), tokens.data());
+                         });
+  }
+  {
+    Tensor logits = operand(k, {N, V}), loss = operand(k, {N}), lse = operand(k, {N}),
+           weights = operand(k, {N});
+    rates["cross_entropy"] = double(N * V) / timed(world, 3, [&] {
+                               k.cross_entropy_forward(loss.view(), lse.view(), logits.view(),
+                                                       tokens.data(), weights.view());
+                               k.cross_entropy_backward(logits.view(), logits.view(), lse.view(),
+                                                        tokens.data(), weights.view(), 1.0f);
+                             });
+    // The step's accuracy metric: the host's arg max over every scored row's logits.
+    Batch batch(1, N);
+    batch.targets = host_tokens;
+    std::fill(batch.target_segment_ids.begin(), batch.target_segment_ids.end(), 1);
+    rates["accuracy"] = double(N * V) / timed(world, 3, [&] {
+                          const kernels::HostFloats host(k, logits.view());
+                          scored_accuracy_from_logits(host.span(), V, batch);
+                        });
+  }
+  {
+    Tensor params = operand(k, {P}), grads = operand(k, {P}), mu = operand(k, {P}),
+           nu = operand(k, {P});
+    kernels::AdamWStep step{0.9f, 0.95f, 0.1f, 0.05f, 1e-8f, 0.0f, 0.1f, 1e-4f, 0.1f, 0.05f};
+    rates["adamw"] = double(P) / timed(world, 5, [&] {
+                       k.adamw_update(params.view(), grads.view(), mu.view(), nu.view(), step);
+                     });
+    rates["grad_clip"] =
+        double(P) / timed(world, 5, [&] {
+          clip_by_global_norm(k, grads.view(), 2.0, 1.0);  // a norm over the threshold: scaled
+        });
+    volatile double sum = 0;  // kept, so that the loop is not optimised away
+    rates["grad_norm"] = double(P) / timed(world, 5, [&] {
+                           const kernels::HostFloats host(k, grads.view());
+                           sum = parallel::squares_in_element_order(host.span());
+                         });
+  }
+  return rates;
+}
+
+}  // namespace
+
+double timed(const Communicator& world, int repeats, const std::function<void()>& work) {
+  work();
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < repeats; ++i) work();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
+}
+
+void probe_detail(const kernels::Kernels& k, const Communicator& world, HardwareProfile& profile) {
+  const DType f32 = parse_dtype("float32"), narrow = parse_dtype("bfloat16");
+  for (const int64_t d : {128, 256, 512, 1024}) {
+    profile.matmul_by_size["float32"][d] = matmul_rate(k, world, f32, d, false);
+    profile.matmul_by_size["float32_backward"][d] = matmul_rate(k, world, f32, d, true);
+    profile.matmul_by_size["bfloat16"][d] = matmul_rate(k, world, narrow, d, false);
+    profile.matmul_by_size["bfloat16_backward"][d] = matmul_rate(k, world, narrow, d, true);
+    profile.matmul_by_size["int8"][d] = int8_rate(k, world, d);
+  }
+  for (const int64_t head_dim : {32, 64, 128}) {
+    profile.attention_by_head_dim["float32"][head_dim] = attention_rate(k, world, f32, head_dim);
+    profile.attention_by_head_dim["bfloat16"][head_dim] =
+        attention_rate(k, world, narrow, head_dim);
+  }
+  profile.vector_rates = vector_rates(k, world);
+  for (const std::string& op : train::vector_ops()) {
+    MAXCTX_CHECK(profile.vector_rates.count(op), "probe-hardware does not measure '{}'", op);
+  }
+}
+
+}  // namespace maxctx::cli

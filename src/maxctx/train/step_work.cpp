@@ -1,0 +1,101 @@
+#include "maxctx/train/step_work.h"
+
+#include <algorithm>
+
+#include "maxctx/model/moe_block.h"
+#include "maxctx/model/weights.h"
+
+namespace maxctx::train {
+namespace {
+
+using parallel::WeightRole;
+
+bool named(const model::WeightSpec& s, const char* part) {
+  return s.name.find(part) != std::string::npos;
+}
+
+// Whether the remat policy runs this weight's forward matmul again in the backward
+// (model/remat.h; the experts', the router's and the head's never are).
+bool recomputed(const model::WeightSpec& s, const model::RematPolicy& remat,
+                const model::LlamaConfig& m) {
+  if (remat.save_all || s.layer < 0 || s.expert_weight()) return false;
+  if (named(s, "q_proj") || named(s, "k_proj") || named(s, "v_proj")) return !remat.qkv;
+  if (named(s, "o_proj")) return !remat.out_proj;
+  if (named(s, "gate_proj") || named(s, "up_proj")) return !remat.mlpwi && !m.moe;
+  return false;
+}
+
+// The rows each expert's matmuls run per micro-batch: sparse dispatch splits the N·K routed
+// rows over the experts (their mean: routing decides the split), dense dispatch runs every
+// expert's full capacity per sequence.
+int64_t rows_per_expert(const model::LlamaConfig& m, int64_t batch, int64_t seq) {
+  if (m.sparse_matmul) return batch * seq * m.num_experts_per_tok / m.num_experts;
+  return batch *
+         model::expert_capacity(seq, m.num_experts, m.num_experts_per_tok, m.capacity_factor);
+}
+
+}  // namespace
+
+int64_t MatmulWork::smallest() const { return std::min({rows, inner, cols}); }
+
+double MatmulWork::forward_flops() const {
+  return 2.0 * double(rows) * double(inner) * double(cols) * double(forward_calls);
+}
+
+double MatmulWork::backward_flops() const {
+  return 4.0 * double(rows) * double(inner) * double(cols) * double(backward_calls);
+}
+
+const std::vector<std::string>& vector_ops() {
+  static const std::vector<std::string> ops = {
+      "rmsnorm",       "swiglu",   "rope",  "residual_add", "embedding",
+      "cross_entropy", "accuracy", "adamw", "grad_norm",    "grad_clip"};
+  return ops;
+}
+
+StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolicy& remat,
+                            int64_t rows, int64_t local_seq, int tensor, int64_t micro_batches,
+                            int64_t parameter_shard, bool clipping) {
+  StepWork w;
+  const int64_t N = rows * local_seq;  // tokens per micro-batch
+  for (const model::WeightSpec& s : model::llama_weight_specs(m, tensor, 0)) {
+    const bool head =
+        s.role == WeightRole::kOutputHead || (s.role == WeightRole::kEmbedding && m.tie_embeddings);
+    const bool matmul = head || s.role == WeightRole::kHeadsOrHidden ||
+                        s.role == WeightRole::kIntoResidual || s.role == WeightRole::kRouter;
+    if (!matmul || s.numel() == 0) continue;
+    MatmulWork mm;
+    mm.weight = s.name;
+    mm.rows = s.expert_weight() ? rows_per_expert(m, rows, local_seq) : N;
+    mm.inner = s.cols;
+    mm.cols = s.rows;  // weights are (out, in)
+    mm.forward_calls = micro_batches * (recomputed(s, remat, m) ? 2 : 1);
+    mm.backward_calls = micro_batches;
+    w.matmuls.push_back(mm);
+  }
+  const auto n = static_cast<double>(N * micro_batches);
+  const auto E = static_cast<double>(m.emb_dim);
+  const auto L = static_cast<double>(m.num_layers);
+  const auto heads = static_cast<double>((m.num_query_heads + m.num_kv_heads) / tensor);
+  const auto D = static_cast<double>(m.head_dim);
+  // SwiGLU's hidden units: the dense MLP's share of F, or every routed row's F.
+  const double hidden = m.moe ? n * static_cast<double>(m.num_experts_per_tok * m.mlp_dim)
+                              : n * static_cast<double>(m.mlp_dim / tensor);
+  // Bytes per element (f32), forward + backward: what a kernel that only streams memory moves.
+  w.vectors = {
+      {"rmsnorm", n * E * (2 * L + 1), 20},  // two per layer and the final one
+      {"swiglu", hidden * L, 32},
+      {"rope", n * heads * D * L, 16},      // q and k
+      {"residual_add", n * E * 2 * L, 20},  // after attention and after the MLP
+      {"embedding", n * E, 16},
+      {"cross_entropy", n * static_cast<double>(m.vocab_size), 12},
+      {"accuracy", n * static_cast<double>(m.vocab_size), 4},  // the metric's arg max
+      {"adamw", static_cast<double>(parameter_shard), 28},
+      {"grad_norm", static_cast<double>(parameter_shard), 4},
+      // Clipping scales the shard when the norm is over the threshold: counted as if it were.
+      {"grad_clip", clipping ? static_cast<double>(parameter_shard) : 0.0, 8},
+  };
+  return w;
+}
+
+}  // namespace maxctx::train

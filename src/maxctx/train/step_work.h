@@ -1,0 +1,48 @@
+// What one rank's training step computes, kernel family by kernel family, for the plan's step
+// time (step_plan.h): every weight's matmuls at the shapes the layers run them (read from the
+// weight list the trainer allocates, so a new weight cannot be left out), the attention FLOPs
+// and the element counts of the vector kernels (norms, SwiGLU, RoPE, residual adds, the loss,
+// the embedding, AdamW and the gradient norm). A hardware profile turns each into seconds.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "maxctx/model/llama_config.h"
+#include "maxctx/model/remat.h"
+
+namespace maxctx::train {
+
+struct MatmulWork {
+  std::string weight;                     // the weight list's name
+  int64_t rows = 0, inner = 0, cols = 0;  // (rows, inner) x (inner, cols) per call
+  int64_t forward_calls = 0;              // forward and recomputed forward, per step
+  int64_t backward_calls = 0;             // input and weight gradients (twice the FLOPs)
+  int64_t smallest() const;
+  double forward_flops() const;   // per step
+  double backward_flops() const;  // per step
+};
+
+struct VectorWork {
+  std::string op;                // HardwareProfile::vector_rates key
+  double elements = 0;           // per step
+  double bytes_per_element = 0;  // read + written, forward + backward (the memory fallback)
+};
+
+struct StepWork {
+  std::vector<MatmulWork> matmuls;
+  std::vector<VectorWork> vectors;
+};
+
+// The vector kernels StepWork counts, in the order probe-hardware measures them.
+const std::vector<std::string>& vector_ops();
+
+// One rank's step: `rows` sequences of `local_seq` tokens per micro-batch, `micro_batches` of
+// them, heads and hidden units split over `tensor`, `parameter_shard` AdamW elements, and
+// whether gradient clipping is on.
+StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolicy& remat,
+                            int64_t rows, int64_t local_seq, int tensor, int64_t micro_batches,
+                            int64_t parameter_shard, bool clipping);
+
+}  // namespace maxctx::train

@@ -1,0 +1,107 @@
+// The plan's step time (train/step_work.h, config/hardware_profile.h): the measured tables load
+// and interpolate, every matmul of the step is in the work list (its forward FLOPs equal
+// MaxText's weight count), and a profile without tables gives the peak-rate roofline.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "maxctx/config/hardware_profile.h"
+#include "maxctx/train/step_plan.h"
+#include "train_support.h"
+
+namespace maxctx::train {
+namespace {
+
+const char* kProfile = R"(name: table-test
+memory_bytes: 1e10
+memory_bandwidth: 1e10
+flops: {float32: 100e9, bfloat16: 400e9, int8: 800e9}
+ici: {bandwidth: 1e9, latency: 1e-6}
+dcn: {bandwidth: 1e9, latency: 1e-6}
+matmul_by_size:
+  float32: {128: 50e9, 512: 90e9}
+attention_by_head_dim:
+  float32: {64: 30e9}
+vector_rates:
+  rmsnorm: 1e9
+)";
+
+HardwareProfile write_and_load(const std::string& dir, const std::string& text) {
+  const std::string path = dir + "/profile.yml";
+  std::ofstream(path) << text;
+  return load_hardware_profile(path, "");
+}
+
+TEST(HardwareProfileTables, InterpolateInLogSizeAndHoldFlatBeyondTheEnds) {
+  testing::SharedTempDir dir;
+  const HardwareProfile p = write_and_load(dir.path(), kProfile);
+  EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 64), 50e9);  // below the table
+  EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 128), 50e9);
+  EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 256), 70e9);    // halfway in log2
+  EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 4096), 90e9);   // above it
+  EXPECT_DOUBLE_EQ(p.matmul_rate("bfloat16", 256), 400e9);  // no table: the peak
+  EXPECT_DOUBLE_EQ(p.matmul_rate("bfloat16_backward", 256), 400e9);
+  EXPECT_DOUBLE_EQ(p.attention_rate("float32", 128), 30e9);
+  EXPECT_DOUBLE_EQ(p.vector_seconds("rmsnorm", 2e9, 20), 2.0);
+  EXPECT_DOUBLE_EQ(p.vector_seconds("swiglu", 1e9, 30), 3.0);  // unmeasured: bytes / bandwidth
+  // What probe-hardware writes loads back to the same tables.
+  const HardwareProfile again = write_and_load(dir.path(), format_hardware_profile(p));
+  EXPECT_EQ(again.matmul_by_size, p.matmul_by_size);
+  EXPECT_EQ(again.attention_by_head_dim, p.attention_by_head_dim);
+  EXPECT_EQ(again.vector_rates, p.vector_rates);
+}
+
+TEST(HardwareProfileTables, BadTablesAreOneError) {
+  testing::SharedTempDir dir;
+  for (const std::string bad :
+       {"matmul_by_size: {float32: {0: 1e9}}\n", "matmul_by_size: {float32: {big: 1e9}}\n",
+        "matmul_by_size: {float32: {128: -1}}\n", "vector_rates: {rmsnorm: fast}\n"}) {
+    std::string text = kProfile;
+    text = text.substr(0, text.find("matmul_by_size")) + bad;
+    EXPECT_THROW(write_and_load(dir.path(), text), Error) << bad;
+  }
+}
+
+TEST(StepWork, ForwardMatmulFlopsEqualMaxTextsWeightCount) {
+  testing::SharedTempDir dir;
+  for (const std::string model : {"model_name=maxctx-tiny", "model_name=mixtral-tiny"}) {
+    std::vector<std::string> keys =
+        testing::with_overrides(testing::tiny_training_overrides(dir.path(), "step_work"),
+                                {model, "per_device_batch_size=2", "max_target_length=64",
+                                 "remat_policy=none", "sparse_matmul=true"});
+    const Config config = load_config(testing::kBaseConfig, keys, 1);
+    const TrainingPlan plan = plan_training(config);
+    double forward = 0, backward = 0;
+    for (const MatmulWork& mm : plan.work.matmuls) {
+      forward += mm.forward_flops();
+      backward += mm.backward_flops();
+    }
+    EXPECT_NEAR(forward * 3 / 1e12, plan.model_tflops.learnable_weight,
+                1e-9 * plan.model_tflops.learnable_weight)
+        << model;
+    EXPECT_DOUBLE_EQ(backward, 2 * forward) << model;
+  }
+}
+
+TEST(StepWork, RecomputationAddsForwardMatmuls) {
+  testing::SharedTempDir dir;
+  const auto plan_with = [&](const std::string& policy) {
+    std::vector<std::string> keys = testing::with_overrides(
+        testing::tiny_training_overrides(dir.path(), "step_work"),
+        {"per_device_batch_size=2", "max_target_length=64", "remat_policy=" + policy});
+    return plan_training(load_config(testing::kBaseConfig, keys, 1));
+  };
+  const auto forward = [](const TrainingPlan& p) {
+    double f = 0;
+    for (const MatmulWork& mm : p.work.matmuls) f += mm.forward_flops();
+    return f;
+  };
+  const TrainingPlan none = plan_with("none"), full = plan_with("full");
+  EXPECT_NEAR((forward(full) - forward(none)) / 1e12,
+              full.executed_tflops.learnable_weight - full.model_tflops.learnable_weight,
+              1e-9 * full.model_tflops.learnable_weight);
+  EXPECT_GT(forward(full), forward(none));
+}
+
+}  // namespace
+}  // namespace maxctx::train
