@@ -36,8 +36,8 @@ Tensor operand(const kernels::Kernels& k, Shape shape, DType dtype = DType::kF32
 }
 
 // (2048, d) x (d, 2d): forward (2·N·d·2d FLOPs) or input + weight gradients (twice that).
-double matmul_rate(const kernels::Kernels& k, const Communicator& world, DType dtype, int64_t d,
-                   bool backward) {
+double measure_matmul(const kernels::Kernels& k, const Communicator& world, DType dtype, int64_t d,
+                      bool backward) {
   const int64_t N = kTokens, K = d, M = 2 * d;
   Tensor in = operand(k, {N, K}, dtype), w = operand(k, {M, K}, dtype), out = operand(k, {N, M});
   const int repeats = d <= 256 ? 9 : 5;
@@ -53,7 +53,7 @@ double matmul_rate(const kernels::Kernels& k, const Communicator& world, DType d
   return 4.0 * double(N * K * M) / s;
 }
 
-double int8_rate(const kernels::Kernels& k, const Communicator& world, int64_t d) {
+double measure_int8_matmul(const kernels::Kernels& k, const Communicator& world, int64_t d) {
   const int64_t N = kTokens, K = d, M = 2 * d;
   Tensor in = operand(k, {N, K}), w = operand(k, {M, K}), out = operand(k, {N, M});
   const kernels::Int8Weights packed = k.int8_pack_weights(w.view());
@@ -65,8 +65,8 @@ double int8_rate(const kernels::Kernels& k, const Communicator& world, int64_t d
 
 // Causal attention forward + backward at S 2048, 8 query and 4 KV heads of `head_dim`,
 // counted as MaxText counts it (4·S²·Hq·D/2 forward, x3 with the backward).
-double attention_rate(const kernels::Kernels& k, const Communicator& world, DType dtype,
-                      int64_t head_dim) {
+double measure_attention(const kernels::Kernels& k, const Communicator& world, DType dtype,
+                         int64_t head_dim) {
   kernels::AttentionParams p;
   p.batch = 1;
   p.seq_q = p.seq_k = kTokens;
@@ -93,7 +93,8 @@ double attention_rate(const kernels::Kernels& k, const Communicator& world, DTyp
 
 // Elements per second of each vector kernel of train::vector_ops(), forward + backward, at a
 // step's shapes: 2048 tokens of width 1024, a vocabulary of 8192, 4M parameters.
-std::map<std::string, double> vector_rates(const kernels::Kernels& k, const Communicator& world) {
+std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
+                                                     const Communicator& world) {
   const int64_t N = kTokens, W = 1024, V = 8192, P = int64_t{4} << 20;
   const double rows = double(N * W);
   Tensor a = operand(k, {N, W}), b = operand(k, {N, W}), c = operand(k, {N, W}),
@@ -182,20 +183,21 @@ double timed(const Communicator& world, int repeats, const std::function<void()>
 }
 
 void probe_detail(const kernels::Kernels& k, const Communicator& world, HardwareProfile& profile) {
-  const DType f32 = parse_dtype("float32"), narrow = parse_dtype("bfloat16");
   for (const int64_t d : {128, 256, 512, 1024}) {
-    profile.matmul_by_size["float32"][d] = matmul_rate(k, world, f32, d, false);
-    profile.matmul_by_size["float32_backward"][d] = matmul_rate(k, world, f32, d, true);
-    profile.matmul_by_size["bfloat16"][d] = matmul_rate(k, world, narrow, d, false);
-    profile.matmul_by_size["bfloat16_backward"][d] = matmul_rate(k, world, narrow, d, true);
-    profile.matmul_by_size["int8"][d] = int8_rate(k, world, d);
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+      profile.matmul_by_size[dtype][d] = measure_matmul(k, world, parse_dtype(dtype), d, false);
+      profile.matmul_by_size[dtype + "_backward"][d] =
+          measure_matmul(k, world, parse_dtype(dtype), d, true);
+    }
+    profile.matmul_by_size["int8"][d] = measure_int8_matmul(k, world, d);
   }
   for (const int64_t head_dim : {32, 64, 128}) {
-    profile.attention_by_head_dim["float32"][head_dim] = attention_rate(k, world, f32, head_dim);
-    profile.attention_by_head_dim["bfloat16"][head_dim] =
-        attention_rate(k, world, narrow, head_dim);
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+      profile.attention_by_head_dim[dtype][head_dim] =
+          measure_attention(k, world, parse_dtype(dtype), head_dim);
+    }
   }
-  profile.vector_rates = vector_rates(k, world);
+  profile.vector_rates = measure_vector_kernels(k, world);
   for (const std::string& op : train::vector_ops()) {
     MAXCTX_CHECK(profile.vector_rates.count(op), "probe-hardware does not measure '{}'", op);
   }

@@ -83,24 +83,38 @@ TEST(StepWork, ForwardMatmulFlopsEqualMaxTextsWeightCount) {
   }
 }
 
-TEST(StepWork, RecomputationAddsForwardMatmuls) {
+TEST(StepWork, RecomputationAddsTheProjectionsItDoesNotSave) {
+  // remat_policy=full on a dense model saves nothing: q, k, v, o, gate and up run twice
+  // (2 FLOPs per multiply-add, per token and layer), and attention's forward once more.
   testing::SharedTempDir dir;
   const auto plan_with = [&](const std::string& policy) {
     std::vector<std::string> keys = testing::with_overrides(
         testing::tiny_training_overrides(dir.path(), "step_work"),
         {"per_device_batch_size=2", "max_target_length=64", "remat_policy=" + policy});
-    return plan_training(load_config(testing::kBaseConfig, keys, 1));
+    const Config config = load_config(testing::kBaseConfig, keys, 1);
+    return std::pair{config, plan_training(config)};
   };
-  const auto forward = [](const TrainingPlan& p) {
-    double f = 0;
-    for (const MatmulWork& mm : p.work.matmuls) f += mm.forward_flops();
-    return f;
-  };
-  const TrainingPlan none = plan_with("none"), full = plan_with("full");
-  EXPECT_NEAR((forward(full) - forward(none)) / 1e12,
-              full.executed_tflops.learnable_weight - full.model_tflops.learnable_weight,
-              1e-9 * full.model_tflops.learnable_weight);
-  EXPECT_GT(forward(full), forward(none));
+  const auto [config, full] = plan_with("full");
+  const TrainingPlan none = plan_with("none").second;
+  const double t = 2 * 64, E = double(config.derived.emb_dim),
+               L = config.derived.num_decoder_layers;
+  const double D = double(config.head_dim), F = double(config.derived.mlp_dim);
+  const double q = config.derived.num_query_heads * D, kv = config.derived.num_kv_heads * D;
+  const double projections = 2 * t * E * (q + 2 * kv) + 2 * t * E * q + 2 * t * E * F * 2;
+  EXPECT_NEAR(full.executed_tflops.learnable_weight - full.model_tflops.learnable_weight,
+              projections * L / 1e12, 1e-9 * full.model_tflops.learnable_weight);
+  EXPECT_NEAR(full.executed_tflops.attention - full.model_tflops.attention,
+              4 * t * 64 * q / 2 * L / 1e12, 1e-9 * full.model_tflops.attention);
+  EXPECT_EQ(none.executed_tflops.total, none.model_tflops.total);
+}
+
+TEST(StepWork, ListsEveryVectorKernelTheProbeMeasures) {
+  testing::SharedTempDir dir;
+  const std::vector<std::string> keys = testing::tiny_training_overrides(dir.path(), "step_work");
+  const TrainingPlan plan = plan_training(load_config(testing::kBaseConfig, keys, 1));
+  std::vector<std::string> ops;
+  for (const VectorWork& v : plan.work.vectors) ops.push_back(v.op);
+  EXPECT_EQ(ops, vector_ops());
 }
 
 }  // namespace

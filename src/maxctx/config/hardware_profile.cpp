@@ -11,15 +11,18 @@
 namespace maxctx {
 namespace {
 
-double positive_number(const YAML::Node& node, const std::string& key, const std::string& file) {
+double number_at(const YAML::Node& node, const std::string& key, const std::string& file) {
   const YAML::Node value = node[key];
   if (!value) fail("hardware profile {}: key '{}' is missing", file, key);
-  double number = 0;
   try {
-    number = value.as<double>();
+    return value.as<double>();
   } catch (const YAML::Exception&) {
     fail("hardware profile {}: '{}' = '{}' is not a number", file, key, value.Scalar());
   }
+}
+
+double positive_number(const YAML::Node& node, const std::string& key, const std::string& file) {
+  const double number = number_at(node, key, file);
   if (!(number > 0)) fail("hardware profile {}: '{}' = {} must be positive", file, key, number);
   return number;
 }
@@ -144,9 +147,12 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   p.source = root["source"] ? root["source"].as<std::string>() : "";
   p.memory_bytes = positive_number(root, "memory_bytes", where);
   p.memory_bandwidth = positive_number(root, "memory_bandwidth", where);
-  // 0 (what a profile without the figure writes back) means none.
-  if (root["runtime_bytes"] && root["runtime_bytes"].Scalar() != "0") {
-    p.runtime_bytes = positive_number(root, "runtime_bytes", where);
+  if (root["runtime_bytes"]) {  // 0: no figure (what such a profile writes back)
+    p.runtime_bytes = number_at(root, "runtime_bytes", where);
+    if (!(p.runtime_bytes >= 0)) {
+      fail("hardware profile {}: 'runtime_bytes' = {} must not be negative", where,
+           p.runtime_bytes);
+    }
   }
   const YAML::Node flops = root["flops"];
   if (!flops || !flops.IsMap())

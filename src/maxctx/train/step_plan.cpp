@@ -196,30 +196,21 @@ TrainingPlan plan_training(const Config& config) {
              Axis::kExpert});
 
   // FLOPs: MaxText's model count, and what the remat policy adds by recomputing forward parts
-  // of each layer (in the same terms: 2 FLOPs per multiply-add, causal attention halved).
+  // of each layer (in the same terms: 2 FLOPs per multiply-add, causal attention halved): the
+  // step's matmuls as StepWork lists them, attention's forward once more unless it is saved.
+  p.work = training_step_work(m, remat, p.rows, p.local_seq, tp, c.gradient_accumulation_steps,
+                              shard, c.gradient_clipping_threshold > 0);
   p.model_tflops = training_tflops_per_device(flops_model(c), c.per_device_batch_size,
                                               c.max_target_length, c.gradient_accumulation_steps);
   p.executed_tflops = p.model_tflops;
-  if (!remat.save_all) {
-    const double t = c.per_device_batch_size * static_cast<double>(c.max_target_length) *
-                     static_cast<double>(c.gradient_accumulation_steps);
-    const auto E = static_cast<double>(m.emb_dim);
-    const auto q = static_cast<double>(m.q_dim());
-    const auto kv = static_cast<double>(m.kv_dim());
-    const auto F = static_cast<double>(m.mlp_dim);
-    const auto L = static_cast<double>(m.num_layers);
-    double weights = 0;
-    if (!remat.qkv) weights += 2 * t * E * (q + 2 * kv);
-    if (!remat.out_proj) weights += 2 * t * E * q;
-    if (!remat.mlpwi && !m.moe) weights += 2 * t * E * F * 2;
-    const double attention =
-        remat.context ? 0 : 4 * t * static_cast<double>(c.max_target_length) * q / 2;
-    p.executed_tflops.learnable_weight += weights * L / 1e12;
-    p.executed_tflops.attention += attention * L / 1e12;
-    p.executed_tflops.total = p.executed_tflops.learnable_weight + p.executed_tflops.attention;
+  for (const MatmulWork& mm : p.work.matmuls) {
+    p.executed_tflops.learnable_weight += mm.recomputed_flops() / 1e12;
   }
-  p.work = training_step_work(m, remat, p.rows, p.local_seq, tp, c.gradient_accumulation_steps,
-                              shard, c.gradient_clipping_threshold > 0);
+  if (!remat.save_all && !remat.context) {
+    // The forward is a third of the model's attention count.
+    p.executed_tflops.attention += p.model_tflops.attention / 3;
+  }
+  p.executed_tflops.total = p.executed_tflops.learnable_weight + p.executed_tflops.attention;
   return p;
 }
 
@@ -265,7 +256,6 @@ double communication_seconds(const Traffic& traffic, const std::map<std::string,
 
 StepTime predict_step_time(const TrainingPlan& plan, const Config& c,
                            const HardwareProfile& profile) {
-  const model::LlamaConfig m = training_model_config(c);
   const std::string backward_kind = c.dtype + "_backward";
   StepTime t;
   for (const MatmulWork& mm : plan.work.matmuls) {
@@ -273,7 +263,7 @@ StepTime predict_step_time(const TrainingPlan& plan, const Config& c,
                         mm.backward_flops() / profile.matmul_rate(backward_kind, mm.smallest());
   }
   t.attention_seconds =
-      plan.executed_tflops.attention * 1e12 / profile.attention_rate(c.dtype, m.head_dim);
+      plan.executed_tflops.attention * 1e12 / profile.attention_rate(c.dtype, plan.work.head_dim);
   for (const VectorWork& v : plan.work.vectors) {
     t.vector_seconds += profile.vector_seconds(v.op, v.elements, v.bytes_per_element);
   }

@@ -39,11 +39,15 @@ int64_t rows_per_expert(const model::LlamaConfig& m, int64_t batch, int64_t seq)
 int64_t MatmulWork::smallest() const { return std::min({rows, inner, cols}); }
 
 double MatmulWork::forward_flops() const {
-  return 2.0 * double(rows) * double(inner) * double(cols) * double(forward_calls);
+  return 2.0 * double(rows) * double(inner) * double(cols) * double(calls + recomputed_calls);
+}
+
+double MatmulWork::recomputed_flops() const {
+  return 2.0 * double(rows) * double(inner) * double(cols) * double(recomputed_calls);
 }
 
 double MatmulWork::backward_flops() const {
-  return 4.0 * double(rows) * double(inner) * double(cols) * double(backward_calls);
+  return 4.0 * double(rows) * double(inner) * double(cols) * double(calls);
 }
 
 const std::vector<std::string>& vector_ops() {
@@ -57,6 +61,7 @@ StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolic
                             int64_t rows, int64_t local_seq, int tensor, int64_t micro_batches,
                             int64_t parameter_shard, bool clipping) {
   StepWork w;
+  w.head_dim = m.head_dim;
   const int64_t N = rows * local_seq;  // tokens per micro-batch
   for (const model::WeightSpec& s : model::llama_weight_specs(m, tensor, 0)) {
     const bool head =
@@ -65,12 +70,11 @@ StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolic
                         s.role == WeightRole::kIntoResidual || s.role == WeightRole::kRouter;
     if (!matmul || s.numel() == 0) continue;
     MatmulWork mm;
-    mm.weight = s.name;
     mm.rows = s.expert_weight() ? rows_per_expert(m, rows, local_seq) : N;
     mm.inner = s.cols;
     mm.cols = s.rows;  // weights are (out, in)
-    mm.forward_calls = micro_batches * (recomputed(s, remat, m) ? 2 : 1);
-    mm.backward_calls = micro_batches;
+    mm.calls = micro_batches;
+    mm.recomputed_calls = recomputed(s, remat, m) ? micro_batches : 0;
     w.matmuls.push_back(mm);
   }
   const auto n = static_cast<double>(N * micro_batches);

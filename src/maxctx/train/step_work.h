@@ -15,13 +15,13 @@
 namespace maxctx::train {
 
 struct MatmulWork {
-  std::string weight;                     // the weight list's name
   int64_t rows = 0, inner = 0, cols = 0;  // (rows, inner) x (inner, cols) per call
-  int64_t forward_calls = 0;              // forward and recomputed forward, per step
-  int64_t backward_calls = 0;             // input and weight gradients (twice the FLOPs)
+  int64_t calls = 0;                      // per step: one forward and one backward per micro-batch
+  int64_t recomputed_calls = 0;           // forwards the remat policy runs again in the backward
   int64_t smallest() const;
-  double forward_flops() const;   // per step
-  double backward_flops() const;  // per step
+  double forward_flops() const;     // per step, recomputation included
+  double recomputed_flops() const;  // per step, the recomputation alone
+  double backward_flops() const;    // per step: input and weight gradients, twice a forward
 };
 
 struct VectorWork {
@@ -32,6 +32,7 @@ struct VectorWork {
 
 struct StepWork {
   std::vector<MatmulWork> matmuls;
+  int64_t head_dim = 0;  // attention's, for its rate
   std::vector<VectorWork> vectors;
 };
 
