@@ -22,7 +22,7 @@ int run_bench_inference(const Args& args) {
   const Mesh mesh = mesh_for(config);
   const infer::InferenceSettings settings = infer::inference_settings_from(config, mesh);
   const infer::MicrobenchmarkOptions options = infer::microbenchmark_options(config);
-  infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config));
+  infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config), mesh);
   log::info("model: {}", model.source);
   infer::InferenceEngine engine(kernels_for(config), settings, model.config,
                                 std::move(model.weights), mesh, std::move(model.int8));

@@ -57,7 +57,7 @@ int run_decode(const Args& args) {
     prompt = tokenizer->encode(config.prompt, config.add_bos);
     if (tokenizer->eos_id() >= 0) settings.eos_id = tokenizer->eos_id();
   }
-  infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config));
+  infer::InferenceModel model = infer::load_inference_model(config, kernels_for(config), mesh);
   if (tokenizer != nullptr && tokenizer->vocab_size() > model.config.vocab_size) {
     fail("the tokenizer at '{}' has {} tokens, the model only {}: they do not belong together",
          config.tokenizer_path, tokenizer->vocab_size(), model.config.vocab_size);

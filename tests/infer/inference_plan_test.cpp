@@ -42,14 +42,14 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
   const InferencePlan plan = plan_inference(config);
   const Mesh mesh = mesh_of(config);
   const kernels::Kernels& k = kernels::backend(Device::kCpu);
-  InferenceModel model = load_inference_model(config, k);
+  InferenceModel model = load_inference_model(config, k, mesh);
   const int64_t weight_bytes = static_cast<int64_t>(model.weights.view().bytes());
   InferenceEngine engine(k, inference_settings_from(config, mesh), model.config,
                          std::move(model.weights), mesh, std::move(model.int8));
   EXPECT_EQ(plan.kv_cache_bytes, engine.cache().bytes());
   EXPECT_EQ(plan.weight_bytes, weight_bytes);
-  EXPECT_EQ(plan.decode_step_bytes,
-            engine.weights().bytes_per_step(engine.decode_row_split(), engine.expert_ranks()));
+  EXPECT_EQ(plan.int8_copy_bytes, engine.weights().int8_copy_bytes());
+  EXPECT_EQ(plan.decode_step_bytes, engine.weights().bytes_per_step(engine.decode_row_split()));
 }
 
 INSTANTIATE_TEST_SUITE_P(

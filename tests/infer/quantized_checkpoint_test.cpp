@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -52,8 +53,8 @@ fs::path write_quantized(const char* fixture, const std::string& name) {
 }
 
 GenerateResult decode(const Config& c) {
-  InferenceModel m = load_inference_model(c, cpu());
   const Mesh mesh = mesh_of(c);
+  InferenceModel m = load_inference_model(c, cpu(), mesh);
   InferenceEngine engine(cpu(), inference_settings_from(c, mesh), m.config, std::move(m.weights),
                          mesh, std::move(m.int8));
   const auto prompts = testing::make_prompts(engine.settings().slots, 24, m.config.vocab_size, 5);
@@ -85,6 +86,50 @@ TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
   }
 }
 
+// Loaded on context_autoregressive = the ranks, each rank reads only its own experts (4 over 2
+// ranks; every expert over 3), from the F32 checkpoint and the quantized one, and decodes as
+// the whole model loaded on one rank: every step's logits, fed the one-rank run's tokens, within
+// 1e-5 (fp32) and 5e-2 (int8 weights: inference_test.cpp's bound; a last-bit difference can move
+// an activation across a rounding boundary of the quantizer).
+TEST_P(QuantizedCheckpoint, EachRanksExpertsDecodeAsTheWholeModelOnOneRank) {
+  const std::string fixture = GetParam();
+  const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
+  const std::vector<std::string> sources[] = {
+      {"load_parameters_path=" + fixture},
+      {"load_parameters_path=" + dir.string(), "quantization=int8",
+       "checkpoint_is_quantized=true"}};
+  for (const std::vector<std::string>& keys : sources) {
+    const Config c = inference_config(keys);
+    const Mesh mesh = mesh_of(c);
+    const Mesh one = testing::ca_mesh(Communicator::self());
+    const InferenceSettings s = inference_settings_from(c, mesh);
+    InferenceModel mine = load_inference_model(c, cpu(), mesh);
+    InferenceModel whole = load_inference_model(c, cpu(), one);
+    const int64_t ca = mesh.axis(Axis::kContextAutoregressive).size();
+    const bool split = mine.config.moe && mine.config.num_experts % ca == 0 && ca > 1;
+    EXPECT_EQ(mine.weights.numel() < whole.weights.numel(), split);
+    InferenceEngine engine(cpu(), s, mine.config, std::move(mine.weights), mesh,
+                           std::move(mine.int8));
+    InferenceEngine reference(cpu(), s, whole.config, std::move(whole.weights), one,
+                              std::move(whole.int8));
+    const auto prompts = testing::make_prompts(s.slots, 24, engine.model_config().vocab_size, 5);
+    const GenerateResult greedy = reference.generate(prompts);
+    const auto want = testing::forced_logits(reference, prompts, greedy.tokens);
+    const auto got = testing::forced_logits(engine, prompts, greedy.tokens);
+    ASSERT_EQ(got.size(), want.size());
+    const int64_t V = engine.model_config().vocab_size;
+    double worst = 0.0;
+    for (size_t step = 0; step < want.size(); ++step) {
+      for (int64_t b = 0; b < s.slots; ++b) {
+        if (step >= greedy.tokens[b].size()) continue;
+        worst = std::max(
+            worst, testing::relative_error(got[step].data() + b * V, want[step].data() + b * V, V));
+      }
+    }
+    EXPECT_LE(worst, s.int8_weights ? 5e-2 : 1e-5) << keys[0];
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedCheckpoint,
                          ::testing::Values(MAXCTX_TEST_FIXTURES "/tiny_llama",
                                            MAXCTX_TEST_FIXTURES "/tiny_mixtral"),
@@ -94,7 +139,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, QuantizedCheckpoint,
 
 std::string load_error(const std::vector<std::string>& overrides) {
   try {
-    load_inference_model(inference_config(overrides), cpu());
+    const Config c = inference_config(overrides);
+    load_inference_model(c, cpu(), mesh_of(c));
   } catch (const Error& e) {
     return e.what();
   }

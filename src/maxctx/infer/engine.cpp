@@ -8,6 +8,7 @@
 #include "maxctx/core/memory_check.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/core/trace.h"
+#include "maxctx/infer/model_source.h"
 #include "maxctx/model/memory_estimate.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
@@ -86,11 +87,24 @@ InferenceSettings inference_settings_from(const Config& c, int64_t ca) {
 
 namespace {
 
+// This rank's weights (inference_weight_specs) out of the whole model's, in weight_dtype.
 Tensor weights_in_dtype(const kernels::Kernels& kernels, const model::LlamaConfig& model,
-                        const std::vector<float>& weights) {
-  const auto n = static_cast<int64_t>(weights.size());
-  Tensor flat = kernels.empty({n}, model.weight_dtype);
-  kernels::upload_floats(kernels, flat.view(), weights);
+                        const std::vector<float>& weights, const Mesh& mesh) {
+  const std::vector<model::WeightSpec> whole = model::llama_weight_specs(model);
+  MAXCTX_CHECK_EQ(static_cast<int64_t>(weights.size()), model::total_numel(whole),
+                  "weights of another model");
+  const Communicator& ca = mesh.axis(Axis::kContextAutoregressive);
+  const std::vector<model::WeightSpec> mine = inference_weight_specs(model, ca.size(), ca.rank());
+  std::vector<float> held;
+  held.reserve(static_cast<size_t>(model::total_numel(mine)));
+  for (size_t i = 0; i < whole.size(); ++i) {
+    // The lists name the same tensors in order; a held tensor is whole (no tensor axis here).
+    if (mine[i].numel() == 0) continue;
+    const auto first = weights.begin() + whole[i].offset;
+    held.insert(held.end(), first, first + whole[i].numel());
+  }
+  Tensor flat = kernels.empty({static_cast<int64_t>(held.size())}, model.weight_dtype);
+  kernels::upload_floats(kernels, flat.view(), held);
   return flat;
 }
 
@@ -99,7 +113,8 @@ Tensor weights_in_dtype(const kernels::Kernels& kernels, const model::LlamaConfi
 InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
                                  const model::LlamaConfig& model, const std::vector<float>& weights,
                                  const Mesh& mesh)
-    : InferenceEngine(kernels, settings, model, weights_in_dtype(kernels, model, weights), mesh) {}
+    : InferenceEngine(kernels, settings, model, weights_in_dtype(kernels, model, weights, mesh),
+                      mesh) {}
 
 InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
                                  const model::LlamaConfig& model, Tensor weights, const Mesh& mesh,
@@ -119,8 +134,9 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
       model_, settings_.slots, settings_.max_target_length, ca, settings_.quantize_kvcache);
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "inference",
                        memory.detail);
-  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(model_);
-  MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs), "weights of another model");
+  const std::vector<model::WeightSpec> specs = inference_weight_specs(model_, ca, ca_.rank());
+  MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs),
+                  "weights of another model, or not this rank's (load_inference_model)");
   MAXCTX_CHECK(flat_.dtype() == model_.weight_dtype, "weights in {} for a model of weight_dtype {}",
                dtype_name(flat_.dtype()), dtype_name(model_.weight_dtype));
   llama_weights_ = model::bind_weights(specs, flat_.view());

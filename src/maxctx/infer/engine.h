@@ -67,10 +67,11 @@ struct GenerateResult {
 
 class InferenceEngine {
  public:
-  // `weights`: every parameter in llama_weight_specs(model) layout (tensor size 1), as loaded or
-  // initialised; the engine keeps it. Collective only in that every rank must build one.
-  // weights: the flat llama_weight_specs(model) buffer in model.weight_dtype; the f32 vector
-  // form converts it to that dtype first.
+  // `weights`: this rank's parameters in inference_weight_specs layout (infer/model_source.h:
+  // every weight, but only this rank's experts when they split over context_autoregressive), in
+  // model.weight_dtype, as load_inference_model returns them; the engine keeps it. The f32
+  // vector form takes the whole model (llama_weight_specs layout) and keeps this rank's part,
+  // converted to weight_dtype. Collective only in that every rank must build one.
   // int8: a quantized checkpoint's projections (their regions of `weights` hold no values), read
   // instead of quantizing the weights; needs settings.int8_weights.
   InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
@@ -106,6 +107,10 @@ class InferenceEngine {
   const InferenceSettings& settings() const { return settings_; }
   const model::LlamaConfig& model_config() const { return model_; }
   const model::InferenceWeights& weights() const { return *inference_weights_; }
+  // What this rank's weights occupy: the flat weights it loaded plus their int8 copies.
+  int64_t resident_weight_bytes() const {
+    return static_cast<int64_t>(flat_.view().bytes()) + inference_weights_->int8_copy_bytes();
+  }
   const parallel::KvCache& cache() const { return *plans_.cache; }
   // Whether decode steps split the MLP and head rows over the axis (sequence sharding, ca > 1).
   bool decode_row_split() const { return plans_.row_split != nullptr; }

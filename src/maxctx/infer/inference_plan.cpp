@@ -1,10 +1,10 @@
 #include "maxctx/infer/inference_plan.h"
 
 #include <cmath>
-#include <map>
 
 #include "maxctx/core/split.h"
 #include "maxctx/infer/microbenchmark.h"
+#include "maxctx/infer/model_source.h"
 #include "maxctx/model/inference.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/kv_cache.h"
@@ -43,32 +43,25 @@ InferencePlan plan_inference(const Config& c) {
   p.settings = inference_settings_from(c, p.ca);
   p.model = model::llama_config_from(c);
   const model::LlamaConfig& m = p.model;
-  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m);
+  // The weights one rank holds, as the loader reads them (rank 0's: experts split evenly, so
+  // every rank holds as many bytes).
+  const std::vector<model::WeightSpec> specs = inference_weight_specs(m, p.ca, 0);
   const bool split = p.settings.decode == DecodeSharding::kSequence && p.ca > 1;
   p.weight_bytes = model::total_numel(specs) * static_cast<int64_t>(dtype_size(m.weight_dtype));
-  // A step reads every expert of this rank's share (InferenceWeights::bytes_per_step: a layer's
-  // experts' bytes over the ranks they split over).
-  const int64_t expert_ranks = parallel::inference_expert_ranks(m.num_experts, p.ca);
-  std::map<int, int64_t> expert_bytes_per_layer;
   for (const model::WeightSpec& s : specs) {
+    if (s.numel() == 0) continue;  // another rank's expert
     if (p.settings.int8_weights && quantized(s)) {
       p.int8_copy_bytes += stored_bytes(s, s.rows, true, m.weight_dtype);
     }
     if (s.role == WeightRole::kEmbedding && !m.tie_embeddings) continue;  // one row per token
     const int64_t rows = split && row_split(s, m) ? split_count(s.rows, p.ca, 0) : s.rows;
-    if (s.expert >= 0) {
-      expert_bytes_per_layer[s.layer] +=
-          stored_bytes(s, rows, p.settings.int8_weights, m.weight_dtype);
-      continue;
-    }
+    // A step reads every weight this rank holds, its experts included (InferenceWeights::
+    // bytes_per_step).
     p.decode_step_bytes += stored_bytes(s, rows, p.settings.int8_weights, m.weight_dtype);
     if (split && row_split(s, m) && p.settings.int8_weights) {
       // The split part of an int8 matrix is its own copy beside the whole one.
       p.int8_copy_bytes += stored_bytes(s, rows, true, m.weight_dtype);
     }
-  }
-  for (const auto& [layer, bytes] : expert_bytes_per_layer) {
-    p.decode_step_bytes += bytes / expert_ranks;
   }
   parallel::InferenceSharding sharding;
   sharding.decode = p.settings.decode;

@@ -129,8 +129,8 @@ ArTiming benchmark_autoregressive(InferenceEngine& engine, int64_t iters, int64_
   for (int64_t i = 0; i < iters; ++i) {
     seconds += timed(engine.axis(), [&] { engine.decode_step(tokens, active); });
     // What the step streamed: every weight and this rank's cache rows in use after its append.
-    bytes += engine.weights().bytes_per_step(engine.decode_row_split(), engine.expert_ranks()) +
-             engine.cache().bytes_in_use();
+    bytes +=
+        engine.weights().bytes_per_step(engine.decode_row_split()) + engine.cache().bytes_in_use();
   }
   const double step_s = seconds / double(iters);
   t.step_ms = step_s * 1e3;
@@ -173,7 +173,9 @@ nlohmann::json run_inference_microbenchmark(InferenceEngine& engine,
   nlohmann::json results;
   const double gb = 1e9;
   results["sizes"] = {
+      // The whole model: a rank holds 1/expert_ranks of the experts (evenly split).
       {"model_size_in_gb", double(engine.weights().bytes_per_step() +
+                                  engine.weights().expert_bytes() * (engine.expert_ranks() - 1) +
                                   m.vocab_size * m.emb_dim * int64_t{sizeof(float)}) /
                                gb},
       {"cache_size_in_gb", double(engine.cache().bytes()) * double(engine.ca()) / gb},
@@ -182,6 +184,9 @@ nlohmann::json run_inference_microbenchmark(InferenceEngine& engine,
             results["sizes"]["model_size_in_gb"].get<double>(),
             results["sizes"]["model_params_in_billions"].get<double>(),
             results["sizes"]["cache_size_in_gb"].get<double>(), engine.cache().bytes());
+  // Not a MaxText key: what this rank holds (only its experts when they split over ranks).
+  log::info("Weights held per device: {} bytes (with their int8 copies)",
+            engine.resident_weight_bytes());
   if (o.prefill) {
     for (int64_t length : o.prefill_lengths) {
       const PrefillTiming t = benchmark_prefill(engine, length, o.iters, o.warmup);

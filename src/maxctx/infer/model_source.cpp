@@ -9,6 +9,7 @@
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/memory_estimate.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::infer {
 namespace {
@@ -22,8 +23,17 @@ void check_weights_fit(const model::LlamaConfig& config) {
 
 }  // namespace
 
-InferenceModel load_inference_model(const Config& c, const kernels::Kernels& kernels) {
+std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config, int64_t ca,
+                                                      int ca_rank) {
+  const auto ranks =
+      static_cast<int>(parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, ca));
+  return model::llama_weight_specs(config, 1, 0, ranks, ranks == 1 ? 0 : ca_rank);
+}
+
+InferenceModel load_inference_model(const Config& c, const kernels::Kernels& kernels,
+                                    const Mesh& mesh) {
   namespace fs = std::filesystem;
+  const Communicator& ca = mesh.axis(Axis::kContextAutoregressive);
   InferenceModel m;
   const std::string& dir = c.load_parameters_path;
   if (c.checkpoint_is_quantized && (dir.empty() || c.quantization != "int8")) {
@@ -35,7 +45,7 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   if (dir.empty()) {
     m.config = model::llama_config_from(c);
     check_weights_fit(m.config);
-    const auto specs = model::llama_weight_specs(m.config);
+    const auto specs = inference_weight_specs(m.config, ca.size(), ca.rank());
     m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
     model::init_weights(kernels, specs, m.weights.view(),
                         static_cast<uint64_t>(c.init_weights_seed));
@@ -59,7 +69,7 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
     m.config = model::llama_config_from(c);
   }
   check_weights_fit(m.config);
-  const auto specs = model::llama_weight_specs(m.config);
+  const auto specs = inference_weight_specs(m.config, ca.size(), ca.rank());
   m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
   if (c.checkpoint_is_quantized) {
     if (m.config.tie_embeddings) {

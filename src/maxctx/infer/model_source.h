@@ -12,24 +12,37 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/kernels.h"
+#include "maxctx/mesh/mesh.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/quantized_checkpoint.h"
+#include "maxctx/model/weights.h"
 
 namespace maxctx::infer {
 
 struct InferenceModel {
   model::LlamaConfig config;
-  Tensor weights;              // llama_weight_specs(config) layout, tensor size 1, weight_dtype
+  Tensor weights;              // inference_weight_specs layout (this rank's), weight_dtype
   std::string source;          // for the log: the directory, or "random init (seed N)"
   model::Int8Parameters int8;  // checkpoint_is_quantized: the projections' codes and scales
 };
 
+// The weights context_autoregressive rank `ca_rank` of `ca` holds: every weight, except that
+// when a mixture of experts' experts split over ca (parallel::inference_expert_ranks) the other
+// ranks' experts keep empty specs (rank r holds experts [r·X/ca, (r+1)·X/ca)). The one list the
+// loader, the engine and the inference plan read.
+std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config, int64_t ca,
+                                                      int ca_rank);
+
 // Weights are read (or initialised) straight into config.weight_dtype through `kernels`: a BF16
-// checkpoint with weight_dtype=bfloat16 never exists in f32.
-InferenceModel load_inference_model(const Config& config, const kernels::Kernels& kernels);
+// checkpoint with weight_dtype=bfloat16 never exists in f32. Only this rank's weights
+// (inference_weight_specs on mesh's context_autoregressive axis) are read or allocated: another
+// rank's experts are never read from disk.
+InferenceModel load_inference_model(const Config& config, const kernels::Kernels& kernels,
+                                    const Mesh& mesh);
 
 }  // namespace maxctx::infer

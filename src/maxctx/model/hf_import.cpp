@@ -265,6 +265,7 @@ void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSp
   // the backend's memory (one copy for a whole tensor).
   Tensor full;  // on the host, flat's dtype
   for (const WeightSpec& s : specs) {
+    if (s.numel() == 0) continue;  // another expert rank's expert: not read from disk
     const Shape shape =
         s.global_cols == 1 ? Shape{s.global_rows} : Shape{s.global_rows, s.global_cols};
     const TensorView out = flat.elements(s.offset, s.numel());

@@ -85,6 +85,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     // The experts as the dense MLP; the router stays fp32 (X rows: small, and the choices
     // follow its logits' order).
     for (ExpertWeights& e : l.moe.experts) {
+      if (e.w_gate.numel() == 0) continue;  // another rank's expert (infer/model_source.h)
       all.push_back({&e.w_gate, &e.w_gate_i8});
       all.push_back({&e.w_up, &e.w_up_i8});
       all.push_back({&e.w_down, &e.w_down_i8});
@@ -108,7 +109,27 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   }
 }
 
-int64_t InferenceWeights::bytes_per_step(bool row_split, int64_t expert_ranks) const {
+namespace {
+
+// The experts of layer `l` this rank holds, as stored (int8 codes plus scales, or fp32).
+int64_t layer_expert_bytes(const DecoderLayerWeights& l) {
+  int64_t bytes = 0;
+  for (const ExpertWeights& e : l.moe.experts) {
+    bytes += weight_bytes(e.w_gate, e.w_gate_i8) + weight_bytes(e.w_up, e.w_up_i8) +
+             weight_bytes(e.w_down, e.w_down_i8);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+int64_t InferenceWeights::expert_bytes() const {
+  int64_t bytes = 0;
+  for (const DecoderLayerWeights& l : layers) bytes += layer_expert_bytes(l);
+  return bytes;
+}
+
+int64_t InferenceWeights::bytes_per_step(bool row_split) const {
   MAXCTX_CHECK(!row_split || !mlp_parts.empty(), "these weights hold no row split");
   int64_t bytes =
       linear_bytes(row_split ? lm_head_part : lm_head) + static_cast<int64_t>(final_norm.bytes());
@@ -116,15 +137,9 @@ int64_t InferenceWeights::bytes_per_step(bool row_split, int64_t expert_ranks) c
     const DecoderLayerWeights& l = layers[i];
     for (const Linear* p : {&l.wq, &l.wk, &l.wv, &l.wo}) bytes += linear_bytes(*p);
     if (!l.moe.experts.empty()) {
-      // Every expert (this rank's share of them when they are split), as a step with enough
-      // tokens reads them all.
-      bytes += static_cast<int64_t>(l.moe.router.bytes());
-      int64_t experts = 0;
-      for (const ExpertWeights& e : l.moe.experts) {
-        experts += weight_bytes(e.w_gate, e.w_gate_i8) + weight_bytes(e.w_up, e.w_up_i8) +
-                   weight_bytes(e.w_down, e.w_down_i8);
-      }
-      bytes += experts / expert_ranks;
+      // Every expert this rank holds (its share when they are split over ranks: the others'
+      // are empty), as a step with enough tokens reads them all.
+      bytes += static_cast<int64_t>(l.moe.router.bytes()) + layer_expert_bytes(l);
     } else if (row_split) {
       const MlpRowsPart& m = mlp_parts[i];
       for (const Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) bytes += linear_bytes(*p);
@@ -133,6 +148,12 @@ int64_t InferenceWeights::bytes_per_step(bool row_split, int64_t expert_ranks) c
     }
     bytes += static_cast<int64_t>(l.attn_norm.bytes() + l.mlp_norm.bytes());
   }
+  return bytes;
+}
+
+int64_t InferenceWeights::int8_copy_bytes() const {
+  int64_t bytes = 0;
+  for (const kernels::Int8Weights& w : quantized_) bytes += int8_weight_bytes(w.out_dim, w.in_dim);
   return bytes;
 }
 

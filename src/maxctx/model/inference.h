@@ -57,9 +57,13 @@ class InferenceWeights {
   bool int8() const { return !quantized_.empty(); }
   // Bytes one decode step streams: every projection and the head as stored (int8 codes plus
   // scales, or fp32), the norms, and one embedding row per token is not counted. With
-  // row_split, the MLP and head rows of this rank's part instead of the whole matrices; with
-  // the experts split over `expert_ranks` ranks, this rank's share of them.
-  int64_t bytes_per_step(bool row_split = false, int64_t expert_ranks = 1) const;
+  // row_split, the MLP and head rows of this rank's part instead of the whole matrices. Only
+  // the experts this rank holds (infer/model_source.h inference_weight_specs) are counted.
+  int64_t bytes_per_step(bool row_split = false) const;
+  // The experts this rank holds, as stored (bytes_per_step's part of them).
+  int64_t expert_bytes() const;
+  // The int8 copies this holds (codes and scales as int8_weight_bytes counts them), as packed.
+  int64_t int8_copy_bytes() const;
 
   TensorView embed;       // (V, E)
   TensorView final_norm;  // (E)

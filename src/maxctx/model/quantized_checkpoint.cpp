@@ -15,8 +15,10 @@ std::vector<int64_t> spec_shape(const WeightSpec& s) {
   return s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols};
 }
 
+// Whole tensors, or none of another expert rank's expert (inference's experts split over ranks).
 void check_whole(const WeightSpec& s) {
-  MAXCTX_CHECK(s.rows == s.global_rows && s.cols == s.global_cols,
+  const bool other_expert = s.expert_weight() && s.numel() == 0;
+  MAXCTX_CHECK(other_expert || (s.rows == s.global_rows && s.cols == s.global_cols),
                "a quantized checkpoint holds whole tensors (tensor size 1), not {}'s shard",
                s.name);
 }
@@ -104,6 +106,7 @@ Int8Parameters read_int8_checkpoint(const kernels::Kernels& k, const std::vector
   p.scales = k.empty({scale_count});
   int64_t next_code = 0, next_scale = 0;
   for (const WeightSpec& s : specs) {
+    if (s.numel() == 0) continue;  // another expert rank's expert: not read from disk
     const TensorView region = flat.elements(s.offset, s.numel());
     if (!int8_quantized(s)) {
       // Read on the host, then one copy into the backend's memory.
