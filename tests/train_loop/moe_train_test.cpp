@@ -8,11 +8,16 @@
 // {fsdp=2, context=2}. The expert axis (experts split over it, rows exchanged with
 // all_to_allv, the batch split over it like data): {expert=2} on both dispatch paths and with
 // dropping; on 4 ranks {expert=2, context=2} (both paths), {fsdp=2, expert=2},
-// {expert=2, tensor=2} and {expert=4}. The mixture is per token; the load-balance statistics
-// are summed per sequence over context before the per-sequence loss. What is not implemented
-// yet for a mixture of experts is a clear error.
+// {expert=2, tensor=2} and {expert=4}. Dense dispatch with dropping under context (each rank
+// counting an expert's choices after those of the chunks before its own, in the sequence's
+// token order) on {context=2} and {context=4}, all_gather and ring, balanced or not, and on
+// {context=2, expert=2}: tokens drop, and the dropped count equals the one-rank run's every
+// step. The mixture is per token; the load-balance statistics are summed per sequence over
+// context before the per-sequence loss. What is not implemented yet for a mixture of experts
+// is a clear error.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "maxctx/mesh/mesh.h"
@@ -51,6 +56,8 @@ TrainedRun run_alone(const std::vector<std::string>& overrides) {
 void expect_same_run(const TrainedRun& run, const TrainedRun& reference, double tolerance) {
   ASSERT_EQ(run.history.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
+    // The same (token, choice) pairs drop as on one rank (counts are exact integers).
+    EXPECT_EQ(run.history[i].moe_dropped, reference.history[i].moe_dropped) << "step " << i;
     const double expected = reference.history[i].loss;
     EXPECT_LT(std::fabs(run.history[i].loss - expected) / expected, tolerance) << "step " << i;
     const double lb = reference.history[i].moe_lb_loss;
@@ -59,8 +66,11 @@ void expect_same_run(const TrainedRun& run, const TrainedRun& reference, double 
   const double error = norm_relative_error(run.params, reference.params);
   EXPECT_LT(error, tolerance);
   if (Communicator::world().rank() == 0) {
-    std::printf("parameters norm-relative error %.3g, last loss %.17g vs %.17g\n", error,
-                run.history[2].loss, reference.history[2].loss);
+    std::printf(
+        "parameters norm-relative error %.3g, last loss %.17g vs %.17g, dropped %lld vs %lld\n",
+        error, run.history[2].loss, reference.history[2].loss,
+        static_cast<long long>(run.history[2].moe_dropped),
+        static_cast<long long>(reference.history[2].moe_dropped));
   }
 }
 
@@ -150,6 +160,9 @@ std::vector<MoeMesh> moe_meshes() {
     return keys;
   };
   const std::vector<std::string> dense = {"sparse_matmul=false"};
+  const std::vector<std::string> context4 = {"ici_fsdp_parallelism=1", "ici_context_parallelism=4"};
+  const std::string ring = "context_parallel_strategy=ring";
+  const std::string contiguous = "context_parallel_load_balance=false";
   // capacity int(ceil(48·2/4)·0.5) = 12 of 48 tokens' choices per expert: tokens drop.
   const std::vector<std::string> dropping = {"sparse_matmul=false", "capacity_factor=0.5"};
   return {
@@ -174,6 +187,16 @@ std::vector<MoeMesh> moe_meshes() {
       {4, {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, {}, "1", 4},
       {4, {"ici_fsdp_parallelism=2", "ici_expert_parallelism=2"}, dense, "1", 4},
       {4, {"ici_fsdp_parallelism=1", "ici_expert_parallelism=4"}, {}, "1", 4},
+      // Dropping under context: the counts of earlier chunks come from the other ranks.
+      {2, context, dropping, "1"},
+      {2, with(context, {ring}), dropping, "1"},
+      {2, with(context, {contiguous}), dropping, "1"},
+      {2, with(context, {ring, contiguous, "remat_policy=full"}), dropping, "1"},
+      {4, context4, dropping, "0.5"},
+      {4, with(context4, {ring}), dropping, "0.5"},
+      {4, with(context4, {contiguous}), dropping, "0.5"},
+      {4, with(context4, {ring, contiguous}), dropping, "0.5"},
+      {4, with(expert, {"ici_context_parallelism=2"}), dropping, "0.5"},
   };
 }
 
@@ -201,6 +224,16 @@ TEST(MoeTraining, MeshesMatchTheSingleDeviceRun) {
     Trainer trainer(config, mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
     trainer.run();
     SCOPED_TRACE(::testing::PrintToString(m.mesh) + ::testing::PrintToString(m.dispatch));
+    const bool drops =
+        std::find(m.dispatch.begin(), m.dispatch.end(), "capacity_factor=0.5") != m.dispatch.end();
+    for (const StepRecord& r : reference.history) {
+      // The capacity is small enough that pairs drop (or, without it, none can).
+      if (drops) {
+        EXPECT_GT(r.moe_dropped, 0) << "step " << r.step;
+      } else {
+        EXPECT_EQ(r.moe_dropped, 0) << "step " << r.step;
+      }
+    }
     expect_same_run({trainer.history(), trainer.gather_parameters()}, reference, 1e-5);
   }
 }
@@ -242,10 +275,6 @@ std::string trainer_error(std::vector<std::string> mesh_keys) {
 
 TEST(MoeTraining, MeshesNotImplementedYetAreClearErrors) {
   if (Communicator::world().size() != 2) GTEST_SKIP() << "needs 2 ranks";
-  EXPECT_NE(trainer_error({"ici_fsdp_parallelism=1", "ici_context_parallelism=2",
-                           "per_device_batch_size=1", "sparse_matmul=false", "capacity_factor=1"})
-                .find("(token dropping) under context parallelism (2) is not implemented"),
-            std::string::npos);
   const std::string indivisible =
       trainer_error({"ici_fsdp_parallelism=1", "ici_expert_parallelism=2",
                      "per_device_batch_size=1", "num_experts=3", "override_model_config=true"});

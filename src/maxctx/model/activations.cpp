@@ -57,7 +57,7 @@ LocalDims local_dims(const LlamaConfig& c, int64_t batch, int64_t seq, int tenso
 
 LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConfig& c,
                                       int64_t batch, int64_t seq, int tensor_size,
-                                      const RematPolicy& remat) {
+                                      const RematPolicy& remat, int64_t context) {
   const auto [N, E, Hq, Hkv, D, F] = local_dims(c, batch, seq, tensor_size);
   // Statistics, logits, the tensor-axis sums (proj) and the backward's gradients are f32.
   const DType dt = c.dtype;
@@ -80,7 +80,7 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
       layer.*f.member =
           f.kept ? a.storage.emplace_back(k.empty(f.shape, f.dtype)).view() : scratch.*f.member;
     }
-    if (c.moe) layer.moe = allocate_moe_buffers(k, c, batch, seq);
+    if (c.moe) layer.moe = allocate_moe_buffers(k, c, batch, seq, context);
   }
   a.final_norm_rstd = k.empty({N});
   a.final_norm_out = k.empty({N, E}, dt);
@@ -96,7 +96,7 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   a.d_v = k.empty({N, Hkv, D});
   a.d_attn = k.empty({N, Hq, D});
   if (c.moe) {
-    a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq);
+    a.moe_grad = allocate_moe_grad_buffers(k, c, batch, seq, context);
   } else {
     a.d_gate = k.empty({N, F});
     a.d_up = k.empty({N, F});

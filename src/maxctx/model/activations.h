@@ -86,7 +86,7 @@ struct LlamaActivations {
 // `remat`: which layer activations are kept for the backward (default: all of them).
 LlamaActivations allocate_activations(const kernels::Kernels& kernels, const LlamaConfig& config,
                                       int64_t batch, int64_t seq, int tensor_size = 1,
-                                      const RematPolicy& remat = {});
+                                      const RematPolicy& remat = {}, int64_t context = 1);
 
 // Every byte `activations` holds now (each buffer once, the MoE buffers included), counted
 // from the buffers themselves: what the test of activation_bytes_per_token and of `maxctx

@@ -55,7 +55,7 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     // (no `down` step) redoes only the norm above, which the backward reads as the experts' input.
     if (!steps.down) return;
     moe_forward(k, c, w.moe, tokens.batch, tokens.seq, b.mlp_norm_out, b.proj, *b.moe,
-                plan.sequence, plan.experts);
+                plan.sequence, plan.experts, plan.chunks);
     plan.tensor->all_reduce_sum(b.proj);  // the experts' w2 is row-parallel like down_proj
   } else if (plan.row_split != nullptr) {
     // This rank's hidden units (gate and up hold (N, Fr)), gathered; then its output rows.

@@ -87,6 +87,8 @@ struct DecoderLayerPlan {
   parallel::TensorReducer* sequence = nullptr;
   // Training under the expert axis: ModelPlan::experts (a mixture of experts' row exchange).
   parallel::ExpertExchange* experts = nullptr;
+  // Training under context parallelism: ModelPlan::chunks (dense MoE dispatch with dropping).
+  parallel::SequenceChunks* chunks = nullptr;
 };
 
 // Rotary position embedding tables and the attention dims for a batch (computed once, shared by

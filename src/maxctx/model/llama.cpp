@@ -165,6 +165,7 @@ struct TrainingLayers {
     layer_plan.attention = &attention;
     layer_plan.tensor = plan.tensor;
     layer_plan.sequence = plan.sequence;
+    layer_plan.chunks = plan.chunks;
     layer_plan.experts = plan.experts;
   }
   PlanAttention attention;
@@ -208,7 +209,10 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   head_after_use(c, plan);
   LossSums sums;
   if (c.moe) {
-    for (const LayerActivations& a : acts.layers) sums.moe_lb_sum += a.moe.load_balance;
+    for (const LayerActivations& a : acts.layers) {
+      sums.moe_lb_sum += a.moe.load_balance;
+      sums.moe_dropped += a.moe.dropped;
+    }
   }
   if (b.targets == nullptr) return sums;
   MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");

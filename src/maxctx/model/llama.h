@@ -42,6 +42,8 @@ struct LossSums {
   // sequences of the per-sequence load-balance terms (moe_block.h); MaxText's moe_lb_loss is
   // the sum over all ranks times moe_lb_scale.
   double moe_lb_sum = 0.0;
+  // Mixture of experts: (token, choice) pairs dense dispatch dropped, summed over layers.
+  int64_t moe_dropped = 0;
 };
 
 // moe_lb_loss = moe_lb_scale · Σ moe_lb_sum: MaxText's mean over layers of each layer's mean

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "maxctx/core/check.h"
+#include "maxctx/model/moe_dropping.h"
 #include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::model {
@@ -14,10 +15,11 @@ TensorView leading_rows(const Tensor& buffer, int64_t R, int64_t cols) {
   return buffer.view().elements(0, R * cols).reshaped({R, cols});
 }
 
-int64_t rows_for(const LlamaConfig& c, int64_t batch, int64_t seq) {
+// `context`: the ranks each row of `seq` tokens here is one part of (moe_dropping.h).
+int64_t rows_for(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
   if (c.sparse_matmul) return batch * seq * c.num_experts_per_tok;
   return c.num_experts * batch *
-         expert_capacity(seq, c.num_experts, c.num_experts_per_tok, c.capacity_factor);
+         dense_slots(seq, context, c.num_experts, c.num_experts_per_tok, c.capacity_factor);
 }
 
 // One buffer of MoeBuffers or MoeGradBuffers at N tokens and R rows: the one list that the
@@ -223,29 +225,9 @@ void sparse_dispatch(const MoeRouting& routing, int64_t N, int64_t X, int64_t K,
 
 void dense_dispatch(const MoeRouting& routing, int64_t batch, int64_t seq, int64_t X, int64_t K,
                     int64_t capacity, MoeDispatch& d) {
-  MAXCTX_CHECK_GT(capacity, 0, "an expert capacity");
-  const int64_t N = batch * seq;
-  d.expert_begin.resize(static_cast<size_t>(X + 1));
-  for (int64_t x = 0; x <= X; ++x) d.expert_begin[x] = x * batch * capacity;
-  d.row_token.assign(static_cast<size_t>(X * batch * capacity), -1);
-  d.choice_row.assign(static_cast<size_t>(N * K), -1);
-  std::vector<int64_t> count(static_cast<size_t>(X));
-  for (int64_t b = 0; b < batch; ++b) {
-    std::fill(count.begin(), count.end(), 0);
-    // MaxText's cumsum over the sequence's (token, choice) pairs in order: the c-th pair sent
-    // to an expert takes slot c - 1 when c <= capacity, and is dropped otherwise.
-    for (int64_t s = 0; s < seq; ++s) {
-      const int64_t t = b * seq + s;
-      for (int64_t j = 0; j < K; ++j) {
-        const int64_t x = routing.top_index[t * K + j];
-        const int64_t slot = count[x]++;
-        if (slot >= capacity) continue;
-        const int64_t row = (x * batch + b) * capacity + slot;
-        d.row_token[row] = t;
-        d.choice_row[t * K + j] = row;
-      }
-    }
-  }
+  // One chunk per row counted from zero: the one-rank plan.
+  const std::vector<int64_t> no_offsets(static_cast<size_t>(batch * X), 0);
+  dense_dispatch_chunks(routing, batch, seq, X, K, capacity, capacity, 1, no_offsets, d);
 }
 
 void sequence_statistics(const MoeRouting& routing, const float* probs, int64_t batch, int64_t seq,
@@ -289,22 +271,22 @@ double load_balance_sum(const float* stats, int64_t batch, int64_t local_seq, in
 }
 
 MoeBuffers allocate_moe_buffers(const kernels::Kernels& k, const LlamaConfig& c, int64_t batch,
-                                int64_t seq) {
+                                int64_t seq, int64_t context) {
   MoeBuffers b;
-  reserve_rows(k, c, batch * seq, rows_for(c, batch, seq), b);
+  reserve_rows(k, c, batch * seq, rows_for(c, batch, seq, context), b);
   return b;
 }
 
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& k, const LlamaConfig& c,
-                                         int64_t batch, int64_t seq) {
+                                         int64_t batch, int64_t seq, int64_t context) {
   MoeGradBuffers g;
-  reserve_grad_rows(k, c, batch * seq, rows_for(c, batch, seq), g);
+  reserve_grad_rows(k, c, batch * seq, rows_for(c, batch, seq, context), g);
   return g;
 }
 
-MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq) {
+MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
   const int64_t N = batch * seq;
-  const int64_t R = rows_for(c, batch, seq);
+  const int64_t R = rows_for(c, batch, seq, context);
   const int64_t statistics =
       c.load_balance_loss_weight > 0 ? batch * 2 * c.num_experts * int64_t{sizeof(float)} : 0;
   return {bytes_of(forward_fields(c, N, R)) + statistics, bytes_of(backward_fields(c, N, R))};
@@ -312,21 +294,27 @@ MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq
 
 void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,
                  int64_t batch, int64_t seq, TensorView x, TensorView out, MoeBuffers& b,
-                 parallel::TensorReducer* sequence, parallel::ExpertExchange* experts) {
+                 parallel::TensorReducer* sequence, parallel::ExpertExchange* experts,
+                 parallel::SequenceChunks* chunks) {
   check_weights(c, w);
   const auto [N, E, F, X, K] = moe_dims(c, w, batch, seq, experts);
   MAXCTX_CHECK(x.numel() == N * E && out.numel() == N * E, "MoE input/output of {} tokens", N);
-  reserve_rows(k, c, N, rows_for(c, batch, seq), b);
+  // Dropping under context counts across the ranks' chunks; without dropping nothing needs it.
+  const bool chunked = chunks != nullptr && !c.sparse_matmul && c.capacity_factor > 0;
+  reserve_rows(k, c, N, rows_for(c, batch, seq, chunked ? chunks->ranks() : 1), b);
   const TensorView logits = leading_rows(b.router_logits, N, X);
   const TensorView probs = leading_rows(b.router_probs, N, X);
   k.matmul_forward(logits, x.reshaped({N, E}), w.router);
   route_tokens(logits.data<float>(), N, X, K, probs.data<float>(), b.routing);
   if (c.sparse_matmul) {
     sparse_dispatch(b.routing, N, X, K, b.dispatch);
+  } else if (chunked) {
+    context_dense_dispatch(b.routing, batch, seq, X, K, c.capacity_factor, *chunks, b.dispatch);
   } else {
     dense_dispatch(b.routing, batch, seq, X, K, expert_capacity(seq, X, K, c.capacity_factor),
                    b.dispatch);
   }
+  b.dropped = dropped_choices(b.dispatch);
   b.load_balance = 0.0;
   if (c.load_balance_loss_weight > 0) {
     k.reserve(b.statistics, batch * 2 * X);

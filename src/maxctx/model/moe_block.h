@@ -16,6 +16,8 @@
 //     (MaxText's generate_masks: cumsum over the sequence's (token, choice) pairs). Empty slots
 //     are zero rows that still run through the matmuls, as MaxText's dense einsums do. A dropped
 //     choice contributes nothing; the other choices keep their weights (no renormalisation).
+//     Under context parallelism the count runs over the whole sequence across the ranks
+//     (model/moe_dropping.h).
 // The load-balance loss (MaxText's load_balance_loss, when load_balance_loss_weight > 0) is
 // summed per sequence here; model/llama.h turns the sums into the mean over layers and
 // sequences. model/moe_reference.h is the plain per-token loop the tests hold this against.
@@ -110,6 +112,7 @@ struct MoeBuffers {
   kernels::Int8Rows int8_rows;  // an expert's input rows quantized (int8 experts only)
   Tensor statistics;            // (B, 2, X) f32 whole-sequence load-balance statistics
   double load_balance = 0.0;    // load_balance_sum of the last forward (0 when the weight is 0)
+  int64_t dropped = 0;          // (token, choice) pairs the last forward's dispatch dropped
   // What this rank's experts run on: rows of expert_in, gate, up, hidden. Without the expert
   // axis these are the dispatch's rows, one segment per expert. Under it (ExpertExchange) the
   // dispatch's rows travel to their experts' ranks: expert_in holds the `local_rows` rows
@@ -136,11 +139,12 @@ struct MoeGradBuffers {
 };
 
 // Buffers for `batch` sequences of `seq` tokens (allocated up front so training allocates
-// nothing per step).
+// nothing per step); `context`: the ranks over which each sequence is split (its tokens here
+// are `seq` of seq·context), which sets dense dispatch's slots when tokens drop.
 MoeBuffers allocate_moe_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
-                                int64_t batch, int64_t seq);
+                                int64_t batch, int64_t seq, int64_t context = 1);
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
-                                         int64_t batch, int64_t seq);
+                                         int64_t batch, int64_t seq, int64_t context = 1);
 
 // What allocate_moe_buffers (with the load-balance statistics a forward adds) and
 // allocate_moe_grad_buffers hold for `batch` sequences of `seq` tokens; the routing's index
@@ -149,7 +153,8 @@ struct MoeBufferBytes {
   int64_t per_layer = 0;  // MoeBuffers, one per layer in training
   int64_t backward = 0;   // MoeGradBuffers, shared by the layers
 };
-MoeBufferBytes moe_buffer_bytes(const LlamaConfig& config, int64_t batch, int64_t seq);
+MoeBufferBytes moe_buffer_bytes(const LlamaConfig& config, int64_t batch, int64_t seq,
+                                int64_t context = 1);
 
 // out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq; under tensor parallelism
 // this rank's partial sum (the caller sums it over tensor, as after a row-parallel projection).
@@ -157,11 +162,15 @@ MoeBufferBytes moe_buffer_bytes(const LlamaConfig& config, int64_t batch, int64_
 // parts of these sequences. `experts` (may be null) is the expert axis: weights holds only this
 // rank's experts (the others' views are empty), the rows of the other ranks' experts go there
 // and their outputs come back; routing, dropping and the load-balance statistics are this
-// rank's tokens' own, as without the axis (its ranks hold different sequences).
+// rank's tokens' own, as without the axis (its ranks hold different sequences). `chunks` (may
+// be null) is the context axis' split of the sequences: dense dispatch with dropping counts
+// an expert's choices over the whole sequence in token order (moe_dropping.h), one small
+// all-gather per call; the backward reuses this forward's plan.
 void moe_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                  const MoeLayerWeights& weights, int64_t batch, int64_t seq, TensorView x,
                  TensorView out, MoeBuffers& buffers, parallel::TensorReducer* sequence = nullptr,
-                 parallel::ExpertExchange* experts = nullptr);
+                 parallel::ExpertExchange* experts = nullptr,
+                 parallel::SequenceChunks* chunks = nullptr);
 
 // d_x (N, E) f32 (overwritten) and the weights' gradients (accumulated into grads) from d_out
 // (N, E) f32, after moe_forward on the same x. d_load_balance is the loss's derivative with

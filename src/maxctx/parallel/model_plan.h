@@ -142,6 +142,25 @@ class ExpertExchange {
                              std::span<const int64_t> recv_rows) = 0;
 };
 
+// Under context parallelism a sequence is cut into chunks() chunks of equal length, chunk c
+// being tokens [c·S/chunks(), (c+1)·S/chunks()) in the sequence's order, spread over ranks()
+// ranks (parallel/load_balance.h: 2·cp chunks with load balancing, rank r holding r and
+// 2·cp−1−r; cp chunks without, rank r holding r). Dense MoE dispatch with capacity dropping
+// counts an expert's choices in token order over the whole sequence, so each rank needs the
+// counts of the chunks before its own: one all-gather of counts over the axis.
+class SequenceChunks {
+ public:
+  virtual ~SequenceChunks() = default;
+  virtual int ranks() const = 0;
+  virtual int64_t chunks() const = 0;
+  // The chunks this rank holds, in its local token order.
+  virtual std::span<const int64_t> local_chunks() const = 0;
+  // all (batch, chunks(), n) = every chunk's n counts per sequence, chunks in token order, from
+  // mine (batch, local_chunks().size(), n): this rank's chunks' in its local order. Collective.
+  virtual void gather_chunk_counts(std::span<const int64_t> mine, int64_t batch, int64_t n,
+                                   std::span<int64_t> all) = 0;
+};
+
 // The training model's plan: the backend its ops run on, and the parallel plans.
 struct ModelPlan {
   const kernels::Kernels* kernels = nullptr;
@@ -155,6 +174,9 @@ struct ModelPlan {
   TensorReducer* sequence = nullptr;
   // The expert axis; null when it has one rank (every expert is here).
   ExpertExchange* experts = nullptr;
+  // The context axis' chunks of each sequence (dense MoE dispatch with dropping); null: each
+  // rank holds whole sequences.
+  SequenceChunks* chunks = nullptr;
 };
 
 }  // namespace maxctx::parallel

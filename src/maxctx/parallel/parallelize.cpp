@@ -5,6 +5,7 @@
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/local_attention.h"
+#include "maxctx/parallel/sequence_chunks.h"
 #include "maxctx/parallel/tensor_parallel.h"
 
 namespace maxctx::parallel {
@@ -161,6 +162,9 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
   if (dims.context > 1) {
     plans.sequence = std::make_unique<TensorAllReduce>(context);  // sums over the axis given
     plans.model.sequence = plans.sequence.get();
+    plans.chunks =
+        std::make_unique<ContextSequenceChunks>(context, c.context_parallel_load_balance);
+    plans.model.chunks = plans.chunks.get();
   }
   if (dims.expert > 1) {
     plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert));

@@ -67,6 +67,7 @@ struct TrainingPlans {
   std::unique_ptr<ShardedParameters> parameters;  // null for a forward-only run
   std::unique_ptr<TensorReducer> sequence;        // sum over context (null when context = 1)
   std::unique_ptr<ExpertExchange> experts;        // the expert axis (null when expert = 1)
+  std::unique_ptr<SequenceChunks> chunks;         // context's chunks (null when context = 1)
   ModelPlan model;
 };
 

@@ -72,7 +72,7 @@ Evaluation::Evaluation(const Config& c, const Mesh& mesh, const parallel::Parall
   batches_ = c.eval_steps > 0 ? c.eval_steps : (set_rows_ + global_rows_ - 1) / global_rows_;
   acts_ = model::allocate_activations(kernels, model, rows_per_shard_,
                                       context_shard_len(c.max_target_length, cp_),
-                                      static_cast<int>(axes.tensor));
+                                      static_cast<int>(axes.tensor), {}, cp_);
   log::info("eval: {} batches of {} rows every {} steps from {}", batches_, global_rows_,
             c.eval_interval, source_->describe());
 }

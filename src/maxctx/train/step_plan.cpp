@@ -11,6 +11,7 @@
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/load_balance.h"
+#include "maxctx/parallel/sequence_chunks.h"
 #include "maxctx/parallel/sharded_parameters.h"
 #include "maxctx/train/initial_state.h"
 
@@ -53,7 +54,7 @@ void add_group(std::map<std::string, GroupLink>& groups, const MeshShape& shape,
 Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolicy& remat,
                             const std::vector<ShardedParameters::Unit>& units,
                             const parallel::AttentionOperands& x, int64_t cp, bool ring,
-                            int64_t tensor, const StepGroups& g) {
+                            bool load_balance, int64_t tensor, const StepGroups& g) {
   Traffic t;
   const int64_t L = m.num_layers;
   const auto gather = [&](int64_t unit) {
@@ -99,6 +100,15 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
     // The load-balance statistics (B, 2, X) of each layer's forward, summed over context.
     t.add(g.context, CollectiveKind::kAllReduce,
           x.batch * 2 * m.num_experts * int64_t{sizeof(float)}, L);
+  }
+  if (m.moe && cp > 1 && !m.sparse_matmul && m.capacity_factor > 0) {
+    // Dense dispatch with dropping: each layer's forward gathers its chunks' expert counts.
+    Traffic counts;
+    parallel::ContextSequenceChunks::add_traffic(
+        counts, g.context, cp, x.batch,
+        static_cast<int64_t>(parallel::context_chunks_of(cp, 0, load_balance).size()),
+        m.num_experts);
+    t.add(counts, L);
   }
   return t;
 }
@@ -163,7 +173,8 @@ TrainingPlan plan_training(const Config& config) {
   const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
   p.memory.activations = (act.layers_per_token + act.other_per_token) * tokens;
   if (m.moe) {
-    const model::MoeBufferBytes moe = model::moe_buffer_bytes(m, p.rows, p.local_seq);
+    const model::MoeBufferBytes moe =
+        model::moe_buffer_bytes(m, p.rows, p.local_seq, p.dims.context);
     p.memory.activations += moe.per_layer * m.num_layers + moe.backward;
   }
   const model::LocalDims d = model::local_dims(m, p.rows, p.local_seq, tp);
@@ -177,10 +188,11 @@ TrainingPlan plan_training(const Config& config) {
 
   // Communication: every micro-batch's, then the step's sums and the gradient norm.
   const StepGroups g = step_groups(sizes);
-  p.traffic.add(micro_batch_traffic(m, remat, units, x, cp, ring, p.dims.tensor, g),
+  p.traffic.add(micro_batch_traffic(m, remat, units, x, cp, ring, c.context_parallel_load_balance,
+                                    p.dims.tensor, g),
                 c.gradient_accumulation_steps);
   p.traffic.add(g.batch, CollectiveKind::kAllReduce, sizeof(double));      // total weight
-  p.traffic.add(g.batch, CollectiveKind::kAllReduce, 4 * sizeof(double));  // loss sums
+  p.traffic.add(g.batch, CollectiveKind::kAllReduce, 5 * sizeof(double));  // loss sums
   ShardedParameters::add_grad_norm_traffic(p.traffic, g.fsdp, g.tensor);
   // The step's metrics line, written by rank 0 (run_on_root over the world).
   if (c.derived.num_devices > 1) {

@@ -82,7 +82,8 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
     k.reserve(accumulated, parameters.grad_shard().numel());
     k.fill_zero(accumulated.view());
   }
-  double totals[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, correct, scored, load-balance sum
+  // loss sum, correct, scored, load-balance sum, dropped choices (exact in a double)
+  double totals[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
   for (const Batch& batch : micro_batches) {
     parameters.begin_step();  // zero gradients; weights re-gathered
     const UploadedBatch uploaded(k, batch);
@@ -96,6 +97,7 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
     totals[1] += static_cast<double>(accuracy.correct);
     totals[2] += static_cast<double>(accuracy.scored);
     totals[3] += sums.moe_lb_sum;
+    totals[4] += static_cast<double>(sums.moe_dropped);
     if (accumulate) {
       k.add_inplace(accumulated.view().elements(0, parameters.grad_shard().numel()),
                     parameters.grad_shard());
@@ -105,8 +107,9 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
     k.copy(parameters.grad_shard(),
            accumulated.view().elements(0, parameters.grad_shard().numel()));
   }
-  m.batch_group.all_reduce(std::span<double>(totals, 4), ReduceOp::kSum);
-  return {totals[0], global_weight, totals[1], totals[2], totals[3] * lb_scale};
+  m.batch_group.all_reduce(std::span<double>(totals, 5), ReduceOp::kSum);
+  return {totals[0], global_weight,        totals[1],
+          totals[2], totals[3] * lb_scale, static_cast<int64_t>(totals[4])};
 }
 
 StepSums evaluate(const StepModel& m, int64_t count,

@@ -34,6 +34,7 @@ struct StepSums {
   // Mixture of experts (training only): MaxText's moe_lb_loss, the mean over the step's
   // micro-batches of each one's load-balance loss; loss() includes it, as learning/loss does.
   double moe_lb_loss = 0.0;
+  int64_t moe_dropped = 0;  // (token, choice) pairs dense dispatch dropped, all layers
   double lm_loss() const { return weight_sum > 0 ? loss_sum / weight_sum : 0.0; }
   double loss() const { return lm_loss() + moe_lb_loss; }
   double accuracy() const { return scored > 0 ? correct / scored : 0.0; }

@@ -125,14 +125,6 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   s.model_config = training_model_config(s.config);
   s.config = with_model_dimensions(s.config, s.model_config);
   const Config& c = s.config;
-  if (s.model_config.moe && s.axes.context > 1 && !s.model_config.sparse_matmul &&
-      s.model_config.capacity_factor > 0) {
-    // Dropping counts an expert's tokens in sequence order, across the context shards.
-    fail(
-        "dense MoE dispatch with capacity_factor = {} (token dropping) under context parallelism "
-        "({}) is not implemented yet; use sparse_matmul=true or capacity_factor=-1 (#17)",
-        s.model_config.capacity_factor, s.axes.context);
-  }
   const int tp = static_cast<int>(s.axes.tensor);
   // Before any weight list or buffer is built: a run that cannot fit is one line, not bad_alloc.
   const model::MemoryEstimate memory = model::training_memory(
@@ -152,7 +144,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   const int64_t rows = c.derived.global_batch_size_to_train_on / s.axes.data_shards;
   const int64_t local_seq = context_shard_len(c.max_target_length, s.axes.context);
   s.acts = model::allocate_activations(s.kernels, s.model_config, rows, local_seq, tp,
-                                       model::remat_policy_from(c.remat_policy));
+                                       model::remat_policy_from(c.remat_policy), s.axes.context);
   s.adamw = adamw_config(c);
   s.schedule = learning_rate_schedule(c);
   s.run_dir = run_directory_of(c);
@@ -253,6 +245,7 @@ void Trainer::run(int64_t max_new_steps) {
     StepRecord record;
     record.step = s.step;
     record.moe_lb_loss = sums.moe_lb_loss;
+    record.moe_dropped = sums.moe_dropped;
     record.loss = sums.loss();
     record.grad_norm = raw_norm;
     record.accuracy = sums.accuracy();
@@ -291,6 +284,10 @@ void Trainer::run(int64_t max_new_steps) {
     if (s.model_config.moe) {
       metrics.extra.push_back({"learning/lm_loss", record.loss - record.moe_lb_loss});
       metrics.extra.push_back({"learning/moe_lb_loss", record.moe_lb_loss});
+      if (!s.model_config.sparse_matmul && s.model_config.capacity_factor > 0) {
+        metrics.extra.push_back(
+            {"learning/moe_dropped_choices", static_cast<double>(record.moe_dropped)});
+      }
     }
     if (record.evaluated) {
       metrics.extra.push_back({"eval/avg_loss", record.eval_loss});

@@ -27,6 +27,9 @@ struct StepRecord {
 
   // Mixture of experts: `loss` is the lm loss + moe_lb_loss (MaxText's learning/loss).
   double moe_lb_loss = 0.0;
+  // Dense dispatch with capacity_factor > 0: the (token, choice) pairs dropped over the step's
+  // layers, micro-batches and global batch (the same on every mesh as on one rank).
+  int64_t moe_dropped = 0;
   // Evaluation after this step (every eval_interval steps): MaxText's eval/avg_loss,
   // eval/avg_perplexity = exp(avg_loss), eval/total_weights.
   bool evaluated = false;
