@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -187,3 +189,26 @@ TEST(Recall, AccuracyCountsOnlyScoredTargets) {
 
 }  // namespace
 }  // namespace maxctx
+
+// The accuracy's arg max against std::max_element, its plain reference: random rows with ties,
+// signed zeros, infinities and NaNs in every position.
+TEST(Recall, FirstArgMaxIsMaxElements) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {0.0f, -0.0f, nan, inf, -inf, 1.0f, -1.0f};
+  std::mt19937 random(7);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const size_t n = 1 + random() % 40;
+    std::vector<float> row(n);
+    for (float& v : row) {
+      // Few distinct values, so that ties are common.
+      v = random() % 4 == 0 ? specials[random() % specials.size()]
+                            : static_cast<float>(static_cast<int>(random() % 5) - 2);
+    }
+    const auto expected = std::max_element(row.begin(), row.end()) - row.begin();
+    ASSERT_EQ(maxctx::first_arg_max(row), expected) << "trial " << trial;
+  }
+  std::vector<float> wide(8192);
+  for (float& v : wide) v = static_cast<float>(random() % 100000) / 7.0f;
+  EXPECT_EQ(maxctx::first_arg_max(wide), std::max_element(wide.begin(), wide.end()) - wide.begin());
+}

@@ -46,13 +46,24 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
       units_.empty() ? 0 : units_.back().shard_offset + units_.back().shard_count;
   gathered_.assign(units_.size(), false);
   const int64_t total = total_numel(specs);
-  // Untouched until a unit is gathered or its gradients written (Kernels::discard afterwards).
-  full_params_ = kernels.empty({total}, weight_dtype);
-  full_grads_ = kernels.empty({total}, DType::kF32);
   master_ = kernels.empty({shard_total}, weight_dtype);
   grad_shard_ = kernels.empty({shard_total}, DType::kF32);
   adam_m_ = kernels.empty({shard_total}, weight_dtype);
   adam_v_ = kernels.empty({shard_total}, weight_dtype);
+  full_is_shard_ = fsdp.size() == 1;
+  if (full_is_shard_) {
+    // One rank's shard of every unit is the whole unit, in the full buffer's order.
+    MAXCTX_CHECK_EQ(shard_total, total, "fsdp = 1 shard size");
+    for (const Unit& u : units_) MAXCTX_CHECK_EQ(u.shard_offset, u.begin, "fsdp = 1 unit offset");
+    full_params_view_ = master_.view();
+    full_grads_view_ = grad_shard_.view();
+    return;
+  }
+  // Untouched until a unit is gathered or its gradients written (Kernels::discard afterwards).
+  full_params_ = kernels.empty({total}, weight_dtype);
+  full_grads_ = kernels.empty({total}, DType::kF32);
+  full_params_view_ = full_params_.view();
+  full_grads_view_ = full_grads_.view();
 }
 
 std::vector<ShardedParameters::Unit> ShardedParameters::shard_units(
@@ -92,7 +103,7 @@ void ShardedParameters::add_grad_norm_traffic(Traffic& traffic, const std::strin
 
 void ShardedParameters::set_from_full(TensorView full_params, TensorView full_m,
                                       TensorView full_v) {
-  MAXCTX_CHECK_EQ(full_params.numel(), full_params_.numel(), "full parameter buffer size");
+  MAXCTX_CHECK_EQ(full_params.numel(), full_size(), "full parameter buffer size");
   if (full_m.empty()) {
     kernels_.fill_zero(adam_m_.view());
     kernels_.fill_zero(adam_v_.view());
@@ -111,7 +122,7 @@ void ShardedParameters::set_from_full(TensorView full_params, TensorView full_m,
 }
 
 void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
-  for (Tensor* t : {&params, &m, &v}) *t = kernels_.empty({full_params_.numel()}, weight_dtype());
+  for (Tensor* t : {&params, &m, &v}) *t = kernels_.empty({full_size()}, weight_dtype());
   for (const Unit& u : units_) {
     const auto gather = [&](const Tensor& shard, Tensor& out) {
       fsdp_.all_gather_uneven(shard.view().elements(u.shard_offset, u.shard_count),
@@ -124,6 +135,11 @@ void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
 }
 
 void ShardedParameters::begin_step() {
+  if (full_is_shard_) {
+    // The gradients accumulate (+=) straight into the shard: zero it for this micro-batch.
+    kernels_.fill_zero(grad_shard_.view());
+    return;
+  }
   // Every unit's gradients were freed (zero) by gradients_ready; a step that stopped early
   // (an exception between forward and backward) may have left some behind.
   kernels_.discard(full_grads_.view());
@@ -134,7 +150,7 @@ void ShardedParameters::begin_step() {
 
 void ShardedParameters::before_use(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
-  if (gathered_[unit]) return;
+  if (gathered_[unit] || full_is_shard_) return;
   const Unit& u = units_[unit];
   fsdp_.all_gather_uneven(master_.view().elements(u.shard_offset, u.shard_count),
                           full_params_.view().elements(u.begin, u.end - u.begin));
@@ -154,7 +170,9 @@ void ShardedParameters::gradients_ready(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   const Unit& u = units_[unit];
   const TensorView shard = grad_shard_.view().elements(u.shard_offset, u.shard_count);
-  fsdp_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
+  if (!full_is_shard_) {
+    fsdp_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
+  }
   if (expert_.size() == 1) {
     replicas_.all_reduce(shard, ReduceOp::kSum);
   } else {
@@ -168,13 +186,14 @@ void ShardedParameters::gradients_ready(int unit) {
           .all_reduce(shard.elements(begin - u.shard_begin, end - begin), ReduceOp::kSum);
     }
   }
+  if (full_is_shard_) return;
   measure_units();
   // Zero again for the next step's accumulation, and no longer resident.
   kernels_.discard(full_grads_.view().elements(u.begin, u.end - u.begin));
 }
 
 void ShardedParameters::measure_units() {
-  if (!track_unit_memory_) return;
+  if (!track_unit_memory_ || full_is_shard_) return;
   const Allocator& a = kernels_.allocator();
   const int64_t bytes = static_cast<int64_t>(
       a.resident_bytes(full_params_.view().raw(), full_params_.view().bytes()) +

@@ -12,7 +12,9 @@
 // unit its gradients are reduce-scattered over fsdp, summed over the replica axes (data ×
 // context × expert; an expert's weights, which only its expert rank holds, over data ×
 // context) and freed: every rank ends with the gradient of the global loss for its shard. With
-// fsdp = 1 the shard is the whole unit, the "gather" a copy and only the replica sum remains.
+// fsdp = 1 the shard is the whole model: the full buffers are the master weights and the reduced
+// gradients themselves (no gather, no reduce-scatter, nothing freed), and only the replica sum
+// remains. (A copy per unit would cost a page-faulting memcpy of the model twice a step.)
 //
 // Memory: the full parameter and gradient buffers are address space of the whole model's size
 // whose pages are resident only while a unit is in use (Kernels::discard hands them back and
@@ -77,10 +79,12 @@ class ShardedParameters final : public WeightPlan {
 
   // The full (this tensor rank's) buffers the model reads and writes: only the units in use hold
   // values (and memory); the rest read as zero.
-  TensorView full_params() const { return full_params_.view(); }
-  TensorView full_grads() const { return full_grads_.view(); }
-  int64_t full_size() const { return full_params_.numel(); }
-  DType weight_dtype() const { return full_params_.dtype(); }
+  TensorView full_params() const { return full_params_view_; }
+  TensorView full_grads() const { return full_grads_view_; }
+  int64_t full_size() const { return full_params_view_.numel(); }
+  DType weight_dtype() const { return master_.dtype(); }
+  // fsdp = 1: the full buffers are the shard's (master weights, reduced gradients).
+  bool full_is_shard() const { return full_is_shard_; }
 
   // This rank's shard: master weights, reduced gradients (f32), AdamW moments (same layout).
   TensorView master() const { return master_.view(); }
@@ -130,7 +134,9 @@ class ShardedParameters final : public WeightPlan {
   void measure_units();
 
   std::vector<bool> gathered_;
-  Tensor full_params_, full_grads_;
+  bool full_is_shard_ = false;
+  Tensor full_params_, full_grads_;  // empty when full_is_shard_
+  TensorView full_params_view_, full_grads_view_;
   bool track_unit_memory_ = false;
   int64_t peak_unit_bytes_ = 0;
   Tensor master_, grad_shard_, adam_m_, adam_v_;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <vector>
 
@@ -182,6 +183,40 @@ ScoredAccuracy scored_accuracy(std::span<const int32_t> predictions, const Batch
   return accuracy;
 }
 
+int64_t first_arg_max(std::span<const float> values) {
+  MAXCTX_CHECK(!values.empty(), "arg max of nothing");
+  // The maximum first, then its first occurrence: the index std::max_element gives, several
+  // times faster (the accuracy metric reads every logit of the step). Both passes work in blocks
+  // of kLanes independent lanes, which the compiler turns into vector instructions (a single
+  // running maximum would be a serial chain). ±0 compare equal, as in max_element; a leading
+  // NaN, which max_element keeps and == never finds, goes to max_element itself.
+  constexpr size_t kLanes = 16;
+  const size_t n = values.size(), blocks = n / kLanes * kLanes;
+  std::array<float, kLanes> lanes;
+  lanes.fill(values[0]);
+  for (size_t j = 0; j < blocks; j += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      lanes[l] = values[j + l] > lanes[l] ? values[j + l] : lanes[l];
+    }
+  }
+  for (size_t j = blocks; j < n; ++j) lanes[0] = values[j] > lanes[0] ? values[j] : lanes[0];
+  float best = lanes[0];
+  for (const float v : lanes) best = v > best ? v : best;
+  for (size_t j = 0; j < n; j += kLanes) {
+    bool here = false;
+    if (j + kLanes <= n) {
+      for (size_t l = 0; l < kLanes; ++l) here |= values[j + l] == best;
+    } else {
+      here = true;
+    }
+    if (!here) continue;
+    for (size_t l = j; l < std::min(n, j + kLanes); ++l) {
+      if (values[l] == best) return static_cast<int64_t>(l);
+    }
+  }
+  return std::max_element(values.begin(), values.end()) - values.begin();
+}
+
 ScoredAccuracy scored_accuracy_from_logits(std::span<const float> logits, int64_t vocab_size,
                                            const Batch& batch) {
   MAXCTX_CHECK_EQ(static_cast<int64_t>(logits.size()), batch.size() * vocab_size,
@@ -189,7 +224,7 @@ ScoredAccuracy scored_accuracy_from_logits(std::span<const float> logits, int64_
   std::vector<int32_t> predictions(static_cast<size_t>(batch.size()));
   for (int64_t i = 0; i < batch.size(); ++i) {
     const float* row = logits.data() + i * vocab_size;
-    predictions[i] = static_cast<int32_t>(std::max_element(row, row + vocab_size) - row);
+    predictions[i] = static_cast<int32_t>(first_arg_max(std::span(row, vocab_size)));
   }
   return scored_accuracy(predictions, batch);
 }
