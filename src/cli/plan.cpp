@@ -198,7 +198,13 @@ nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
                               const infer::InferenceTimes& t, const HardwareProfile& hw) {
   nlohmann::json prefill = nlohmann::json::array();
   for (const infer::PrefillPoint& x : t.prefill) {
-    prefill.push_back({{"length", x.length}, {"flops_per_rank", x.flops}, {"seconds", x.seconds}});
+    prefill.push_back({{"length", x.length},
+                       {"flops_per_rank", x.flops},
+                       {"seconds", x.seconds},
+                       {"matmul_seconds", x.matmul_seconds},
+                       {"attention_seconds", x.attention_seconds},
+                       {"vector_seconds", x.vector_seconds},
+                       {"communication_seconds", x.communication_seconds}});
   }
   return {{"mode", "inference"},
           {"model_name", c.model_name},
@@ -220,6 +226,11 @@ nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
           {"predicted",
            {{"prefill", prefill},
             {"decode_step_seconds", t.decode_step_seconds},
+            {"decode_breakdown",
+             {{"matmul_seconds", t.decode_matmul_seconds},
+              {"attention_seconds", t.decode_attention_seconds},
+              {"vector_seconds", t.decode_vector_seconds},
+              {"communication_seconds", t.decode_communication_seconds}}},
             {"decode_bandwidth_bytes_per_second", t.decode_bandwidth},
             {"decode_tokens_per_second", t.decode_tokens_per_second}}}};
 }
@@ -244,12 +255,19 @@ std::string inference_table(const Config& c, const infer::InferencePlan& p,
   s += fmt::format("  device memory ({}): {}{}\n\npredicted on {}\n", hw.name, gib(hw.memory_bytes),
                    peak <= hw.memory_bytes ? "" : "  DOES NOT FIT", hw.name);
   for (const infer::PrefillPoint& x : t.prefill) {
-    s += fmt::format("  prefill {:>7} tokens: {:.4g} s\n", x.length, x.seconds);
+    s += fmt::format(
+        "  prefill {:>7} tokens: {:.4g} s (matmuls {:.4g}, attention {:.4g}, vector kernels "
+        "{:.4g}, communication {:.4g})\n",
+        x.length, x.seconds, x.matmul_seconds, x.attention_seconds, x.vector_seconds,
+        x.communication_seconds);
   }
-  s += fmt::format("  decode step: {:.4g} s streaming {} per rank ({:.4g} GB/s), {:.4g} tokens/s\n",
-                   t.decode_step_seconds,
-                   gib(static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes)),
-                   t.decode_bandwidth / 1e9, t.decode_tokens_per_second);
+  s += fmt::format(
+      "  decode step: {:.4g} s (matmuls {:.4g}, attention {:.4g}, vector kernels {:.4g}, "
+      "communication {:.4g}) streaming {} per rank ({:.4g} GB/s), {:.4g} tokens/s\n",
+      t.decode_step_seconds, t.decode_matmul_seconds, t.decode_attention_seconds,
+      t.decode_vector_seconds, t.decode_communication_seconds,
+      gib(static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes)),
+      t.decode_bandwidth / 1e9, t.decode_tokens_per_second);
   return s;
 }
 
@@ -273,7 +291,7 @@ int run_plan(const Args& args) {
   if (mode == "inference") {
     if (o.search) fail("plan: search=true plans training meshes; drop mode=inference");
     const infer::InferencePlan p = infer::plan_inference(config);
-    const infer::InferenceTimes t = infer::predict_inference(p, config, hw);
+    const infer::InferenceTimes t = infer::predict_inference(p, hw);
     print(o.json ? inference_json(config, p, t, hw).dump(2) + "\n"
                  : inference_table(config, p, t, hw));
     return 0;

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/dtype.h"
+#include "maxctx/infer/inference_work.h"
 #include "maxctx/kernels/host_transfer.h"
 #include "maxctx/parallel/sharded_parameters.h"
 #include "maxctx/train/batch.h"
@@ -43,11 +45,11 @@ double measure_matmul(const kernels::Kernels& k, const Communicator& world, DTyp
   const int repeats = d <= 256 ? 9 : 5;
   if (!backward) {
     const double s =
-        timed(world, repeats, [&] { k.matmul_forward(out.view(), in.view(), w.view()); });
+        timed_kernel(world, repeats, [&] { k.matmul_forward(out.view(), in.view(), w.view()); });
     return 2.0 * double(N * K * M) / s;
   }
   Tensor d_in = operand(k, {N, K}), d_w = operand(k, {M, K});
-  const double s = timed(world, repeats, [&] {
+  const double s = timed_kernel(world, repeats, [&] {
     k.matmul_backward(d_in.view(), d_w.view(), out.view(), in.view(), w.view());
   });
   return 4.0 * double(N * K * M) / s;
@@ -59,14 +61,15 @@ double measure_int8_matmul(const kernels::Kernels& k, const Communicator& world,
   const kernels::Int8Weights packed = k.int8_pack_weights(w.view());
   kernels::Int8Rows rows;
   k.int8_quantize_rows(rows, in.view());
-  const double s = timed(world, 5, [&] { k.int8_matmul_forward(out.view(), rows, packed); });
+  const double s = timed_kernel(world, 5, [&] { k.int8_matmul_forward(out.view(), rows, packed); });
   return 2.0 * double(N * K * M) / s;
 }
 
-// Causal attention forward + backward at S 2048, 8 query and 4 KV heads of `head_dim`,
-// counted as MaxText counts it (4·S²·Hq·D/2 forward, x3 with the backward).
+// Causal attention at S 2048, 8 query and 4 KV heads of `head_dim`: the forward alone (a
+// prefill's) or forward + backward (a training step's), counted as MaxText counts it
+// (4·S²·Hq·D/2 forward, x3 with the backward).
 double measure_attention(const kernels::Kernels& k, const Communicator& world, DType dtype,
-                         int64_t head_dim) {
+                         int64_t head_dim, bool backward) {
   kernels::AttentionParams p;
   p.batch = 1;
   p.seq_q = p.seq_k = kTokens;
@@ -81,14 +84,127 @@ double measure_attention(const kernels::Kernels& k, const Communicator& world, D
   std::vector<int32_t> pos(static_cast<size_t>(p.seq_q)), seg(pos.size(), 1);
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int32_t>(i);
   const kernels::DeviceIndices positions(k, pos), segments(k, seg);
-  const double s = timed(world, 3, [&] {
+  const double s = timed_kernel(world, 3, [&] {
     k.attention_forward(out.view(), lse.view(), q.view(), kk.view(), v.view(), positions.data(),
                         segments.data(), positions.data(), segments.data(), p, nullptr);
+    if (!backward) return;
     k.attention_backward(dq.view(), dk.view(), dv.view(), d_out.view(), out.view(), lse.view(),
                          q.view(), kk.view(), v.view(), positions.data(), segments.data(),
                          positions.data(), segments.data(), p, nullptr);
   });
-  return 3.0 * 4.0 * double(p.seq_q * p.seq_k * p.heads_q * head_dim) / 2 / s;
+  return (backward ? 3.0 : 1.0) * 4.0 * double(p.seq_q * p.seq_k * p.heads_q * head_dim) / 2 / s;
+}
+
+// A decode step's matmul: (rows, 1024) x (1024, 2048), the weight read once for a few rows;
+// `int8`: quantization=int8's codes, the rows quantized first as the forward does.
+double measure_decode_matmul(const kernels::Kernels& k, const Communicator& world,
+                             const std::string& kind, int64_t rows) {
+  const int64_t K = 1024, M = 2048;
+  const double flops = 2.0 * double(rows * K * M);
+  Tensor in = operand(k, {rows, K}), w = operand(k, {M, K}), out = operand(k, {rows, M});
+  if (kind == "int8") {
+    const kernels::Int8Weights packed = k.int8_pack_weights(w.view());
+    kernels::Int8Rows quantized;
+    return flops / timed_kernel(world, 20, [&] {
+             k.int8_quantize_rows(quantized, in.view());
+             k.int8_matmul_forward(out.view(), quantized, packed);
+           });
+  }
+  const DType dtype = parse_dtype(kind);
+  Tensor typed_in = operand(k, {rows, K}, dtype), typed_w = operand(k, {M, K}, dtype);
+  return flops / timed_kernel(world, 20, [&] {
+           k.matmul_forward(out.view(), typed_in.view(), typed_w.view());
+         });
+}
+
+// A decode step's attention: 4 slots' single queries (8 query and 4 KV heads) over 1024 cache
+// rows each, on a cache of `cache` ("int8": codes and a scale per row, else the dtype); FLOPs
+// 4·rows·Hq·D per slot (QKᵀ and PV).
+double measure_decode_attention(const kernels::Kernels& k, const Communicator& world,
+                                const std::string& cache, int64_t head_dim) {
+  kernels::AttentionParams p;
+  p.batch = 4;
+  p.seq_q = 1;
+  p.seq_k = 1024;
+  p.heads_q = 8;
+  p.heads_kv = 4;
+  p.head_dim = head_dim;
+  const Shape q_shape{p.batch, 1, p.heads_q, head_dim};
+  const Shape kv_shape{p.batch, p.seq_k, p.heads_kv, head_dim};
+  Tensor q = operand(k, q_shape), out = operand(k, q_shape),
+         lse = operand(k, {p.batch * p.heads_q});
+  std::vector<int32_t> k_pos(static_cast<size_t>(p.batch * p.seq_k)), k_seg(k_pos.size(), 1);
+  for (size_t i = 0; i < k_pos.size(); ++i) k_pos[i] = static_cast<int32_t>(i % p.seq_k);
+  const std::vector<int32_t> q_pos(static_cast<size_t>(p.batch), static_cast<int32_t>(p.seq_k)),
+      q_seg(q_pos.size(), 1);
+  const kernels::DeviceIndices qp(k, q_pos), qs(k, q_seg), kp(k, k_pos), ks(k, k_seg);
+  const double flops = 4.0 * double(p.batch * p.seq_k * p.heads_q * head_dim);
+  if (cache == "int8") {
+    Tensor kf = operand(k, kv_shape), vf = operand(k, kv_shape);
+    Tensor k_codes = k.empty(kv_shape, DType::kI8), v_codes = k.empty(kv_shape, DType::kI8);
+    Tensor k_scale = operand(k, {p.batch * p.seq_k}), v_scale = operand(k, {p.batch * p.seq_k});
+    k.quantize_rows_int8(k_codes.view(), k_scale.view(), kf.view(), kernels::kInt8KvLevels);
+    k.quantize_rows_int8(v_codes.view(), v_scale.view(), vf.view(), kernels::kInt8KvLevels);
+    return flops / timed_kernel(world, 20, [&] {
+             k.single_query_attention_int8(out.view(), lse.view(), q.view(), k_codes.view(),
+                                           k_scale.view(), v_codes.view(), v_scale.view(),
+                                           qp.data(), qs.data(), kp.data(), ks.data(), p);
+           });
+  }
+  const DType dtype = parse_dtype(cache);
+  Tensor kk = operand(k, kv_shape, dtype), v = operand(k, kv_shape, dtype);
+  return flops / timed_kernel(world, 20, [&] {
+           k.single_query_attention(out.view(), lse.view(), q.view(), kk.view(), v.view(),
+                                    qp.data(), qs.data(), kp.data(), ks.data(), p);
+         });
+}
+
+// Elements per second of the forward's vector kernels that inference runs
+// (infer::inference_vector_ops()), at a prefill's shapes: 2048 tokens of width 1024.
+std::map<std::string, double> measure_inference_vector_kernels(const kernels::Kernels& k,
+                                                               const Communicator& world) {
+  const int64_t N = kTokens, W = 1024, V = 8192;
+  const double rows = double(N * W);
+  Tensor a = operand(k, {N, W}), b = operand(k, {N, W}), c = operand(k, {N, W}),
+         weight = operand(k, {W}), rstd = operand(k, {N});
+  std::map<std::string, double> rates;
+  rates["rmsnorm_forward"] =
+      rows / timed_kernel(world, 5, [&] {
+        k.rmsnorm_forward(b.view(), rstd.view(), a.view(), weight.view(), 1e-5f);
+      });
+  rates["swiglu_forward"] =
+      rows / timed_kernel(world, 5, [&] { k.swiglu_forward(c.view(), a.view(), b.view()); });
+  {
+    const int64_t heads = 16, D = W / heads;
+    Tensor cos = operand(k, {N, D / 2}), sin = operand(k, {N, D / 2});
+    const TensorView x = a.view().reshaped({N, heads, D}), y = b.view().reshaped({N, heads, D});
+    rates["rope_forward"] =
+        rows / timed_kernel(world, 5, [&] { k.rope_forward(y, x, cos.view(), sin.view()); });
+  }
+  rates["residual_add_forward"] =
+      rows / timed_kernel(world, 5, [&] { k.add(c.view(), a.view(), b.view()); });
+  {
+    std::vector<int32_t> host_tokens(static_cast<size_t>(N));
+    for (size_t i = 0; i < host_tokens.size(); ++i) {
+      host_tokens[i] = static_cast<int32_t>(i * 7 % V);
+    }
+    const kernels::DeviceIndices tokens(k, host_tokens);
+    Tensor table = operand(k, {V, W});
+    rates["embedding_forward"] = rows / timed_kernel(world, 5, [&] {
+                                   k.embedding_forward(a.view(), tokens.data(), table.view());
+                                 });
+  }
+  {
+    Tensor codes = k.empty({N, W}, DType::kI8), scale = operand(k, {N});
+    rates["quantize_kv"] =
+        rows / timed_kernel(world, 5, [&] {
+          k.quantize_rows_int8(codes.view(), scale.view(), a.view(), kernels::kInt8KvLevels);
+        });
+    kernels::Int8Rows quantized;
+    rates["quantize_rows"] =
+        rows / timed_kernel(world, 5, [&] { k.int8_quantize_rows(quantized, a.view()); });
+  }
+  return rates;
 }
 
 // Elements per second of each vector kernel of train::vector_ops(), forward + backward, at a
@@ -104,12 +220,12 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
   for (size_t i = 0; i < host_tokens.size(); ++i) host_tokens[i] = static_cast<int32_t>(i * 7 % V);
   const kernels::DeviceIndices tokens(k, host_tokens);
   std::map<std::string, double> rates;
-  rates["rmsnorm"] = rows / timed(world, 5, [&] {
+  rates["rmsnorm"] = rows / timed_kernel(world, 5, [&] {
                        k.rmsnorm_forward(b.view(), rstd.view(), a.view(), weight.view(), 1e-5f);
                        k.rmsnorm_backward(c.view(), d_weight.view(), b.view(), a.view(),
                                           weight.view(), rstd.view());
                      });
-  rates["swiglu"] = rows / timed(world, 5, [&] {
+  rates["swiglu"] = rows / timed_kernel(world, 5, [&] {
                       k.swiglu_forward(c.view(), a.view(), b.view());
                       k.swiglu_backward(d.view(), e.view(), c.view(), a.view(), b.view());
                     });
@@ -118,18 +234,18 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
     const int64_t heads = 16, D = W / heads;
     Tensor cos = operand(k, {N, D / 2}), sin = operand(k, {N, D / 2});
     const TensorView x = a.view().reshaped({N, heads, D}), y = b.view().reshaped({N, heads, D});
-    rates["rope"] = rows / timed(world, 5, [&] {
+    rates["rope"] = rows / timed_kernel(world, 5, [&] {
                       k.rope_forward(y, x, cos.view(), sin.view());
                       k.rope_backward(x, y, cos.view(), sin.view());
                     });
   }
-  rates["residual_add"] = rows / timed(world, 5, [&] {
+  rates["residual_add"] = rows / timed_kernel(world, 5, [&] {
                             k.add(c.view(), a.view(), b.view());
                             k.add_inplace(d.view(), a.view());
                           });
   {
     Tensor table = operand(k, {V, W}), d_table = operand(k, {V, W});
-    rates["embedding"] = rows / timed(world, 5, [&] {
+    rates["embedding"] = rows / timed_kernel(world, 5, [&] {
                            k.embedding_forward(a.view(), tokens.data(), table.view());
                            k.embedding_backward(d_table.view(), a.view(), tokens.data());
                          });
@@ -137,7 +253,7 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
   {
     Tensor logits = operand(k, {N, V}), loss = operand(k, {N}), lse = operand(k, {N}),
            weights = operand(k, {N});
-    rates["cross_entropy"] = double(N * V) / timed(world, 3, [&] {
+    rates["cross_entropy"] = double(N * V) / timed_kernel(world, 3, [&] {
                                k.cross_entropy_forward(loss.view(), lse.view(), logits.view(),
                                                        tokens.data(), weights.view());
                                k.cross_entropy_backward(logits.view(), logits.view(), lse.view(),
@@ -147,7 +263,7 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
     Batch batch(1, N);
     batch.targets = host_tokens;
     std::fill(batch.target_segment_ids.begin(), batch.target_segment_ids.end(), 1);
-    rates["accuracy"] = double(N * V) / timed(world, 3, [&] {
+    rates["accuracy"] = double(N * V) / timed_kernel(world, 3, [&] {
                           const kernels::HostFloats host(k, logits.view());
                           scored_accuracy_from_logits(host.span(), V, batch);
                         });
@@ -156,15 +272,15 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
     Tensor params = operand(k, {P}), grads = operand(k, {P}), mu = operand(k, {P}),
            nu = operand(k, {P});
     kernels::AdamWStep step{0.9f, 0.95f, 0.1f, 0.05f, 1e-8f, 0.0f, 0.1f, 1e-4f, 0.1f, 0.05f};
-    rates["adamw"] = double(P) / timed(world, 5, [&] {
+    rates["adamw"] = double(P) / timed_kernel(world, 5, [&] {
                        k.adamw_update(params.view(), grads.view(), mu.view(), nu.view(), step);
                      });
     rates["grad_clip"] =
-        double(P) / timed(world, 5, [&] {
+        double(P) / timed_kernel(world, 5, [&] {
           clip_by_global_norm(k, grads.view(), 2.0, 1.0);  // a norm over the threshold: scaled
         });
     volatile double sum = 0;  // kept, so that the loop is not optimised away
-    rates["grad_norm"] = double(P) / timed(world, 5, [&] {
+    rates["grad_norm"] = double(P) / timed_kernel(world, 5, [&] {
                            const kernels::HostFloats host(k, grads.view());
                            sum = parallel::squares_in_element_order(host.span());
                          });
@@ -182,6 +298,26 @@ double timed(const Communicator& world, int repeats, const std::function<void()>
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / repeats;
 }
 
+double timed_kernel(const Communicator& world, int repeats, const std::function<void()>& work) {
+  // The warm-up call also sizes the count: at least `repeats` calls and about 50 ms of them, a
+  // call of a few microseconds timed a handful of times measuring the scheduler more than the
+  // kernel. Every rank runs the same count (the largest), so that the ranks compute together
+  // all along, as in a run.
+  constexpr double kMinSeconds = 0.05;
+  const auto warm = std::chrono::steady_clock::now();
+  work();
+  const double once =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - warm).count();
+  int64_t calls = std::max<int64_t>(repeats, static_cast<int64_t>(std::ceil(kMinSeconds / once)));
+  calls = std::min<int64_t>(calls, 100000);
+  world.all_reduce(std::span<int64_t>(&calls, 1), ReduceOp::kMax);
+  world.barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < calls; ++i) work();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         static_cast<double>(calls);
+}
+
 void probe_detail(const kernels::Kernels& k, const Communicator& world, HardwareProfile& profile) {
   for (const int64_t d : {128, 256, 512, 1024}) {
     for (const std::string dtype : {"float32", "bfloat16"}) {
@@ -194,12 +330,30 @@ void probe_detail(const kernels::Kernels& k, const Communicator& world, Hardware
   for (const int64_t head_dim : {32, 64, 128}) {
     for (const std::string dtype : {"float32", "bfloat16"}) {
       profile.attention_by_head_dim[dtype][head_dim] =
-          measure_attention(k, world, parse_dtype(dtype), head_dim);
+          measure_attention(k, world, parse_dtype(dtype), head_dim, true);
+    }
+  }
+  for (const int64_t head_dim : {32, 64, 128}) {
+    for (const std::string dtype : {"float32", "bfloat16"}) {
+      profile.attention_by_head_dim[dtype + "_forward"][head_dim] =
+          measure_attention(k, world, parse_dtype(dtype), head_dim, false);
+    }
+    for (const std::string cache : {"int8", "float32", "bfloat16"}) {
+      profile.attention_by_head_dim[cache + "_decode"][head_dim] =
+          measure_decode_attention(k, world, cache, head_dim);
+    }
+  }
+  for (const int64_t rows : {1, 4, 16, 64}) {
+    for (const std::string kind : {"int8", "float32", "bfloat16"}) {
+      profile.matmul_by_size[kind + "_decode"][rows] = measure_decode_matmul(k, world, kind, rows);
     }
   }
   profile.vector_rates = measure_vector_kernels(k, world);
-  for (const std::string& op : train::vector_ops()) {
-    MAXCTX_CHECK(profile.vector_rates.count(op), "probe-hardware does not measure '{}'", op);
+  profile.vector_rates.merge(measure_inference_vector_kernels(k, world));
+  for (const auto* ops : {&train::vector_ops(), &infer::inference_vector_ops()}) {
+    for (const std::string& op : *ops) {
+      MAXCTX_CHECK(profile.vector_rates.count(op), "probe-hardware does not measure '{}'", op);
+    }
   }
 }
 

@@ -14,6 +14,9 @@ namespace maxctx::cli {
 // rate, as the ranks of a run reach it while all of them compute (ranks that share a core,
 // such as 4 on 2 cores, each get their share; the fastest call would hide that).
 double timed(const Communicator& world, int repeats, const std::function<void()>& work);
+// The same for a kernel without collectives inside, with at least `repeats` calls and about
+// 50 ms of them (the count agreed over the ranks before timing).
+double timed_kernel(const Communicator& world, int repeats, const std::function<void()>& work);
 
 // Fills profile.matmul_by_size, attention_by_head_dim and vector_rates.
 void probe_detail(const kernels::Kernels& k, const Communicator& world, HardwareProfile& profile);

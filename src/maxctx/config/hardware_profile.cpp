@@ -188,15 +188,21 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
 std::string format_hardware_profile(const HardwareProfile& p) {
   std::string detail;
   if (!p.matmul_by_size.empty()) {
-    detail += "matmul_by_size:  # FLOP/s of (2048, d) x (d, 2d) by the smallest dimension d\n" +
-              format_tables(p.matmul_by_size);
+    detail +=
+        "matmul_by_size:  # FLOP/s by the smallest dimension: (2048, d) x (d, 2d) by d; "
+        "_decode: (rows, 1024) x (1024, 2048) by rows\n" +
+        format_tables(p.matmul_by_size);
   }
   if (!p.attention_by_head_dim.empty()) {
-    detail += "attention_by_head_dim:  # causal forward + backward FLOP/s by head_dim\n" +
-              format_tables(p.attention_by_head_dim);
+    detail +=
+        "attention_by_head_dim:  # FLOP/s by head_dim: causal forward + backward; _forward: "
+        "causal forward; _decode: single queries over a cache\n" +
+        format_tables(p.attention_by_head_dim);
   }
   if (!p.vector_rates.empty()) {
-    detail += "vector_rates:  # elements/s of the vector kernels, forward + backward\n";
+    detail +=
+        "vector_rates:  # elements/s of the vector kernels, forward + backward (_forward, "
+        "quantize_*: forward alone)\n";
     for (const auto& [op, rate] : p.vector_rates) detail += fmt::format("  {}: {:.4g}\n", op, rate);
   }
   return fmt::format(

@@ -45,13 +45,17 @@ struct HardwareProfile {
   // matmuls and attention with small heads run below the peak, and a step also spends time in
   // vector kernels. Without a table the plan falls back to the figures above.
   //
-  // FLOP/s of an (2048, d) x (d, 2d) matmul by its smallest dimension d, per kind: "float32",
-  // "bfloat16", "int8", and "<dtype>_backward" (input and weight gradients together).
+  // FLOP/s of a matmul by its smallest dimension, per kind: "float32", "bfloat16", "int8" for an
+  // (2048, d) x (d, 2d) forward, "<dtype>_backward" for its input and weight gradients together,
+  // and "<int8 | dtype>_decode" for a decode step's (rows, 1024) x (1024, 2048), by rows.
   std::map<std::string, std::map<int64_t, double>> matmul_by_size;
-  // Causal attention forward + backward FLOP/s (MaxText's count) by head_dim, per dtype.
+  // Attention FLOP/s (MaxText's count) by head_dim, per kind: "<dtype>" causal forward +
+  // backward (a training step), "<dtype>_forward" causal forward (a prefill), and
+  // "<int8 | dtype>_decode" single queries over a cache of that type (a decode step).
   std::map<std::string, std::map<int64_t, double>> attention_by_head_dim;
-  // Elements per second of the engine's vector kernels, forward and backward together (keys:
-  // train/step_work.h vector_ops()).
+  // Elements per second of the engine's vector kernels: a training step's forward and backward
+  // together (train/step_work.h vector_ops()) and inference's forward alone
+  // (infer/inference_work.h inference_vector_ops()).
   std::map<std::string, double> vector_rates;
 
   double flops(std::string_view dtype) const;           // "float32" | "bfloat16" | "int8"

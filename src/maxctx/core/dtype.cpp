@@ -31,6 +31,18 @@ std::string_view dtype_name(DType dtype) {
   MAXCTX_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
 }
 
+std::string_view dtype_config_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kI8:
+      return "int8";
+  }
+  MAXCTX_CHECK(false, "unknown dtype {}", static_cast<int>(dtype));
+}
+
 DType parse_dtype(std::string_view name) {
   if (name == "f32" || name == "float32") return DType::kF32;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;

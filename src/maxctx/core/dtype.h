@@ -17,6 +17,8 @@ enum class DType : uint8_t { kF32, kBF16, kI8 };
 
 size_t dtype_size(DType dtype);
 std::string_view dtype_name(DType dtype);  // "f32", "bf16", "int8"
+// The config's (MaxText's) name: "float32", "bfloat16", "int8" (hardware profile table kinds).
+std::string_view dtype_config_name(DType dtype);
 // Parses "f32"/"float32", "bf16"/"bfloat16", "int8"; throws maxctx::Error otherwise.
 DType parse_dtype(std::string_view name);
 

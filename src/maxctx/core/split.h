@@ -12,5 +12,7 @@ namespace maxctx {
 int64_t split_count(int64_t total, int parts, int part);
 int64_t split_offset(int64_t total, int parts, int part);
 std::vector<int64_t> split_counts(int64_t total, int parts);
+// The most items a block holds: total / parts rounded up.
+inline int64_t ceil_div(int64_t total, int64_t parts) { return (total + parts - 1) / parts; }
 
 }  // namespace maxctx

@@ -3,40 +3,45 @@
 #include <cmath>
 
 #include "maxctx/core/split.h"
+#include "maxctx/infer/inference_work.h"
 #include "maxctx/infer/microbenchmark.h"
 #include "maxctx/infer/model_source.h"
 #include "maxctx/model/inference.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/parallel/collective_time.h"
 #include "maxctx/parallel/kv_cache.h"
 #include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::infer {
 namespace {
 
-using parallel::WeightRole;
+// Seconds of a stage's work on `profile`: each kernel at its measured rate where the profile has
+// a table for it, else the bytes it streams over the memory bandwidth.
+struct StageSeconds {
+  double matmuls = 0, attention = 0, vectors = 0;
+};
 
-// Whether quantization=int8 gives this weight an int8 copy (model/inference.h: every
-// projection, a mixture's experts, and the head; not the embedding, norms or router).
-bool quantized(const model::WeightSpec& s) {
-  return s.role == WeightRole::kHeadsOrHidden || s.role == WeightRole::kIntoResidual ||
-         s.role == WeightRole::kOutputHead;
-}
-
-int64_t stored_bytes(const model::WeightSpec& s, int64_t rows, bool int8, DType weight_dtype) {
-  if (int8 && quantized(s)) return model::int8_weight_bytes(rows, s.cols);
-  return rows * s.cols * static_cast<int64_t>(dtype_size(weight_dtype));
-}
-
-// A dense MLP projection or the head: the rows a sequence-sharded decode splits over ca.
-bool row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  if (s.role == WeightRole::kOutputHead) return true;
-  return !m.moe && s.layer >= 0 && (s.name.find(".mlp.") != std::string::npos);
+StageSeconds stage_seconds(const StageWork& w, const HardwareProfile& profile) {
+  StageSeconds t;
+  for (const InferenceMatmul& mm : w.matmuls) {
+    t.matmuls += profile.matmul_by_size.count(mm.kind)
+                     ? mm.flops() / profile.matmul_rate(mm.kind, mm.smallest())
+                     : mm.weight_bytes / profile.memory_bandwidth;
+  }
+  t.attention = profile.attention_by_head_dim.count(w.attention_kind)
+                    ? w.attention_flops / profile.attention_rate(w.attention_kind, w.head_dim)
+                    : w.attention_bytes / profile.memory_bandwidth;
+  for (const InferenceVectorWork& v : w.vectors) {
+    t.vectors += profile.vector_seconds(v.op, v.elements, v.bytes_per_element);
+  }
+  return t;
 }
 
 }  // namespace
 
 InferencePlan plan_inference(const Config& c) {
-  const AxisArray sizes = parallel::planned_mesh_shape(c).axis_sizes();
+  const MeshShape shape = parallel::planned_mesh_shape(c);
+  const AxisArray sizes = shape.axis_sizes();
   const parallel::ParallelDims dims = parallel::ParallelDims::inference(sizes);
   InferencePlan p;
   p.ca = dims.context_autoregressive;
@@ -50,17 +55,18 @@ InferencePlan plan_inference(const Config& c) {
   p.weight_bytes = model::total_numel(specs) * static_cast<int64_t>(dtype_size(m.weight_dtype));
   for (const model::WeightSpec& s : specs) {
     if (s.numel() == 0) continue;  // another rank's expert
-    if (p.settings.int8_weights && quantized(s)) {
-      p.int8_copy_bytes += stored_bytes(s, s.rows, true, m.weight_dtype);
+    if (p.settings.int8_weights && int8_quantized(s)) {
+      p.int8_copy_bytes += stored_weight_bytes(s, s.rows, true, m.weight_dtype);
     }
-    if (s.role == WeightRole::kEmbedding && !m.tie_embeddings) continue;  // one row per token
-    const int64_t rows = split && row_split(s, m) ? split_count(s.rows, p.ca, 0) : s.rows;
+    if (s.role == parallel::WeightRole::kEmbedding && !m.tie_embeddings)
+      continue;  // one row per token
+    const int64_t rows = split && decode_row_split(s, m) ? split_count(s.rows, p.ca, 0) : s.rows;
     // A step reads every weight this rank holds, its experts included (InferenceWeights::
     // bytes_per_step).
-    p.decode_step_bytes += stored_bytes(s, rows, p.settings.int8_weights, m.weight_dtype);
-    if (split && row_split(s, m) && p.settings.int8_weights) {
+    p.decode_step_bytes += stored_weight_bytes(s, rows, p.settings.int8_weights, m.weight_dtype);
+    if (split && decode_row_split(s, m) && p.settings.int8_weights) {
       // The split part of an int8 matrix is its own copy beside the whole one.
-      p.int8_copy_bytes += stored_bytes(s, rows, true, m.weight_dtype);
+      p.int8_copy_bytes += stored_weight_bytes(s, rows, true, m.weight_dtype);
     }
   }
   parallel::InferenceSharding sharding;
@@ -73,41 +79,52 @@ InferencePlan plan_inference(const Config& c) {
   const parallel::KvCacheShape cache =
       parallel::inference_cache_shape(sharding, p.ca, m.num_layers, m.num_kv_heads, m.head_dim);
   p.kv_cache_bytes = parallel::KvCache::bytes_for(cache);
-  p.decode_cache_bytes = p.kv_cache_bytes;  // a full-length step reads every row it holds
+  // A full-length sequence fills max_target_length of a slot's prefill + decode rows.
+  const int64_t full_rows = p.settings.decode == DecodeSharding::kSequence
+                                ? ceil_div(p.settings.max_target_length, p.ca)
+                                : p.settings.max_target_length;
+  p.decode_cache_bytes =
+      p.kv_cache_bytes * full_rows / std::max<int64_t>(1, cache.prefill_rows + cache.decode_rows);
+  const Axis ca_axis[] = {Axis::kContextAutoregressive};
+  const std::string axis = group_trace_name(sizes, ca_axis);
+  if (p.ca > 1) {
+    p.groups[axis] = {p.ca, shape.dcn[axis_index(Axis::kContextAutoregressive)] > 1};
+  }
+  p.decode = decode_work(m, p.settings, p.ca, specs, axis);
+  for (int64_t length : microbenchmark_options(c).prefill_lengths) {
+    p.prefill.push_back({length, prefill_work(m, p.settings, p.ca, specs, length, axis)});
+  }
   p.workspace_bytes =
       model::inference_workspace_bytes(m, InferenceEngine::workspace_rows(p.settings, p.ca)) +
       p.settings.slots * m.vocab_size * int64_t{sizeof(float)};
   return p;
 }
 
-InferenceTimes predict_inference(const InferencePlan& p, const Config& c,
-                                 const HardwareProfile& profile) {
-  const model::LlamaConfig& m = p.model;
-  const auto kv = static_cast<double>(m.kv_dim());
-  const auto L = static_cast<double>(m.num_layers);
-  const double ca = static_cast<double>(p.ca);
-  const double rate = profile.flops(p.settings.int8_weights ? "int8" : c.dtype);
-  const LinkSpeed& link = profile.ici;
-  const double element = p.settings.quantize_kvcache ? 1.0 : dtype_size(m.dtype);
+InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& profile) {
   InferenceTimes t;
-  for (int64_t length : microbenchmark_options(c).prefill_lengths) {
-    const auto P = static_cast<double>(length);
-    const double flops =
-        static_cast<double>(p.settings.slots) * prefill_flops_per_prompt(m, length) / ca;
-    double seconds = flops / rate;
-    if (p.ca > 1) {
-      // One all-gather of this rank's K | V (P/ca rows) per layer.
-      const double gathered = 2 * P * kv * element;
-      seconds += L * (gathered * (ca - 1) / ca / link.bandwidth + link.latency);
-    }
-    t.prefill.push_back({length, flops, seconds});
+  for (const auto& [length, work] : p.prefill) {
+    const StageSeconds compute = stage_seconds(work, profile);
+    PrefillPoint point;
+    point.length = length;
+    point.flops = work.attention_flops;
+    for (const InferenceMatmul& mm : work.matmuls) point.flops += mm.flops();
+    point.matmul_seconds = compute.matmuls;
+    point.attention_seconds = compute.attention;
+    point.vector_seconds = compute.vectors;
+    point.communication_seconds = parallel::communication_seconds(work.traffic, p.groups, profile);
+    point.seconds =
+        compute.matmuls + compute.attention + compute.vectors + point.communication_seconds;
+    t.prefill.push_back(point);
   }
+  const StageSeconds decode = stage_seconds(p.decode, profile);
+  t.decode_matmul_seconds = decode.matmuls;
+  t.decode_attention_seconds = decode.attention;
+  t.decode_vector_seconds = decode.vectors;
+  t.decode_communication_seconds =
+      parallel::communication_seconds(p.decode.traffic, p.groups, profile);
+  t.decode_step_seconds =
+      decode.matmuls + decode.attention + decode.vectors + t.decode_communication_seconds;
   const double bytes = static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes);
-  t.decode_step_seconds = bytes / profile.memory_bandwidth;
-  if (p.ca > 1) {
-    // The per-layer merge of partial attention and the row split's gathers: latency-bound.
-    t.decode_step_seconds += L * 4 * link.latency;
-  }
   t.decode_bandwidth = bytes / t.decode_step_seconds;
   t.decode_tokens_per_second = static_cast<double>(p.settings.slots) / t.decode_step_seconds;
   return t;

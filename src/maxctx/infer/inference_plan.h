@@ -6,27 +6,37 @@
 //
 // Weights as the engine holds them after quantizing on load: the flat buffer in weight_dtype,
 // plus with quantization=int8 an int8 copy (codes + a f32 scale per row) of every projection and
-// the head. Times: prefill = its FLOPs (MaxText's forward count, causal attention halved) over
-// the profile's rate, split over ca, plus the K/V all-gathers; a decode step = the bytes it
-// streams (weights as stored, this rank's part of the MLP and head rows under a sequence-sharded
-// split, and the cache of one full sequence per slot) over the memory bandwidth, plus one
-// merge collective per layer.
+// the head. Times: each stage's work kernel by kernel (inference_work.h: the matmuls at their
+// shapes, attention, the vector kernels) at the profile's measured rates, or for a profile
+// without them (the spec sheets) the bytes each streams over the memory bandwidth; plus the
+// prefill's K/V all-gathers and the decode step's merge collectives (one latency each).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "maxctx/config/config.h"
 #include "maxctx/config/hardware_profile.h"
 #include "maxctx/infer/engine.h"
+#include "maxctx/infer/inference_work.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/parallel/collective_time.h"
 
 namespace maxctx::infer {
 
 struct PrefillPoint {
   int64_t length = 0;  // prompt tokens
-  double flops = 0;    // per rank
-  double seconds = 0;
+  double flops = 0;    // per rank, executed (the matmuls at their shapes and causal attention)
+  double seconds = 0;  // the sum of the four below
+  double matmul_seconds = 0, attention_seconds = 0, vector_seconds = 0;
+  double communication_seconds = 0;
+};
+
+struct PrefillWork {
+  int64_t length = 0;
+  StageWork work;
 };
 
 struct InferencePlan {
@@ -39,6 +49,9 @@ struct InferencePlan {
   int64_t workspace_bytes = 0;     // the forward's workspace and the (slots, V) f32 logits
   int64_t decode_step_bytes = 0;   // weights a decode step streams on this rank
   int64_t decode_cache_bytes = 0;  // cache rows a step reads at full length (this rank)
+  StageWork decode;                // a decode step at full length
+  std::map<std::string, parallel::GroupLink> groups;  // the axes the stages' traffic uses
+  std::vector<PrefillWork> prefill;  // per inference_microbenchmark_prefill_lengths
   int64_t total() const {
     return weight_bytes + int8_copy_bytes + kv_cache_bytes + workspace_bytes;
   }
@@ -46,13 +59,14 @@ struct InferencePlan {
 
 struct InferenceTimes {
   std::vector<PrefillPoint> prefill;
-  double decode_step_seconds = 0;
+  double decode_step_seconds = 0;  // the sum of the four below
+  double decode_matmul_seconds = 0, decode_attention_seconds = 0, decode_vector_seconds = 0;
+  double decode_communication_seconds = 0;
   double decode_bandwidth = 0;          // bytes/s the step streams
   double decode_tokens_per_second = 0;  // slots / step time (the job's)
 };
 
 InferencePlan plan_inference(const Config& config);
-InferenceTimes predict_inference(const InferencePlan& plan, const Config& config,
-                                 const HardwareProfile& profile);
+InferenceTimes predict_inference(const InferencePlan& plan, const HardwareProfile& profile);
 
 }  // namespace maxctx::infer

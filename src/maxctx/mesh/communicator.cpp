@@ -348,6 +348,8 @@ void Communicator::all_to_allv(std::span<const T> in, std::span<const int64_t> s
       in.size(), out.size());
   MAXCTX_CHECK(!overlaps(in.data(), in.size_bytes(), out.data(), out.size_bytes()),
                "all_to_allv: out overlaps in; exchange into a separate buffer");
+  count_traffic(trace_name_, impl.size(), CollectiveKind::kAllToAll,
+                static_cast<int64_t>(in.size_bytes()));
   const WaitScope waiting("all_to_allv", &impl);
   impl.all_to_allv(in.data(), send_counts.data(), out.data(), recv_counts.data(),
                    element_type_of<T>());

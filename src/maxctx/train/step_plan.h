@@ -20,6 +20,7 @@
 #include "maxctx/config/hardware_profile.h"
 #include "maxctx/mesh/mesh_shape.h"
 #include "maxctx/mesh/traffic.h"
+#include "maxctx/parallel/collective_time.h"
 #include "maxctx/parallel/parallelize.h"
 #include "maxctx/train/metrics.h"
 #include "maxctx/train/step_work.h"
@@ -51,11 +52,8 @@ struct TrainingMemory {           // bytes on one rank
   int64_t peak() const { return std::max(step(), parameters + optimizer + starting_state); }
 };
 
-// A communicator the step uses: its ranks and whether it crosses nodes (a dcn factor > 1).
-struct GroupLink {
-  int64_t ranks = 1;
-  bool dcn = false;
-};
+using parallel::communication_seconds;
+using parallel::GroupLink;
 
 struct StepTime {
   double matmul_seconds = 0;     // every weight's matmuls at its shape (StepWork)
@@ -83,10 +81,5 @@ struct TrainingPlan {
 TrainingPlan plan_training(const Config& config);
 StepTime predict_step_time(const TrainingPlan& plan, const Config& config,
                            const HardwareProfile& profile);
-
-// Seconds a traffic record takes on the wire: bytes each rank sends over the tier's bandwidth
-// plus a latency per call (irecv counts under its isend).
-double communication_seconds(const Traffic& traffic, const std::map<std::string, GroupLink>& groups,
-                             const HardwareProfile& profile);
 
 }  // namespace maxctx::train

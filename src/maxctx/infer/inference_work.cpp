@@ -1,0 +1,216 @@
+#include "maxctx/infer/inference_work.h"
+
+#include <algorithm>
+
+#include "maxctx/core/dtype.h"
+#include "maxctx/core/split.h"
+#include "maxctx/model/inference.h"
+#include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/parallelize.h"
+
+namespace maxctx::infer {
+namespace {
+
+using parallel::WeightRole;
+
+bool named(const model::WeightSpec& s, const char* part) {
+  return s.name.find(part) != std::string::npos;
+}
+
+// A weight another matmul of the same input already quantized for (q_proj's for k and v,
+// gate_proj's for up, an expert's w1 for its w3): int8_quantize_rows runs once per input.
+bool shares_quantized_input(const model::WeightSpec& s) {
+  return named(s, "k_proj") || named(s, "v_proj") || named(s, "up_proj") || named(s, ".w3.");
+}
+
+// The rows each of this rank's experts runs per call: the routed rows of every token of the
+// stage (all ranks' tokens reach a rank's experts) split evenly over the experts, their mean.
+int64_t rows_per_expert(const model::LlamaConfig& m, int64_t tokens) {
+  return ceil_div(tokens * m.num_experts_per_tok, m.num_experts);
+}
+
+struct Shape {
+  int64_t tokens = 0;         // rows through the layers on this rank
+  int64_t routed_tokens = 0;  // tokens whose routed rows reach this rank's experts
+  int64_t head_rows = 0;      // rows whose logits this rank computes
+  bool split_rows = false;    // sequence-sharded decode: dense MLP and head rows split over ca
+  std::string suffix;         // matmul kind suffix: "" (prefill) or "_decode"
+};
+
+void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
+                 const std::vector<model::WeightSpec>& specs, const Shape& shape) {
+  const std::string dtype(dtype_config_name(m.dtype));
+  double quantized_elements = 0;
+  for (const model::WeightSpec& spec : specs) {
+    const bool head = spec.role == WeightRole::kOutputHead ||
+                      (spec.role == WeightRole::kEmbedding && m.tie_embeddings);
+    const bool matmul = head || spec.role == WeightRole::kHeadsOrHidden ||
+                        spec.role == WeightRole::kIntoResidual || spec.role == WeightRole::kRouter;
+    if (!matmul || spec.numel() == 0) continue;  // numel 0: another rank's expert
+    const bool int8 = s.int8_weights && int8_quantized(spec);
+    InferenceMatmul mm;
+    mm.rows = head                   ? shape.head_rows
+              : spec.expert_weight() ? rows_per_expert(m, shape.routed_tokens)
+                                     : shape.tokens;
+    mm.inner = spec.cols;
+    mm.cols = shape.split_rows && decode_row_split(spec, m) ? split_count(spec.rows, ca, 0)
+                                                            : spec.rows;  // weights are (out, in)
+    mm.kind = (int8 ? std::string("int8") : dtype) + shape.suffix;
+    mm.weight_bytes = static_cast<double>(stored_weight_bytes(spec, mm.cols, int8, m.weight_dtype));
+    if (mm.rows == 0) continue;
+    if (int8 && !shares_quantized_input(spec)) {
+      quantized_elements += static_cast<double>(mm.rows * mm.inner);
+    }
+    w.matmuls.push_back(mm);
+  }
+  if (quantized_elements > 0) w.vectors.push_back({"quantize_rows", quantized_elements, 5});
+}
+
+// The norms, SwiGLU, RoPE, residual adds, embedding and the cache's quantization over `tokens`.
+void add_vectors(StageWork& w, const model::LlamaConfig& m, const InferenceSettings& s,
+                 int64_t tokens) {
+  const auto n = static_cast<double>(tokens);
+  const auto E = static_cast<double>(m.emb_dim);
+  const auto L = static_cast<double>(m.num_layers);
+  const auto D = static_cast<double>(m.head_dim);
+  const auto act = static_cast<double>(dtype_size(m.dtype));
+  const double hidden =
+      n * static_cast<double>(m.moe ? m.num_experts_per_tok * m.mlp_dim : m.mlp_dim);
+  const double kv = n * 2 * static_cast<double>(m.num_kv_heads) * D * L;
+  w.vectors.push_back({"rmsnorm_forward", n * E * (2 * L + 1), 2 * act});
+  w.vectors.push_back({"swiglu_forward", hidden * L, 3 * act});
+  w.vectors.push_back({"rope_forward",
+                       n * static_cast<double>(m.num_query_heads + m.num_kv_heads) * D * L,
+                       2 * act});
+  w.vectors.push_back({"residual_add_forward", n * E * 2 * L, 3 * act});
+  w.vectors.push_back({"embedding_forward", n * E, 2 * act});
+  if (s.quantize_kvcache) w.vectors.push_back({"quantize_kv", kv, act + 1});
+}
+
+// A mixture's experts split over ca: per layer the dispatch's counts (a count per expert), then
+// the routed rows out to their experts' ranks and back (parallel/expert_parallel.h), as
+// all-to-alls; the rows each rank sends depend on the routing, counted at their mean.
+void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, int64_t ca, int64_t tokens,
+                        const std::string& axis) {
+  if (!m.moe || parallel::inference_expert_ranks(m.num_experts, ca) == 1) return;
+  const int64_t rows = tokens * m.num_experts_per_tok * m.emb_dim;
+  const auto element = static_cast<int64_t>(dtype_size(m.dtype));
+  t.add(axis, CollectiveKind::kAllToAll, m.num_experts * int64_t{sizeof(int64_t)}, m.num_layers);
+  t.add(axis, CollectiveKind::kAllToAll, rows * element, 2 * m.num_layers);
+}
+
+}  // namespace
+
+int64_t InferenceMatmul::smallest() const { return std::min({rows, inner, cols}); }
+
+bool int8_quantized(const model::WeightSpec& s) {
+  return s.role == WeightRole::kHeadsOrHidden || s.role == WeightRole::kIntoResidual ||
+         s.role == WeightRole::kOutputHead;
+}
+
+bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
+  if (s.role == WeightRole::kOutputHead) return true;
+  return !m.moe && s.layer >= 0 && named(s, ".mlp.");
+}
+
+int64_t stored_weight_bytes(const model::WeightSpec& s, int64_t rows, bool int8,
+                            DType weight_dtype) {
+  if (int8 && int8_quantized(s)) return model::int8_weight_bytes(rows, s.cols);
+  return rows * s.cols * static_cast<int64_t>(dtype_size(weight_dtype));
+}
+
+const std::vector<std::string>& inference_vector_ops() {
+  static const std::vector<std::string> ops = {
+      "rmsnorm_forward",   "swiglu_forward", "rope_forward", "residual_add_forward",
+      "embedding_forward", "quantize_kv",    "quantize_rows"};
+  return ops;
+}
+
+StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
+                       const std::vector<model::WeightSpec>& specs, int64_t length,
+                       const std::string& ca_axis) {
+  StageWork w;
+  Shape shape;
+  shape.tokens = s.slots * length / ca;
+  shape.routed_tokens = s.slots * length;
+  shape.head_rows = ceil_div(s.slots, ca);  // the rows holding a prompt's last token
+  add_matmuls(w, m, s, ca, specs, shape);
+  add_vectors(w, m, s, shape.tokens);
+  w.head_dim = m.head_dim;
+  w.attention_kind = std::string(dtype_config_name(m.dtype)) + "_forward";
+  const auto P = static_cast<double>(length);
+  const auto qd = static_cast<double>(m.num_query_heads * m.head_dim * m.num_layers);
+  // MaxText's causal count, 4·P²·Hq·D / 2 per prompt and layer, this rank's 1/ca of the queries.
+  w.attention_flops = static_cast<double>(s.slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
+  w.attention_bytes = static_cast<double>(s.slots) * P * 2 *
+                      static_cast<double>(m.kv_dim() * m.num_layers) * dtype_size(m.dtype);
+  if (ca > 1) {
+    // Each layer's attention gathers K and V of every slot's prompt (the training all-gather
+    // plan, PrefillAttention); batch-sharded decode then gathers them again to keep whole slots,
+    // and every rank sums the slots' last-token logits.
+    const parallel::AttentionOperands x{s.slots,        length / ca, m.num_query_heads,
+                                        m.num_kv_heads, m.head_dim,  m.dtype};
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      parallel::AllGatherContextAttention::add_forward_traffic(w.traffic, ca_axis, ca, x);
+    }
+    if (s.decode == DecodeSharding::kBatch) {
+      const auto element = static_cast<int64_t>(dtype_size(m.dtype));
+      w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.kv_numel() * element,
+                    m.num_layers);
+      w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
+    }
+    w.traffic.add(ca_axis, CollectiveKind::kAllReduce, s.slots * m.vocab_size * 4);
+    add_expert_traffic(w.traffic, m, ca, shape.tokens, ca_axis);
+  }
+  return w;
+}
+
+StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
+                      const std::vector<model::WeightSpec>& specs, const std::string& ca_axis) {
+  StageWork w;
+  const bool sequence = s.decode == DecodeSharding::kSequence;
+  Shape shape;
+  shape.tokens = sequence ? s.slots : s.slots / ca;  // every slot's token, or this rank's slots'
+  shape.routed_tokens = s.slots;
+  shape.head_rows = shape.tokens;
+  shape.split_rows = sequence && ca > 1;
+  shape.suffix = "_decode";
+  add_matmuls(w, m, s, ca, specs, shape);
+  add_vectors(w, m, s, shape.tokens);
+  w.head_dim = m.head_dim;
+  w.attention_kind =
+      (s.quantize_kvcache ? std::string("int8") : std::string(dtype_config_name(m.dtype))) +
+      "_decode";
+  // Each local slot's query against this rank's rows of a full-length sequence.
+  const int64_t rows = sequence ? ceil_div(s.max_target_length, ca) : s.max_target_length;
+  const auto reads = static_cast<double>(shape.tokens * rows * m.num_layers);
+  w.attention_flops = reads * 4.0 * static_cast<double>(m.num_query_heads * m.head_dim);
+  const double element = s.quantize_kvcache ? 1.0 : dtype_size(m.dtype);
+  w.attention_bytes = reads * 2 * static_cast<double>(m.kv_dim()) * element;
+  if (ca > 1) {
+    const int64_t B = shape.tokens, f32 = sizeof(float);
+    if (sequence) {
+      // Each layer merges the shards' partial attention (out and LSE, f32), and the row split
+      // gathers the MLP's hidden units and outputs (parts padded to the widest) and the head's
+      // logits.
+      w.traffic.add(ca_axis, CollectiveKind::kAllGather,
+                    ca * B * m.num_query_heads * (m.head_dim + 1) * f32, m.num_layers);
+      const auto activation = static_cast<int64_t>(dtype_size(m.dtype));
+      if (!m.moe) {
+        for (const int64_t width : {m.mlp_dim, m.emb_dim}) {
+          w.traffic.add(ca_axis, CollectiveKind::kAllGather,
+                        ca * B * split_count(width, static_cast<int>(ca), 0) * activation,
+                        m.num_layers);
+        }
+      }
+      w.traffic.add(ca_axis, CollectiveKind::kAllGather,
+                    ca * B * split_count(m.vocab_size, static_cast<int>(ca), 0) * f32);
+    } else {
+      w.traffic.add(ca_axis, CollectiveKind::kAllGather, s.slots * m.vocab_size * f32);
+    }
+    add_expert_traffic(w.traffic, m, ca, B, ca_axis);
+  }
+  return w;
+}
+
+}  // namespace maxctx::infer

@@ -1,0 +1,211 @@
+// The inference plan's times (infer/inference_work.h, inference_plan.h): the work lists count
+// what the forward runs, checked against independent counts of the model's weights and of
+// attention, and the predicted seconds are each kernel at the profile's table rate, or its bytes
+// over the memory bandwidth for a profile without tables.
+#include "maxctx/infer/inference_work.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "infer/infer_test_util.h"
+#include "maxctx/config/config.h"
+#include "maxctx/config/hardware_profile.h"
+#include "maxctx/infer/inference_plan.h"
+#include "maxctx/infer/model_source.h"
+#include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/traffic.h"
+#include "maxctx/model/llama_config.h"
+
+namespace maxctx::infer {
+namespace {
+
+Config config_of(std::vector<std::string> keys, int ranks = 1) {
+  if (std::none_of(keys.begin(), keys.end(),
+                   [](const std::string& k) { return k.starts_with("model_name="); })) {
+    keys.push_back("model_name=maxctx-tiny");
+  }
+  keys.insert(keys.begin(),
+              {"per_device_batch_size=2", "max_prefill_predict_length=64", "max_target_length=96",
+               "inference_microbenchmark_prefill_lengths=32,64"});
+  if (ranks > 1) keys.push_back("ici_context_autoregressive_parallelism=" + std::to_string(ranks));
+  return load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, ranks);
+}
+
+double matmul_flops(const StageWork& w) {
+  double flops = 0;
+  for (const InferenceMatmul& mm : w.matmuls) flops += mm.flops();
+  return flops;
+}
+
+// Per token, the layers' projections: q, k, v, o and the SwiGLU MLP (2 FLOPs a weight).
+double layer_flops_per_token(const model::LlamaConfig& m) {
+  const double E = double(m.emb_dim), q = double(m.num_query_heads * m.head_dim),
+               kv = double(m.kv_dim()), F = double(m.mlp_dim);
+  return 2.0 * double(m.num_layers) * (E * q + 2 * E * kv + q * E + 3 * E * F);
+}
+
+TEST(InferenceWork, PrefillCountsEveryProjectionAndTheLastTokensHead) {
+  const Config c = config_of({});
+  const InferencePlan p = plan_inference(c);
+  const model::LlamaConfig& m = p.model;
+  ASSERT_EQ(p.prefill.size(), 2u);
+  for (const PrefillWork& x : p.prefill) {
+    const double tokens = double(p.settings.slots * x.length);
+    const double head = 2.0 * double(p.settings.slots) * double(m.emb_dim * m.vocab_size);
+    EXPECT_DOUBLE_EQ(matmul_flops(x.work), tokens * layer_flops_per_token(m) + head);
+    // MaxText's causal attention count: 4·P²·Hq·D/2 per prompt and layer.
+    EXPECT_DOUBLE_EQ(x.work.attention_flops,
+                     double(p.settings.slots) * 4.0 * double(x.length * x.length) *
+                         double(m.num_query_heads * m.head_dim * m.num_layers) / 2);
+    EXPECT_EQ(x.work.attention_kind, "float32_forward");
+    for (const InferenceMatmul& mm : x.work.matmuls) EXPECT_EQ(mm.kind, "float32");
+  }
+}
+
+TEST(InferenceWork, DecodeSplitsTheMlpAndHeadRowsAndReadsThisRanksCache) {
+  for (const int ca : {1, 2}) {
+    const Config c = config_of({"quantization=int8", "quantize_kvcache=true"}, ca);
+    const InferencePlan p = plan_inference(c);
+    const model::LlamaConfig& m = p.model;
+    const StageWork& w = p.decode;
+    const double slots = double(p.settings.slots);
+    // Every slot's token on every rank (sequence sharding); the MLP's and the head's output rows
+    // split over ca, the attention projections whole.
+    const double E = double(m.emb_dim), q = double(m.num_query_heads * m.head_dim),
+                 kv = double(m.kv_dim()), F = double(m.mlp_dim), L = double(m.num_layers);
+    const double expected =
+        2.0 * slots *
+        (L * (E * q + 2 * E * kv + q * E + 2 * E * double(split_count(m.mlp_dim, ca, 0)) +
+              F * double(split_count(m.emb_dim, ca, 0))) +
+         E * double(split_count(m.vocab_size, ca, 0)));
+    EXPECT_DOUBLE_EQ(matmul_flops(w), expected) << "ca " << ca;
+    for (const InferenceMatmul& mm : w.matmuls) EXPECT_EQ(mm.kind, "int8_decode");
+    EXPECT_EQ(w.attention_kind, "int8_decode");
+    const double rows = double(ceil_div(p.settings.max_target_length, ca));
+    EXPECT_DOUBLE_EQ(w.attention_flops, slots * rows * L * 4.0 * q) << "ca " << ca;
+    EXPECT_DOUBLE_EQ(w.attention_bytes, slots * rows * L * 2 * kv) << "int8 codes";
+  }
+}
+
+TEST(InferenceWork, SecondsAreTableRatesOrBytesOverBandwidth) {
+  const Config c = config_of({"quantization=int8", "quantize_kvcache=true"});
+  const InferencePlan p = plan_inference(c);
+  HardwareProfile spec;  // a spec sheet: no tables
+  spec.memory_bandwidth = 1e9;
+  spec.flops_f32 = spec.flops_bf16 = spec.flops_int8 = 1e12;
+  spec.ici = spec.dcn = {1e9, 1e-6};
+  double bytes = p.decode.attention_bytes;
+  for (const InferenceMatmul& mm : p.decode.matmuls) bytes += mm.weight_bytes;
+  double vector_bytes = 0;
+  for (const InferenceVectorWork& v : p.decode.vectors)
+    vector_bytes += v.elements * v.bytes_per_element;
+  const InferenceTimes spec_times = predict_inference(p, spec);
+  EXPECT_DOUBLE_EQ(spec_times.decode_matmul_seconds + spec_times.decode_attention_seconds,
+                   bytes / spec.memory_bandwidth);
+  EXPECT_DOUBLE_EQ(spec_times.decode_vector_seconds, vector_bytes / spec.memory_bandwidth);
+
+  HardwareProfile measured = spec;  // flat tables: every size at one rate
+  measured.matmul_by_size["int8_decode"] = {{1, 2e10}};
+  measured.matmul_by_size["int8"] = {{128, 4e10}};
+  measured.attention_by_head_dim["int8_decode"] = {{32, 5e9}};
+  measured.attention_by_head_dim["float32_forward"] = {{32, 3e10}};
+  for (const std::string& op : inference_vector_ops()) measured.vector_rates[op] = 1e8;
+  const InferenceTimes t = predict_inference(p, measured);
+  EXPECT_DOUBLE_EQ(t.decode_matmul_seconds, matmul_flops(p.decode) / 2e10);
+  EXPECT_DOUBLE_EQ(t.decode_attention_seconds, p.decode.attention_flops / 5e9);
+  double elements = 0;
+  for (const InferenceVectorWork& v : p.decode.vectors) elements += v.elements;
+  EXPECT_DOUBLE_EQ(t.decode_vector_seconds, elements / 1e8);
+  EXPECT_DOUBLE_EQ(t.decode_step_seconds,
+                   t.decode_matmul_seconds + t.decode_attention_seconds + t.decode_vector_seconds);
+  ASSERT_EQ(t.prefill.size(), 2u);
+  const StageWork& prefill = p.prefill[1].work;
+  EXPECT_DOUBLE_EQ(t.prefill[1].matmul_seconds, matmul_flops(prefill) / 4e10);
+  EXPECT_DOUBLE_EQ(t.prefill[1].attention_seconds, prefill.attention_flops / 3e10);
+}
+
+TEST(InferenceWork, Int8QuantizesEachProjectionInputOnce) {
+  const InferencePlan p = plan_inference(config_of({"quantization=int8"}));
+  const model::LlamaConfig& m = p.model;
+  // Per token: the attention input (for q, k and v), o's input, the MLP input (gate and up),
+  // down's input; and the head's rows.
+  const double per_token =
+      double(m.num_layers) * double(2 * m.emb_dim + m.num_query_heads * m.head_dim + m.mlp_dim);
+  const StageWork& w = p.prefill[0].work;
+  double quantized = -1;
+  for (const InferenceVectorWork& v : w.vectors) {
+    if (v.op == "quantize_rows") quantized = v.elements;
+  }
+  EXPECT_DOUBLE_EQ(quantized, double(p.settings.slots * p.prefill[0].length) * per_token +
+                                  double(p.settings.slots * m.emb_dim));
+}
+
+// `counted` with its all-to-all bytes replaced by their mean over the ranks: a mixture's routed
+// rows go where the router sends them, so a rank's share varies but the total does not.
+Traffic with_mean_all_to_all(const Traffic& counted, const Communicator& world) {
+  Traffic out;
+  for (const auto& [axis, counts] : counted.axes()) {
+    for (int kind = 0; kind < kNumCollectiveKinds; ++kind) {
+      TrafficCount count = counts[static_cast<size_t>(kind)];
+      if (static_cast<CollectiveKind>(kind) == CollectiveKind::kAllToAll) {
+        world.all_reduce(std::span<int64_t>(&count.bytes, 1), ReduceOp::kSum);
+        EXPECT_EQ(count.bytes % world.size(), 0) << "routed rows split unevenly";
+        count.bytes /= world.size();
+      }
+      if (count.calls == 0) continue;
+      // add() repeats bytes per call: the total once, then the other calls with none.
+      out.add(axis, static_cast<CollectiveKind>(kind), count.bytes);
+      out.add(axis, static_cast<CollectiveKind>(kind), 0, count.calls - 1);
+    }
+  }
+  return out;
+}
+
+// The plan's collectives are the engine's: a prefill and a decode step counted by the
+// communicators, for both decode shardings and a mixture whose experts split over ca (its
+// all-to-all bytes as their mean over the ranks).
+class InferenceTrafficMatchesEngine : public ::testing::TestWithParam<std::vector<std::string>> {};
+
+TEST_P(InferenceTrafficMatchesEngine, PrefillAndDecodeStep) {
+  const int world = Communicator::world().size();
+  const Config c = config_of(GetParam(), world);
+  const InferencePlan p = plan_inference(c);
+  const Mesh mesh = testing::mesh_of(c);
+  const kernels::Kernels& k = kernels::backend(Device::kCpu);
+  InferenceModel model = load_inference_model(c, k, mesh);
+  InferenceEngine engine(k, inference_settings_from(c, mesh), model.config,
+                         std::move(model.weights), mesh, std::move(model.int8));
+  const int64_t length = p.prefill.back().length;
+  const std::vector<std::vector<int32_t>> prompts(
+      static_cast<size_t>(p.settings.slots), std::vector<int32_t>(static_cast<size_t>(length), 3));
+  mesh.world().barrier();
+  reset_counted_traffic();
+  engine.prefill(prompts);
+  const Traffic prefill = with_mean_all_to_all(counted_traffic(), mesh.world());
+  EXPECT_EQ(prefill, p.prefill.back().work.traffic)
+      << "counted:\n"
+      << format_traffic(prefill) << "planned:\n"
+      << format_traffic(p.prefill.back().work.traffic);
+  reset_counted_traffic();
+  const std::vector<int32_t> tokens(static_cast<size_t>(p.settings.slots), 5);
+  const std::vector<uint8_t> active(tokens.size(), 1);
+  engine.decode_step(tokens, active);
+  const Traffic decode = with_mean_all_to_all(counted_traffic(), mesh.world());
+  EXPECT_EQ(decode, p.decode.traffic) << "counted:\n"
+                                      << format_traffic(decode) << "planned:\n"
+                                      << format_traffic(p.decode.traffic);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, InferenceTrafficMatchesEngine,
+    ::testing::Values(std::vector<std::string>{},
+                      std::vector<std::string>{"quantization=int8", "quantize_kvcache=true"},
+                      std::vector<std::string>{"context_autoregressive_decode=batch"},
+                      std::vector<std::string>{"model_name=mixtral-tiny", "quantization=int8"}));
+
+}  // namespace
+}  // namespace maxctx::infer
