@@ -1,7 +1,8 @@
 // The inference plan's times (infer/inference_work.h, inference_plan.h): the work lists count
 // what the forward runs, checked against independent counts of the model's weights and of
-// attention, and the predicted seconds are each kernel at the profile's table rate, or its bytes
-// over the memory bandwidth for a profile without tables.
+// attention; the predicted seconds are each kernel at the profile's table rate, or on a spec
+// sheet's roofline (FLOPs at the peak or bytes over the bandwidth, the slower) without tables;
+// and the stages' collectives equal what the engine's communicators count.
 #include "maxctx/infer/inference_work.h"
 
 #include <gtest/gtest.h>
@@ -91,7 +92,7 @@ TEST(InferenceWork, DecodeSplitsTheMlpAndHeadRowsAndReadsThisRanksCache) {
   }
 }
 
-TEST(InferenceWork, SecondsAreTableRatesOrBytesOverBandwidth) {
+TEST(InferenceWork, SecondsAreTableRatesOrTheSpecSheetsRoofline) {
   const Config c = config_of({"quantization=int8", "quantize_kvcache=true"});
   const InferencePlan p = plan_inference(c);
   HardwareProfile spec;  // a spec sheet: no tables
@@ -107,6 +108,13 @@ TEST(InferenceWork, SecondsAreTableRatesOrBytesOverBandwidth) {
   EXPECT_DOUBLE_EQ(spec_times.decode_matmul_seconds + spec_times.decode_attention_seconds,
                    bytes / spec.memory_bandwidth);
   EXPECT_DOUBLE_EQ(spec_times.decode_vector_seconds, vector_bytes / spec.memory_bandwidth);
+  // A prefill's matmuls: each the slower of its FLOPs at the peak and its weight's bytes.
+  double roofline = 0;
+  for (const InferenceMatmul& mm : p.prefill[1].work.matmuls) {
+    roofline += std::max(mm.flops() / spec.flops_int8, mm.weight_bytes / spec.memory_bandwidth);
+  }
+  EXPECT_DOUBLE_EQ(spec_times.prefill[1].matmul_seconds, roofline);
+  EXPECT_GT(roofline, 0.0);
 
   HardwareProfile measured = spec;  // flat tables: every size at one rate
   measured.matmul_by_size["int8_decode"] = {{1, 2e10}};

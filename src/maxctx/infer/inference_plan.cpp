@@ -1,6 +1,8 @@
 #include "maxctx/infer/inference_plan.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "maxctx/core/split.h"
 #include "maxctx/infer/inference_work.h"
@@ -15,22 +17,31 @@
 namespace maxctx::infer {
 namespace {
 
+// The dtype a table kind names: "int8_decode" -> "int8", "float32_forward" -> "float32".
+std::string_view base_kind(std::string_view kind) { return kind.substr(0, kind.find('_')); }
+
 // Seconds of a stage's work on `profile`: each kernel at its measured rate where the profile has
-// a table for it, else the bytes it streams over the memory bandwidth.
+// a table for it, else on the roofline of a spec sheet (the slower of its FLOPs at the peak and
+// its bytes over the memory bandwidth).
 struct StageSeconds {
   double matmuls = 0, attention = 0, vectors = 0;
 };
 
-StageSeconds stage_seconds(const StageWork& w, const HardwareProfile& profile) {
+StageSeconds stage_seconds(const StageWork& w, const HardwareProfile& profile,
+                           std::string_view compute_dtype) {
   StageSeconds t;
   for (const InferenceMatmul& mm : w.matmuls) {
     t.matmuls += profile.matmul_by_size.count(mm.kind)
                      ? mm.flops() / profile.matmul_rate(mm.kind, mm.smallest())
-                     : mm.weight_bytes / profile.memory_bandwidth;
+                     : std::max(mm.flops() / profile.flops(base_kind(mm.kind)),
+                                mm.weight_bytes / profile.memory_bandwidth);
   }
+  // Attention computes in the activations' dtype whatever the cache holds.
   t.attention = profile.attention_by_head_dim.count(w.attention_kind)
                     ? w.attention_flops / profile.attention_rate(w.attention_kind, w.head_dim)
-                    : w.attention_bytes / profile.memory_bandwidth;
+                    : std::max(w.attention_flops /
+                                   (profile.flops(compute_dtype) * profile.attention_fraction),
+                               w.attention_bytes / profile.memory_bandwidth);
   for (const InferenceVectorWork& v : w.vectors) {
     t.vectors += profile.vector_seconds(v.op, v.elements, v.bytes_per_element);
   }
@@ -103,7 +114,7 @@ InferencePlan plan_inference(const Config& c) {
 InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& profile) {
   InferenceTimes t;
   for (const auto& [length, work] : p.prefill) {
-    const StageSeconds compute = stage_seconds(work, profile);
+    const StageSeconds compute = stage_seconds(work, profile, dtype_config_name(p.model.dtype));
     PrefillPoint point;
     point.length = length;
     point.flops = work.attention_flops;
@@ -116,7 +127,7 @@ InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& 
         compute.matmuls + compute.attention + compute.vectors + point.communication_seconds;
     t.prefill.push_back(point);
   }
-  const StageSeconds decode = stage_seconds(p.decode, profile);
+  const StageSeconds decode = stage_seconds(p.decode, profile, dtype_config_name(p.model.dtype));
   t.decode_matmul_seconds = decode.matmuls;
   t.decode_attention_seconds = decode.attention;
   t.decode_vector_seconds = decode.vectors;
