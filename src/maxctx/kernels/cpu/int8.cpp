@@ -13,6 +13,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/elementwise.h"
+#include "maxctx/kernels/cpu/quantize_row.h"
 #include "maxctx/kernels/cpu/threading.h"
 #include "maxctx/kernels/ref/int8.h"
 
@@ -136,8 +137,7 @@ Int8Weights int8_pack_weights(const float* w, int64_t out_dim, int64_t in_dim) {
   std::vector<int8_t> codes(static_cast<size_t>(out_dim * in_dim));
   std::vector<float> scale(static_cast<size_t>(out_dim));
   for (int64_t o = 0; o < out_dim; ++o) {
-    scale[o] =
-        ref::quantize_row_int8(codes.data() + o * in_dim, w + o * in_dim, in_dim, kInt8Levels);
+    scale[o] = quantize_row_signed(codes.data() + o * in_dim, w + o * in_dim, in_dim, kInt8Levels);
   }
   return int8_pack_codes(codes.data(), scale.data(), out_dim, in_dim);
 }
@@ -176,18 +176,10 @@ void int8_quantize_rows(Int8Rows& out, const float* in, int64_t N, int64_t in_di
   out.scale.resize(static_cast<size_t>(N));
   parallel_for(N, items_per_task(in_dim), [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
-      const float* x = in + n * in_dim;
       uint8_t* u = out.codes.data() + n * width;
-      float max_abs = 0.0f;
-      for (int64_t i = 0; i < in_dim; ++i) max_abs = std::max(max_abs, std::fabs(x[i]));
-      // The reference's rule (ref::quantize_row_int8), written out so that it vectorizes.
-      const float inv = max_abs == 0.0f ? 0.0f : kInt8Levels / max_abs;
-      for (int64_t i = 0; i < in_dim; ++i) {
-        const float code = std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f);
-        u[i] = static_cast<uint8_t>(static_cast<int>(code) + kOffset);
-      }
+      // The reference's rule (ref::quantize_row_int8), codes + kOffset.
+      out.scale[n] = quantize_row_offset(u, in + n * in_dim, in_dim, kInt8Levels);
       std::fill(u + in_dim, u + width, static_cast<uint8_t>(kOffset));
-      out.scale[n] = max_abs / kInt8Levels;
     }
   });
 }
@@ -226,7 +218,7 @@ void quantize_rows_int8(int8_t* q, float* scale, FloatPtr x, int64_t rows, int64
         convert_serial(widened.data(), x + r * cols, cols);
         row = widened.data();
       }
-      scale[r] = ref::quantize_row_int8(q + r * cols, row, cols, levels);
+      scale[r] = quantize_row_signed(q + r * cols, row, cols, levels);
     }
   });
 }
