@@ -4,7 +4,8 @@
 // it) and a mixture of experts' experts over all E·C ranks (rows exchanged by all_to_all):
 //  - every slot draws the same tokens and every step's logits (the prefill's and each decode
 //    step's) agree within 1e-5 norm-relative (fp32) for the tiny_mixtral fixture with sparse
-//    and dense dispatch, both decode shardings, and a dense model (a pure slot split); with int8
+//    and dense dispatch, both decode shardings, a dense model (a pure slot split) and a Mixtral
+//    of 3 experts (not split over 2 or 4 ranks: every rank runs them all); with int8
 //    weights and an int8 KV cache, fed the one-rank run's tokens, within 5e-2 (inference_test's
 //    int8 bound);
 //  - each rank holds exactly its own experts (resident bytes = the one-rank engine's less the
@@ -45,7 +46,9 @@ Mesh expert_mesh(Communicator base) {
   return Mesh(spec, std::move(base));
 }
 
-enum class ModelKind { kDense, kMixtral, kMixtralDenseDispatch };
+// kMixtralThreeExperts: the fixture's dimensions with 3 experts (random weights), which do not
+// split over 2 or 4 ranks: every rank runs every expert, as under context_autoregressive alone.
+enum class ModelKind { kDense, kMixtral, kMixtralDenseDispatch, kMixtralThreeExperts };
 
 struct Case {
   const char* name;
@@ -61,6 +64,7 @@ const Case kCases[] = {
      DecodeSharding::kSequence},
     {"mixtral_dense_dispatch_batch", ModelKind::kMixtralDenseDispatch, DecodeSharding::kBatch},
     {"dense_model_batch", ModelKind::kDense, DecodeSharding::kBatch},
+    {"mixtral_three_experts_sequence", ModelKind::kMixtralThreeExperts, DecodeSharding::kSequence},
     {"mixtral_sequence_int8", ModelKind::kMixtral, DecodeSharding::kSequence, true},
 };
 
@@ -70,11 +74,13 @@ model::LlamaConfig model_config(ModelKind kind) {
   }
   model::LlamaConfig c =
       model::llama_config_from_hf(std::string(testing::mixtral_fixture_dir()) + "/config.json");
-  c.sparse_matmul = kind == ModelKind::kMixtral;  // dense dispatch: no dropping (factor -1)
+  c.sparse_matmul = kind != ModelKind::kMixtralDenseDispatch;  // dense: no dropping (factor -1)
+  if (kind == ModelKind::kMixtralThreeExperts) c.num_experts = 3;
   return c;
 }
 
 std::vector<float> model_weights(ModelKind kind, const model::LlamaConfig& c) {
+  if (kind == ModelKind::kMixtralThreeExperts) return testing::init_weights(c, 5, 4.0f);
   return kind == ModelKind::kDense ? testing::fixture_weights(c)
                                    : testing::fixture_weights(c, testing::mixtral_fixture_dir());
 }
@@ -119,8 +125,10 @@ TEST_P(ExpertAxisEquality, TokensAndLogitsMatchSingleDevice) {
   InferenceEngine engine(cpu(), s, mc, weights, mesh);
   ASSERT_EQ(engine.expert(), 2);
   ASSERT_EQ(engine.ca(), Communicator::world().size() / 2);
-  // The fixture's 4 experts split over all 2 or 4 ranks; a dense model has none.
-  EXPECT_EQ(engine.expert_ranks(), mc.moe ? Communicator::world().size() : 1);
+  // The fixture's 4 experts split over all 2 or 4 ranks; 3 run whole on every rank; a dense
+  // model has none.
+  const bool split = mc.moe && mc.num_experts % Communicator::world().size() == 0;
+  EXPECT_EQ(engine.expert_ranks(), split ? Communicator::world().size() : 1);
   const auto prompts = testing::make_prompts(kSlots, kPrefill, mc.vocab_size, 3);
   const int64_t V = mc.vocab_size;
   if (c.int8) {
