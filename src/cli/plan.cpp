@@ -209,6 +209,7 @@ nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
   return {{"mode", "inference"},
           {"model_name", c.model_name},
           {"context_autoregressive", p.ca},
+          {"expert", p.expert},
           {"slots", p.settings.slots},
           {"max_target_length", p.settings.max_target_length},
           {"quantization", c.quantization},
@@ -238,9 +239,9 @@ nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
 std::string inference_table(const Config& c, const infer::InferencePlan& p,
                             const infer::InferenceTimes& t, const HardwareProfile& hw) {
   std::string s = fmt::format(
-      "plan: inference {} over context_autoregressive={}, {} slots, max_target_length={}, "
-      "quantization='{}' quantize_kvcache={}\n\nmemory per rank\n",
-      c.model_name, p.ca, p.settings.slots, p.settings.max_target_length, c.quantization,
+      "plan: inference {} over context_autoregressive={} expert={}, {} slots, "
+      "max_target_length={}, quantization='{}' quantize_kvcache={}\n\nmemory per rank\n",
+      c.model_name, p.ca, p.expert, p.settings.slots, p.settings.max_target_length, c.quantization,
       c.quantize_kvcache);
   const auto row = [&](const char* name, int64_t bytes) {
     s += fmt::format("  {:<22}{:>14}\n", name, gib(static_cast<double>(bytes)));

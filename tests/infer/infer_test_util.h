@@ -2,16 +2,22 @@
 // prompts of unequal lengths, and the error measures.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/infer/engine.h"
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::infer::testing {
 
@@ -125,6 +131,50 @@ inline std::vector<std::vector<float>> forced_logits(
     if (!any) return steps;
     steps.push_back(engine.decode_step(tokens, active));
   }
+}
+
+// The message of the Error `run` throws ("" when it throws none).
+template <typename Fn>
+std::string error_of(Fn run) {
+  try {
+    run();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The bytes one expert's three matrices occupy in an engine: the loaded weights, plus their
+// int8 copies when it quantized them (which empties the views but keeps the weights).
+inline int64_t expert_bytes(const model::ExpertWeights& e) {
+  int64_t bytes = 0;
+  const std::pair<TensorView, const kernels::Int8Weights*> matrices[] = {
+      {e.w_gate, e.w_gate_i8}, {e.w_up, e.w_up_i8}, {e.w_down, e.w_down_i8}};
+  for (const auto& [view, i8] : matrices) {
+    bytes += i8 == nullptr ? static_cast<int64_t>(view.bytes())
+                           : i8->out_dim * i8->in_dim * int64_t{sizeof(float)} +
+                                 model::int8_weight_bytes(i8->out_dim, i8->in_dim);
+  }
+  return bytes;
+}
+
+// The bytes of the experts that `reference` (holding every expert) holds and `engine` should
+// not (those outside `mine`), as `reference` holds them; checks that `engine` holds exactly
+// `mine`'s experts, each as `reference` holds it, and nothing of the others.
+inline int64_t other_experts_bytes(const InferenceEngine& reference, const InferenceEngine& engine,
+                                   const parallel::ExpertRange& mine) {
+  int64_t others = 0;
+  for (size_t l = 0; l < reference.weights().layers.size(); ++l) {
+    const auto& all = reference.weights().layers[l].moe.experts;
+    const auto& held = engine.weights().layers[l].moe.experts;
+    EXPECT_EQ(held.size(), all.size());
+    for (int64_t e = 0; e < static_cast<int64_t>(std::min(all.size(), held.size())); ++e) {
+      if (!mine.holds(e)) others += expert_bytes(all[e]);
+      EXPECT_EQ(expert_bytes(held[e]), mine.holds(e) ? expert_bytes(all[e]) : 0)
+          << "layer " << l << " expert " << e;
+    }
+  }
+  return others;
 }
 
 // The mesh a command builds from a config's axes.

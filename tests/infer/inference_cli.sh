@@ -108,5 +108,8 @@ expect_error 2 "context = 2 is the training axis" decode "$config" "${ids[@]}" \
   ici_context_parallelism=2 ici_context_autoregressive_parallelism=1
 expect_error 2 "is the inference axis" train "$src/configs/base.yml" model_name=maxctx-tiny \
   ici_fsdp_parallelism=1 ici_context_autoregressive_parallelism=2 steps=1
+# The expert axis splits the slots (per_device_batch_size 0.5 x 2 devices = 1 slot over 2).
+expect_error 2 "expert = 2 splits the 1 decode slots into 2 groups" decode "$config" "${ids[@]}" \
+  ici_expert_parallelism=2 per_device_batch_size=0.5
 expect_error 1 "unknown" decode "$config" "${ids[@]}" decode_sampling_topk=3
 echo "inference_cli: OK"

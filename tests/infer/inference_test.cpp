@@ -25,6 +25,7 @@ namespace {
 
 using testing::ca_mesh;
 using testing::make_prompts;
+using testing::other_experts_bytes;
 using testing::relative_error;
 
 constexpr int64_t kSlots = 12;  // divisible by every ca in 1..4 (batch sharding)
@@ -179,20 +180,6 @@ TEST_P(InferenceEquality, TokensAndLogitsMatchSingleDevice) {
 INSTANTIATE_TEST_SUITE_P(Cases, InferenceEquality, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
-// The bytes one expert's three matrices occupy in an engine: the loaded weights, plus their
-// int8 copies when it quantized them (which empties the views but keeps the weights).
-int64_t expert_bytes(const model::ExpertWeights& e) {
-  int64_t bytes = 0;
-  const std::pair<TensorView, const kernels::Int8Weights*> matrices[] = {
-      {e.w_gate, e.w_gate_i8}, {e.w_up, e.w_up_i8}, {e.w_down, e.w_down_i8}};
-  for (const auto& [view, i8] : matrices) {
-    bytes += i8 == nullptr ? static_cast<int64_t>(view.bytes())
-                           : i8->out_dim * i8->in_dim * int64_t{sizeof(float)} +
-                                 model::int8_weight_bytes(i8->out_dim, i8->in_dim);
-  }
-  return bytes;
-}
-
 // Each context_autoregressive rank holds only its own experts (4 over ca = 2 and 4; whole on
 // every rank over ca = 3), their int8 copies included: its resident weight bytes are the
 // one-rank engine's less the other ranks' experts as that engine holds them, and its views of
@@ -211,19 +198,11 @@ TEST(InferenceExpertWeights, EachRankHoldsOnlyItsOwnExperts) {
     c.int8_weights = int8;
     const InferenceSettings s = settings_for(c);
     const kernels::Kernels& cpu = kernels::backend(Device::kCpu);
-    InferenceEngine reference(cpu, s, mc, weights, ca_mesh(Communicator::self()));
-    InferenceEngine engine(cpu, s, mc, weights, ca_mesh(world));
-    int64_t others = 0;
-    for (size_t l = 0; l < reference.weights().layers.size(); ++l) {
-      const auto& all = reference.weights().layers[l].moe.experts;
-      const auto& held = engine.weights().layers[l].moe.experts;
-      ASSERT_EQ(held.size(), all.size());
-      for (int64_t e = 0; e < static_cast<int64_t>(all.size()); ++e) {
-        if (!mine.holds(e)) others += expert_bytes(all[e]);
-        EXPECT_EQ(expert_bytes(held[e]), mine.holds(e) ? expert_bytes(all[e]) : 0)
-            << "layer " << l << " expert " << e << (int8 ? " int8" : "");
-      }
-    }
+    const Mesh one = ca_mesh(Communicator::self()),
+               sharded = ca_mesh(world);  // kept by the engines
+    InferenceEngine reference(cpu, s, mc, weights, one);
+    InferenceEngine engine(cpu, s, mc, weights, sharded);
+    const int64_t others = other_experts_bytes(reference, engine, mine);
     EXPECT_EQ(others > 0, mine.count < mc.num_experts);
     EXPECT_EQ(engine.resident_weight_bytes(), reference.resident_weight_bytes() - others)
         << (int8 ? "int8" : "fp32");

@@ -47,11 +47,15 @@ done
   quantization=int8 > "$work/export.log" 2>&1 ||
   { echo "FAIL: export quantization=int8:"; tail -5 "$work/export.log"; exit 1; }
 
-for ca in 2 4; do
-  run=bench_ca$ca
-  "${mpirun[@]}" -np "$ca" "$maxctx" bench-inference "$src/configs/inference.yml" \
+# ca ranks x expert ranks: the line as given (ca 2 and 4), and once with ici_expert_parallelism=2
+# added (MaxText's inference use of the axis: slots and experts split over it).
+for mesh in 2x1 4x1 2x2; do
+  ca=${mesh%x*}
+  expert=${mesh#*x}
+  run=bench_ca${ca}_expert$expert
+  "${mpirun[@]}" -np $((ca * expert)) "$maxctx" bench-inference "$src/configs/inference.yml" \
     max_prefill_predict_length=128 max_target_length=256 model_name=mixtral-tiny \
-    ici_fsdp_parallelism=1 ici_autoregressive_parallelism=1 \
+    ici_fsdp_parallelism=1 ici_autoregressive_parallelism=1 ici_expert_parallelism="$expert" \
     ici_context_autoregressive_parallelism="$ca" scan_layers=False per_device_batch_size=1 \
     attention=dot_product megablox=False quantization=int8 checkpoint_is_quantized=True \
     quantize_kvcache=True capacity_factor=1 tokenizer_path="$tokenizer" \
@@ -61,7 +65,7 @@ for ca in 2 4; do
     enable_jax_profiler=False profiler=xplane \
     load_parameters_path="$work/mixtral_int8" inference_microbenchmark_loop_iters=2 \
     inference_microbenchmark_log_file_path="$work/$run.json" > "$work/$run.log" 2>&1 ||
-    { echo "FAIL: the inference line on $ca ranks:"; tail -5 "$work/$run.log"; exit 1; }
+    { echo "FAIL: the inference line on $mesh (ca x expert) ranks:"; tail -5 "$work/$run.log"; exit 1; }
   [[ -s "$work/$run/trace.json" ]] || { echo "FAIL: bench-inference left no trace"; exit 1; }
   python3 - "$work/$run.json" <<'PY'
 import json, sys

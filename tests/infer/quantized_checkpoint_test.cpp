@@ -5,6 +5,7 @@
 // ranks; and the ways such a checkpoint can be wrong are one clear error each.
 #include "maxctx/model/quantized_checkpoint.h"
 
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,47 +87,62 @@ TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
   }
 }
 
-// Loaded on context_autoregressive = the ranks, each rank reads only its own experts (4 over 2
-// ranks; every expert over 3), from the F32 checkpoint and the quantized one, and decodes as
+// Loads `c` on its mesh (each rank its own experts) and on one rank (the whole model) and
+// decodes both, the sharded run fed the one-rank run's tokens.
+void expect_decodes_as_whole_model(const Config& c, const std::vector<std::string>& keys) {
+  const std::string what = fmt::format("{}", fmt::join(keys, " "));
+  const Mesh mesh = mesh_of(c);
+  const Mesh one = testing::ca_mesh(Communicator::self());
+  const InferenceSettings s = inference_settings_from(c, mesh);
+  InferenceModel mine = load_inference_model(c, cpu(), mesh);
+  InferenceModel whole = load_inference_model(c, cpu(), one);
+  const int64_t ranks = parallel::inference_expert_group(mesh).size();
+  const bool split = mine.config.moe && mine.config.num_experts % ranks == 0 && ranks > 1;
+  EXPECT_EQ(mine.weights.numel() < whole.weights.numel(), split);
+  InferenceEngine engine(cpu(), s, mine.config, std::move(mine.weights), mesh,
+                         std::move(mine.int8));
+  InferenceEngine reference(cpu(), s, whole.config, std::move(whole.weights), one,
+                            std::move(whole.int8));
+  const auto prompts = testing::make_prompts(s.slots, 24, engine.model_config().vocab_size, 5);
+  const GenerateResult greedy = reference.generate(prompts);
+  const auto want = testing::forced_logits(reference, prompts, greedy.tokens);
+  const auto got = testing::forced_logits(engine, prompts, greedy.tokens);
+  ASSERT_EQ(got.size(), want.size());
+  const int64_t V = engine.model_config().vocab_size;
+  double worst = 0.0;
+  for (size_t step = 0; step < want.size(); ++step) {
+    for (int64_t b = 0; b < s.slots; ++b) {
+      if (step >= greedy.tokens[b].size()) continue;
+      worst = std::max(
+          worst, testing::relative_error(got[step].data() + b * V, want[step].data() + b * V, V));
+    }
+  }
+  EXPECT_LE(worst, s.int8_weights ? 5e-2 : 1e-5) << what;
+}
+
+// Loaded on context_autoregressive = the ranks, and on {expert = 2, ca = the rest} for an even
+// number of ranks, each rank reads only its own experts (4 over 2 ranks; every expert over 3),
+// from the F32 checkpoint, the quantized one and (Mixtral) random init, and decodes as
 // the whole model loaded on one rank: every step's logits, fed the one-rank run's tokens, within
 // 1e-5 (fp32) and 5e-2 (int8 weights: inference_test.cpp's bound; a last-bit difference can move
 // an activation across a rounding boundary of the quantizer).
 TEST_P(QuantizedCheckpoint, EachRanksExpertsDecodeAsTheWholeModelOnOneRank) {
   const std::string fixture = GetParam();
   const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
-  const std::vector<std::string> sources[] = {
+  std::vector<std::vector<std::string>> sources = {
       {"load_parameters_path=" + fixture},
       {"load_parameters_path=" + dir.string(), "quantization=int8",
        "checkpoint_is_quantized=true"}};
-  for (const std::vector<std::string>& keys : sources) {
-    const Config c = inference_config(keys);
-    const Mesh mesh = mesh_of(c);
-    const Mesh one = testing::ca_mesh(Communicator::self());
-    const InferenceSettings s = inference_settings_from(c, mesh);
-    InferenceModel mine = load_inference_model(c, cpu(), mesh);
-    InferenceModel whole = load_inference_model(c, cpu(), one);
-    const int64_t ca = mesh.axis(Axis::kContextAutoregressive).size();
-    const bool split = mine.config.moe && mine.config.num_experts % ca == 0 && ca > 1;
-    EXPECT_EQ(mine.weights.numel() < whole.weights.numel(), split);
-    InferenceEngine engine(cpu(), s, mine.config, std::move(mine.weights), mesh,
-                           std::move(mine.int8));
-    InferenceEngine reference(cpu(), s, whole.config, std::move(whole.weights), one,
-                              std::move(whole.int8));
-    const auto prompts = testing::make_prompts(s.slots, 24, engine.model_config().vocab_size, 5);
-    const GenerateResult greedy = reference.generate(prompts);
-    const auto want = testing::forced_logits(reference, prompts, greedy.tokens);
-    const auto got = testing::forced_logits(engine, prompts, greedy.tokens);
-    ASSERT_EQ(got.size(), want.size());
-    const int64_t V = engine.model_config().vocab_size;
-    double worst = 0.0;
-    for (size_t step = 0; step < want.size(); ++step) {
-      for (int64_t b = 0; b < s.slots; ++b) {
-        if (step >= greedy.tokens[b].size()) continue;
-        worst = std::max(
-            worst, testing::relative_error(got[step].data() + b * V, want[step].data() + b * V, V));
-      }
+  if (fixture.ends_with("mixtral")) sources.push_back({"model_name=mixtral-tiny"});  // random
+  // On an even number of ranks, also with the expert axis: {expert = 2, ca = the rest}, the
+  // experts split over both (expert_axis_test runs the engine there).
+  std::vector<std::vector<std::string>> meshes = {{}};
+  if (Communicator::world().size() % 2 == 0) meshes.push_back({"ici_expert_parallelism=2"});
+  for (const std::vector<std::string>& mesh_keys : meshes) {
+    for (std::vector<std::string> keys : sources) {
+      keys.insert(keys.end(), mesh_keys.begin(), mesh_keys.end());
+      expect_decodes_as_whole_model(inference_config(keys), keys);
     }
-    EXPECT_LE(worst, s.int8_weights ? 5e-2 : 1e-5) << keys[0];
   }
 }
 

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/model/moe_block.h"
 #include "maxctx/model/moe_reference.h"
@@ -105,11 +107,28 @@ TEST(MoeBlock, CapacityIsMaxTextsFormula) {
   EXPECT_EQ(expert_capacity(24, 4, 2, 1.25), 15);
   EXPECT_EQ(expert_capacity(24, 4, 2, 0.5), 6);
   EXPECT_EQ(expert_capacity(3, 4, 2, 0.5), 1);    // ceil(6/4) = 2, · 0.5
-  EXPECT_EQ(expert_capacity(3, 4, 2, 0.1), 0);    // int(0.2): every choice drops, as in MaxText
+  EXPECT_EQ(expert_capacity(1, 8, 2, 1.0), 1);    // a decode step: ceil(2/8) = 1
   EXPECT_EQ(expert_capacity(10, 4, 2, 3.0), 15);  // ceil(20/4) = 5, · 3
   EXPECT_EQ(expert_capacity(9, 4, 2, 1.1), 5);    // ceil(18/4) = 5, int(5.5)
   EXPECT_EQ(expert_capacity(24, 4, 2, -1.0), 24);
   EXPECT_EQ(expert_capacity(24, 4, 2, 0.0), 24);
+}
+
+// A capacity of 0 (int(0.2) here; a decode step's 1 token at a factor below 1) would drop every
+// choice: one clear error naming the factors that keep a slot.
+TEST(MoeBlock, CapacityOfZeroIsAConfigError) {
+  try {
+    expert_capacity(3, 4, 2, 0.1);
+    FAIL() << "capacity_factor 0.1 on 3 tokens was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("capacity_factor = 0.1 gives an expert capacity of 0 "
+                                         "tokens for a sequence of 3 tokens"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("set capacity_factor >= 1"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(expert_capacity(1, 8, 2, 0.5), Error);  // a decode step: int(max(0.5, 0.5))
 }
 
 // MaxText's example in generate_masks, and a second sequence: tokens routed to experts

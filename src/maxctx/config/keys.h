@@ -193,7 +193,8 @@ using StringList = std::vector<std::string>;
     "context_autoregressive axis (inference CP) within a node")                                 \
   X(int64_t, ici_tensor_parallelism, 1, "", "tensor axis within a node")                        \
   X(int64_t, ici_expert_parallelism, 1, "",                                                     \
-    "expert axis within a node (training: MoE experts split over it, the batch too)")           \
+    "expert axis within a node (MoE experts split over it, the batch too; inference: "          \
+    "the decode slots, and the experts with context_autoregressive)")                           \
   X(int64_t, ici_autoregressive_parallelism, 1, "",                                             \
     "MaxText's autoregressive axis (heads, MLP, vocab and cache heads in inference); only "     \
     "1: maxctx has no such axis, use ici_context_autoregressive_parallelism")                   \
@@ -204,7 +205,8 @@ using StringList = std::vector<std::string>;
     "context_autoregressive axis across nodes")                                                 \
   X(int64_t, dcn_tensor_parallelism, 1, "", "tensor axis across nodes")                         \
   X(int64_t, dcn_expert_parallelism, 1, "",                                                     \
-    "expert axis across nodes (training: MoE experts split over it, the batch too)")            \
+    "expert axis across nodes (MoE experts split over it, the batch too; inference: "           \
+    "the decode slots, and the experts with context_autoregressive)")                           \
   X(int64_t, debug_simulated_nodes, 0, "",                                                      \
     "maxctx: pretend the ranks sit on this many nodes (tests on one machine; 0: detect)")       \
   X(bool, context_parallel_load_balance, true, "",                                              \

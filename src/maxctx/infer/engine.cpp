@@ -10,6 +10,7 @@
 #include "maxctx/core/trace.h"
 #include "maxctx/infer/model_source.h"
 #include "maxctx/model/memory_estimate.h"
+#include "maxctx/model/moe_block.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
 
@@ -23,7 +24,7 @@ int64_t prefill_chunks(const InferenceSettings& s, int64_t ca) {
   return s.load_balance && ca > 1 ? 2 * ca : ca;
 }
 
-void check_settings(const InferenceSettings& s, int ca) {
+void check_settings(const InferenceSettings& s, int64_t ca, int64_t expert) {
   if (s.max_prefill_length < 1) {
     fail("max_prefill_predict_length = {}: allowed >= 1", s.max_prefill_length);
   }
@@ -42,12 +43,21 @@ void check_settings(const InferenceSettings& s, int ca) {
         chunks == ca ? "" : " with context_parallel_load_balance (2·ca chunks)", chunks);
   }
   if (s.slots < 1) fail("{} decode slots: allowed >= 1 (per_device_batch_size x devices)", s.slots);
-  if (s.decode == DecodeSharding::kBatch && s.slots % ca != 0) {
+  if (s.slots % expert != 0) {
     fail(
-        "context_autoregressive_decode=batch splits the {} decode slots over "
+        "expert = {} splits the {} decode slots into {} groups (MaxText's decode batch over the "
+        "expert axis): make per_device_batch_size x devices a multiple of {}",
+        expert, s.slots, expert, expert);
+  }
+  const int64_t group_slots = s.slots / expert;
+  if (s.decode == DecodeSharding::kBatch && group_slots % ca != 0) {
+    fail(
+        "context_autoregressive_decode=batch splits the {} decode slots{} over "
         "context_autoregressive = {}: make per_device_batch_size x devices a multiple of {}, or "
         "use context_autoregressive_decode=sequence",
-        s.slots, ca, ca);
+        group_slots,
+        expert > 1 ? fmt::format(" of an expert group ({} / expert = {})", s.slots, expert) : "",
+        ca, ca * expert);
   }
 }
 
@@ -57,10 +67,11 @@ void check_inference_mesh(const Mesh& mesh) { parallel::ParallelDims::inference(
 
 InferenceSettings inference_settings_from(const Config& c, const Mesh& mesh) {
   check_inference_mesh(mesh);
-  return inference_settings_from(c, mesh.axis_size(Axis::kContextAutoregressive));
+  return inference_settings_from(c, mesh.axis_size(Axis::kContextAutoregressive),
+                                 mesh.axis_size(Axis::kExpert));
 }
 
-InferenceSettings inference_settings_from(const Config& c, int64_t ca) {
+InferenceSettings inference_settings_from(const Config& c, int64_t ca, int64_t expert) {
   InferenceSettings s;
   s.max_prefill_length = c.max_prefill_predict_length;
   s.max_target_length = c.max_target_length;
@@ -81,7 +92,7 @@ InferenceSettings inference_settings_from(const Config& c, int64_t ca) {
         c.per_device_batch_size, c.derived.num_devices, slots);
   }
   s.slots = static_cast<int64_t>(slots);
-  check_settings(s, static_cast<int>(ca));
+  check_settings(s, ca, expert);
   return s;
 }
 
@@ -93,8 +104,9 @@ Tensor weights_in_dtype(const kernels::Kernels& kernels, const model::LlamaConfi
   const std::vector<model::WeightSpec> whole = model::llama_weight_specs(model);
   MAXCTX_CHECK_EQ(static_cast<int64_t>(weights.size()), model::total_numel(whole),
                   "weights of another model");
-  const Communicator& ca = mesh.axis(Axis::kContextAutoregressive);
-  const std::vector<model::WeightSpec> mine = inference_weight_specs(model, ca.size(), ca.rank());
+  const Communicator& group = parallel::inference_expert_group(mesh);
+  const std::vector<model::WeightSpec> mine =
+      inference_weight_specs(model, group.size(), group.rank());
   std::vector<float> held;
   held.reserve(static_cast<size_t>(model::total_numel(mine)));
   for (size_t i = 0; i < whole.size(); ++i) {
@@ -125,16 +137,28 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
       flat_(std::move(weights)),
       int8_(std::move(int8)),
       ca_(mesh.axis(Axis::kContextAutoregressive)),
+      expert_(mesh.axis(Axis::kExpert)),
+      devices_(parallel::inference_expert_group(mesh)),
       sampler_(settings.sampling) {
   check_inference_mesh(mesh);
   const int ca = ca_.size();
-  check_settings(settings_, ca);
+  check_settings(settings_, ca, expert_.size());
+  if (model_.moe && !model_.sparse_matmul) {
+    // A decode step sends one token per sequence through the experts: dense dispatch's capacity
+    // for it must keep a slot (model::expert_capacity's error, now rather than mid-generation).
+    model::expert_capacity(1, model_.num_experts, model_.num_experts_per_tok,
+                           model_.capacity_factor);
+  }
   // Before the KV cache is allocated: a max_target_length of 2^30 is one line, not bad_alloc.
-  const model::MemoryEstimate memory = model::inference_memory(
-      model_, settings_.slots, settings_.max_target_length, ca, settings_.quantize_kvcache);
+  const int64_t expert_ranks =
+      parallel::inference_expert_ranks(model_.moe ? model_.num_experts : 0, devices_.size());
+  const model::MemoryEstimate memory =
+      model::inference_memory(model_, group_slots(), settings_.max_target_length, ca,
+                              settings_.quantize_kvcache, expert_ranks);
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "inference",
                        memory.detail);
-  const std::vector<model::WeightSpec> specs = inference_weight_specs(model_, ca, ca_.rank());
+  const std::vector<model::WeightSpec> specs =
+      inference_weight_specs(model_, devices_.size(), devices_.rank());
   MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs),
                   "weights of another model, or not this rank's (load_inference_model)");
   MAXCTX_CHECK(flat_.dtype() == model_.weight_dtype, "weights in {} for a model of weight_dtype {}",
@@ -154,16 +178,19 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
       kernels_, model_, llama_weights_, settings_.int8_weights,
       plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{},
       int8_.empty() ? nullptr : &int8_.matrices);
-  ws_ = model::allocate_inference_workspace(kernels_, model_, workspace_rows(settings_, ca));
+  ws_ = model::allocate_inference_workspace(kernels_, model_,
+                                            workspace_rows(settings_, ca, expert_.size()));
   length_.assign(static_cast<size_t>(settings_.slots), 0);
   logits_.assign(static_cast<size_t>(settings_.slots * model_.vocab_size), 0.0f);
+  group_logits_.assign(static_cast<size_t>(group_slots() * model_.vocab_size), 0.0f);
 }
 
 InferenceEngine::~InferenceEngine() = default;
 
-int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca) {
-  const int64_t prefill_rows = s.slots * (s.max_prefill_length / ca);
-  const int64_t local_slots = s.decode == DecodeSharding::kBatch ? s.slots / ca : s.slots;
+int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca, int64_t expert) {
+  const int64_t group_slots = s.slots / expert;
+  const int64_t prefill_rows = group_slots * (s.max_prefill_length / ca);
+  const int64_t local_slots = s.decode == DecodeSharding::kBatch ? group_slots / ca : group_slots;
   return std::max(prefill_rows, local_slots);
 }
 
@@ -186,24 +213,35 @@ model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq) {
 }
 
 int64_t InferenceEngine::local_slots() const {
-  return settings_.decode == DecodeSharding::kBatch ? settings_.slots / ca_.size()
-                                                    : settings_.slots;
+  return settings_.decode == DecodeSharding::kBatch ? group_slots() / ca_.size() : group_slots();
 }
 
 int64_t InferenceEngine::first_local_slot() const {
-  return settings_.decode == DecodeSharding::kBatch ? ca_.rank() * local_slots() : 0;
+  return first_group_slot() +
+         (settings_.decode == DecodeSharding::kBatch ? ca_.rank() * local_slots() : 0);
+}
+
+void InferenceEngine::gather_groups() {
+  if (expert_.size() > 1) {
+    expert_.all_gather(std::span<const float>(group_logits_), std::span<float>(logits_));
+  } else {
+    std::copy(group_logits_.begin(), group_logits_.end(), logits_.begin());
+  }
 }
 
 const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector<int32_t>>& prompts,
                                                    std::vector<float>* local_logits) {
   const trace::Span span("prefill", trace::Category::kStep);
-  const int64_t B = settings_.slots, V = model_.vocab_size;
+  const int64_t V = model_.vocab_size;
   const int64_t ca = ca_.size(), rank = ca_.rank();
-  if (static_cast<int64_t>(prompts.size()) != B) {
-    fail("{} prompts for {} decode slots: give one prompt per slot", prompts.size(), B);
+  if (static_cast<int64_t>(prompts.size()) != settings_.slots) {
+    fail("{} prompts for {} decode slots: give one prompt per slot", prompts.size(),
+         settings_.slots);
   }
+  // Every rank checks every prompt (the same verdict everywhere), and pads to the longest of
+  // all, so every expert group runs the same number of rows through the experts' exchange.
   int64_t longest = 0;
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < settings_.slots; ++b) {
     const int64_t p = static_cast<int64_t>(prompts[b].size());
     if (p < 1) fail("prompt {} is empty: a prompt needs at least one token", b);
     if (p > settings_.max_prefill_length) {
@@ -221,15 +259,18 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   const int64_t S = S_pad / ca;
   const std::vector<int64_t> columns =
       context_shard_indices(S_pad, ca, rank, settings_.load_balance);
+  // This expert group's slots: prompt first + b is the group's slot b.
+  const int64_t B = group_slots(), first = first_group_slot();
   tokens_.resize(static_cast<size_t>(B * S));
   positions_.resize(tokens_.size());
   segments_.resize(tokens_.size());
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t p = static_cast<int64_t>(prompts[b].size());
+    const std::vector<int32_t>& prompt = prompts[first + b];
+    const int64_t p = static_cast<int64_t>(prompt.size());
     for (int64_t s = 0; s < S; ++s) {
       const int64_t position = columns[s];
       const bool real = position < p;
-      tokens_[b * S + s] = real ? prompts[b][position] : 0;
+      tokens_[b * S + s] = real ? prompt[position] : 0;
       positions_[b * S + s] = static_cast<int32_t>(position);
       segments_[b * S + s] = real ? 1 : 0;
     }
@@ -239,7 +280,7 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   logit_rows_.clear();
   logit_slots_.clear();
   for (int64_t b = 0; b < B; ++b) {
-    const int64_t last = static_cast<int64_t>(prompts[b].size()) - 1;
+    const int64_t last = static_cast<int64_t>(prompts[first + b].size()) - 1;
     for (int64_t s = 0; s < S; ++s) {
       const bool is_last = columns[s] == last;
       if (local_logits == nullptr && !is_last) continue;
@@ -252,16 +293,20 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   const model::TokenBatch batch = upload_batch(B, S);
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill, ws_,
                                  logit_rows_, row_logits_.data(), nullptr, plans_.experts.get());
-  // Exactly one rank holds each slot's last row; the others add zeros, which is exact.
-  std::fill(logits_.begin(), logits_.end(), 0.0f);
+  // Exactly one rank of the group holds each slot's last row; the others add zeros, which is
+  // exact.
+  std::fill(group_logits_.begin(), group_logits_.end(), 0.0f);
   for (size_t i = 0; i < logit_slots_.size(); ++i) {
     if (logit_slots_[i] < 0) continue;
     std::copy_n(row_logits_.begin() + static_cast<int64_t>(i) * V, V,
-                logits_.begin() + logit_slots_[i] * V);
+                group_logits_.begin() + logit_slots_[i] * V);
   }
-  if (ca > 1) ca_.all_reduce(std::span<float>(logits_), ReduceOp::kSum);
+  if (ca > 1) ca_.all_reduce(std::span<float>(group_logits_), ReduceOp::kSum);
+  gather_groups();
   if (local_logits != nullptr) *local_logits = row_logits_;
-  for (int64_t b = 0; b < B; ++b) length_[b] = static_cast<int64_t>(prompts[b].size());
+  for (int64_t b = 0; b < settings_.slots; ++b) {
+    length_[b] = static_cast<int64_t>(prompts[b].size());
+  }
   return logits_;
 }
 
@@ -272,13 +317,9 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   MAXCTX_CHECK(static_cast<int64_t>(tokens.size()) == B && static_cast<int64_t>(active.size()) == B,
                "a decode step takes one token and one flag per slot ({} slots), got {} and {}", B,
                tokens.size(), active.size());
-  const int64_t local = local_slots(), first = first_local_slot();
-  tokens_.resize(static_cast<size_t>(local));
-  positions_.resize(tokens_.size());
-  segments_.assign(tokens_.size(), 1);
-  std::vector<uint8_t> local_active(static_cast<size_t>(local));
-  for (int64_t j = 0; j < local; ++j) {
-    const int64_t b = first + j;
+  // Every rank checks every slot, so a bad one is the same error on every rank (not only on
+  // the one that decodes it, while the others wait in a collective).
+  for (int64_t b = 0; b < B; ++b) {
     if (active[b] && length_[b] + 1 >= settings_.max_target_length) {
       fail(
           "slot {}: a token at position {} would make the sequence longer than "
@@ -288,6 +329,14 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
     if (tokens[b] < 0 || tokens[b] >= V) {
       fail("slot {}: token id {} outside the vocabulary 0..{}", b, tokens[b], V - 1);
     }
+  }
+  const int64_t local = local_slots(), first = first_local_slot();
+  tokens_.resize(static_cast<size_t>(local));
+  positions_.resize(tokens_.size());
+  segments_.assign(tokens_.size(), 1);
+  std::vector<uint8_t> local_active(static_cast<size_t>(local));
+  for (int64_t j = 0; j < local; ++j) {
+    const int64_t b = first + j;
     tokens_[j] = tokens[b];
     positions_[j] = static_cast<int32_t>(length_[b]);
     local_active[j] = active[b];
@@ -301,10 +350,11 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
                                  logit_rows_, row_logits_.data(), plans_.row_split.get(),
                                  plans_.experts.get());
   if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
-    ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(logits_));
+    ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(group_logits_));
   } else {
-    std::copy(row_logits_.begin(), row_logits_.end(), logits_.begin());
+    std::copy(row_logits_.begin(), row_logits_.end(), group_logits_.begin());
   }
+  gather_groups();
   for (int64_t b = 0; b < B; ++b) {
     if (active[b]) ++length_[b];
   }

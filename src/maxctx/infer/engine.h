@@ -1,5 +1,5 @@
 // The inference engine: prefill, decode steps and generation over the `context_autoregressive`
-// axis (DESIGN.md §6), on this rank's shard of the KV cache.
+// axis (DESIGN.md §6), on this rank's shard of the KV cache, and the `expert` axis.
 //
 // Slots are MaxText's decode slots: a fixed batch of requests decoded together, each with its
 // own prompt length and positions. With decode sharding `sequence` every rank computes every
@@ -7,6 +7,14 @@
 // `batch` rank r decodes slots [r·slots/ca, (r+1)·slots/ca) on whole caches. Either way every
 // rank ends each call with the same (slots, V) logits, so sampling (seeded per slot and
 // position) picks the same tokens everywhere and matches the single-device run.
+//
+// The expert axis (MaxText's inference rules: decode_batch and the prefill batch sharded over
+// expert, the experts `exp` over expert × context_autoregressive) splits the slots into
+// `expert` groups: the ranks of expert coordinate g own slots [g·slots/expert, (g+1)·slots/expert)
+// and run them over their context_autoregressive ranks as above; the groups' logits are
+// all-gathered over expert at the end of every call. A mixture of experts' experts split over
+// all expert × ca ranks (parallel::inference_expert_group), rows exchanged by all_to_all; for a
+// dense model the axis is a pure slot split.
 //
 // The prompt layout of a prefill: every prompt is padded to S = round_up(longest, 2·ca) tokens
 // (padding is segment 0, invisible to real tokens) and split as training splits a sequence
@@ -49,12 +57,14 @@ struct InferenceSettings {
 };
 
 // The settings of a resolved config on `mesh`, checked: context must be 1 (inference shards over
-// context_autoregressive), the other axes 1, max_target_length > max_prefill_predict_length,
-// ca divides max_prefill_predict_length (and, for batch decode, the slots). Slots =
-// per_device_batch_size × devices (MaxText's global batch). maxctx::Error on every rank alike.
+// context_autoregressive and expert), the other axes 1, max_target_length >
+// max_prefill_predict_length, ca divides max_prefill_predict_length, expert divides the slots
+// (and, for batch decode, ca divides a group's slots). Slots = per_device_batch_size × devices
+// (MaxText's global batch). maxctx::Error on every rank alike.
 InferenceSettings inference_settings_from(const Config& config, const Mesh& mesh);
-// The same for `ca` context_autoregressive ranks, the mesh checked by the caller (`maxctx plan`).
-InferenceSettings inference_settings_from(const Config& config, int64_t ca);
+// The same for `ca` context_autoregressive and `expert` expert ranks, the mesh checked by the
+// caller (`maxctx plan`).
+InferenceSettings inference_settings_from(const Config& config, int64_t ca, int64_t expert = 1);
 // The mesh checks alone (also used by callers that build settings by hand).
 void check_inference_mesh(const Mesh& mesh);
 
@@ -68,7 +78,7 @@ struct GenerateResult {
 class InferenceEngine {
  public:
   // `weights`: this rank's parameters in inference_weight_specs layout (infer/model_source.h:
-  // every weight, but only this rank's experts when they split over context_autoregressive), in
+  // every weight, but only this rank's experts when they split over expert × ca), in
   // model.weight_dtype, as load_inference_model returns them; the engine keeps it. The f32
   // vector form takes the whole model (llama_weight_specs layout) and keeps this rank's part,
   // converted to weight_dtype. Collective only in that every rank must build one.
@@ -82,13 +92,15 @@ class InferenceEngine {
                   const Mesh& mesh);
   ~InferenceEngine();
 
-  // The rows of the forward workspace: a whole prefill's rows on this rank, or the local slots.
-  static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca);
+  // The rows of the forward workspace: a whole prefill's rows on this rank, or the local slots
+  // (of this rank's expert group, one of `expert`).
+  static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca, int64_t expert = 1);
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
   // max_prefill_length tokens and shorter than max_target_length). Returns every slot's
   // last-prompt-token logits (slots, V). With local_logits, also every row this rank computed,
-  // (slots, S/ca, V) in its token layout: the rows llama_forward gives for the same tokens.
+  // (group slots, S/ca, V) in its token layout (its expert group's slots): the rows
+  // llama_forward gives for the same tokens.
   const std::vector<float>& prefill(const std::vector<std::vector<int32_t>>& prompts,
                                     std::vector<float>* local_logits = nullptr);
 
@@ -118,13 +130,21 @@ class InferenceEngine {
   int64_t expert_ranks() const { return plans_.experts ? plans_.experts->ranks() : 1; }
   int64_t slots() const { return settings_.slots; }
   int64_t ca() const { return ca_.size(); }
-  const Communicator& axis() const { return ca_; }  // context_autoregressive
+  int64_t expert() const { return expert_.size(); }  // slot groups
+  const Communicator& axis() const { return ca_; }   // context_autoregressive
+  // Every rank of the engine (expert × context_autoregressive): a timing's barrier and maximum.
+  const Communicator& devices() const { return devices_; }
   // Tokens in slot b's sequence so far (the next position to feed).
   int64_t length(int64_t slot) const { return length_[slot]; }
 
  private:
+  // This rank's expert group's slots: [first_group_slot(), + group_slots()).
+  int64_t group_slots() const { return settings_.slots / expert_.size(); }
+  int64_t first_group_slot() const { return expert_.rank() * group_slots(); }
   int64_t local_slots() const;
   int64_t first_local_slot() const;
+  // logits_ (slots, V) from group_logits_ (group slots, V): every group's, over expert.
+  void gather_groups();
 
   const kernels::Kernels& kernels_;
   InferenceSettings settings_;
@@ -133,14 +153,17 @@ class InferenceEngine {
   model::LlamaWeights llama_weights_;
   model::Int8Parameters int8_;  // a quantized checkpoint's codes and scales, or empty
   const Communicator& ca_;
+  const Communicator& expert_;
+  const Communicator& devices_;
   parallel::InferencePlans plans_;  // cache, prefill/decode attention, row split
   std::unique_ptr<model::InferenceWeights> inference_weights_;
   model::InferenceWorkspace ws_;
   Sampler sampler_;
 
-  std::vector<int64_t> length_;    // (slots) tokens in each sequence
-  std::vector<float> logits_;      // (slots, V)
-  std::vector<float> row_logits_;  // (rows, V) logits of this rank's rows
+  std::vector<int64_t> length_;      // (slots) tokens in each sequence
+  std::vector<float> logits_;        // (slots, V)
+  std::vector<float> group_logits_;  // (group slots, V): this expert group's
+  std::vector<float> row_logits_;    // (rows, V) logits of this rank's rows
   // Token batches of this rank: (B, S) tokens, positions, segment ids, and the logit rows.
   std::vector<int32_t> tokens_, positions_, segments_;
   kernels::DeviceIndices ids_device_;  // tokens_ | positions_ | segments_ in the backend's memory

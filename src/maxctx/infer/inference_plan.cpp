@@ -56,12 +56,13 @@ InferencePlan plan_inference(const Config& c) {
   const parallel::ParallelDims dims = parallel::ParallelDims::inference(sizes);
   InferencePlan p;
   p.ca = dims.context_autoregressive;
-  p.settings = inference_settings_from(c, p.ca);
+  p.expert = dims.expert;
+  p.settings = inference_settings_from(c, p.ca, p.expert);
   p.model = model::llama_config_from(c);
   const model::LlamaConfig& m = p.model;
-  // The weights one rank holds, as the loader reads them (rank 0's: experts split evenly, so
-  // every rank holds as many bytes).
-  const std::vector<model::WeightSpec> specs = inference_weight_specs(m, p.ca, 0);
+  // The weights one rank holds, as the loader reads them (rank 0's of the expert × ca group:
+  // experts split evenly, so every rank holds as many bytes).
+  const std::vector<model::WeightSpec> specs = inference_weight_specs(m, p.ca * p.expert, 0);
   const bool split = p.settings.decode == DecodeSharding::kSequence && p.ca > 1;
   p.weight_bytes = model::total_numel(specs) * static_cast<int64_t>(dtype_size(m.weight_dtype));
   for (const model::WeightSpec& s : specs) {
@@ -82,7 +83,7 @@ InferencePlan plan_inference(const Config& c) {
   }
   parallel::InferenceSharding sharding;
   sharding.decode = p.settings.decode;
-  sharding.slots = p.settings.slots;
+  sharding.slots = p.group_slots();  // the KV cache of this rank's expert group
   sharding.max_prefill_length = p.settings.max_prefill_length;
   sharding.max_target_length = p.settings.max_target_length;
   sharding.quantize_kvcache = p.settings.quantize_kvcache;
@@ -105,9 +106,10 @@ InferencePlan plan_inference(const Config& c) {
   for (int64_t length : microbenchmark_options(c).prefill_lengths) {
     p.prefill.push_back({length, prefill_work(m, p.settings, p.ca, specs, length, axis)});
   }
-  p.workspace_bytes =
-      model::inference_workspace_bytes(m, InferenceEngine::workspace_rows(p.settings, p.ca)) +
-      p.settings.slots * m.vocab_size * int64_t{sizeof(float)};
+  // The workspace, and the f32 logits of every slot and of this rank's group's slots.
+  p.workspace_bytes = model::inference_workspace_bytes(
+                          m, InferenceEngine::workspace_rows(p.settings, p.ca, p.expert)) +
+                      (p.settings.slots + p.group_slots()) * m.vocab_size * int64_t{sizeof(float)};
   return p;
 }
 

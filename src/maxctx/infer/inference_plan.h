@@ -1,6 +1,7 @@
 // The plan of inference (`maxctx plan` on an inference config: context_autoregressive > 1, or
-// any config with plan_mode=inference): per rank the weights and the KV cache the engine holds
-// for max_target_length and the decode slots, the bytes a decode step streams, and predicted
+// any config with plan_mode=inference): per rank the weights (a mixture's experts split over
+// expert × context_autoregressive) and the KV cache the engine holds for max_target_length and
+// its expert group's decode slots, the bytes a decode step streams, and predicted
 // prefill and decode times on a hardware profile. The cache is parallelize_inference's own shape
 // (inference_cache_shape, KvCache::bytes_for); the weights come from the weight list.
 //
@@ -41,6 +42,7 @@ struct PrefillWork {
 
 struct InferencePlan {
   int64_t ca = 1;
+  int64_t expert = 1;  // slot groups; a mixture's experts split over expert × ca
   InferenceSettings settings;
   model::LlamaConfig model;
   int64_t weight_bytes = 0;        // the flat weights, weight_dtype
@@ -49,6 +51,7 @@ struct InferencePlan {
   int64_t workspace_bytes = 0;     // the forward's workspace and the (slots, V) f32 logits
   int64_t decode_step_bytes = 0;   // weights a decode step streams on this rank
   int64_t decode_cache_bytes = 0;  // cache rows a step reads at full length (this rank)
+  int64_t group_slots() const { return settings.slots / expert; }  // this rank's group's
   StageWork decode;                // a decode step at full length
   std::map<std::string, parallel::GroupLink> groups;  // the axes the stages' traffic uses
   std::vector<PrefillWork> prefill;  // per inference_microbenchmark_prefill_lengths

@@ -96,12 +96,12 @@ PrefillTiming benchmark_prefill(InferenceEngine& engine, int64_t length, int64_t
   for (int64_t i = 0; i < warmup; ++i) engine.prefill(prompts);
   double seconds = 0.0;
   for (int64_t i = 0; i < iters; ++i) {
-    seconds += timed(engine.axis(), [&] { engine.prefill(prompts); });
+    seconds += timed(engine.devices(), [&] { engine.prefill(prompts); });
   }
   PrefillTiming t;
   t.length = length;
   t.time_ms = seconds / double(iters) * 1e3;
-  const double devices = double(engine.ca());
+  const double devices = double(engine.ca() * engine.expert());
   const double per_prompt = prefill_flops_per_prompt(m, length);
   t.total_tflops_per_device = double(engine.slots()) * per_prompt / devices / 1e12;
   t.tflops_per_sec_per_device = t.total_tflops_per_device / (t.time_ms / 1e3);
@@ -127,7 +127,7 @@ ArTiming benchmark_autoregressive(InferenceEngine& engine, int64_t iters, int64_
   double seconds = 0.0;
   int64_t bytes = 0;
   for (int64_t i = 0; i < iters; ++i) {
-    seconds += timed(engine.axis(), [&] { engine.decode_step(tokens, active); });
+    seconds += timed(engine.devices(), [&] { engine.decode_step(tokens, active); });
     // What the step streamed: every weight and this rank's cache rows in use after its append.
     bytes +=
         engine.weights().bytes_per_step(engine.decode_row_split()) + engine.cache().bytes_in_use();
@@ -178,7 +178,8 @@ nlohmann::json run_inference_microbenchmark(InferenceEngine& engine,
                                   engine.weights().expert_bytes() * (engine.expert_ranks() - 1) +
                                   m.vocab_size * m.emb_dim * int64_t{sizeof(float)}) /
                                gb},
-      {"cache_size_in_gb", double(engine.cache().bytes()) * double(engine.ca()) / gb},
+      {"cache_size_in_gb",
+       double(engine.cache().bytes()) * double(engine.ca() * engine.expert()) / gb},
       {"model_params_in_billions", double(m.num_parameters()) / 1e9}};
   log::info("Model: {:.4f} GB, {:.6f} billion parameters; KV cache: {:.4f} GB ({} per device)",
             results["sizes"]["model_size_in_gb"].get<double>(),

@@ -14,26 +14,27 @@
 namespace maxctx::infer {
 namespace {
 
-// The weights alone, before they are allocated (one rank: the mesh is not known here; the
-// engine checks the whole run, KV cache and ranks per machine included).
-void check_weights_fit(const model::LlamaConfig& config) {
-  const double bytes = model::parameter_bytes(config);
-  check_fits_in_memory(bytes, 1, 1, "the model's weights", format_bytes(bytes));
+// This rank's weights alone, before they are allocated (one rank: the engine checks the whole
+// run, KV cache and ranks per machine included).
+void check_weights_fit(const model::LlamaConfig& config, int64_t group_size) {
+  const double bytes = model::inference_weight_bytes(
+      config, parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, group_size));
+  check_fits_in_memory(bytes, 1, 1, "this rank's weights", format_bytes(bytes));
 }
 
 }  // namespace
 
-std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config, int64_t ca,
-                                                      int ca_rank) {
-  const auto ranks =
-      static_cast<int>(parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, ca));
-  return model::llama_weight_specs(config, 1, 0, ranks, ranks == 1 ? 0 : ca_rank);
+std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config,
+                                                      int64_t group_size, int group_rank) {
+  const auto ranks = static_cast<int>(
+      parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, group_size));
+  return model::llama_weight_specs(config, 1, 0, ranks, ranks == 1 ? 0 : group_rank);
 }
 
 InferenceModel load_inference_model(const Config& c, const kernels::Kernels& kernels,
                                     const Mesh& mesh) {
   namespace fs = std::filesystem;
-  const Communicator& ca = mesh.axis(Axis::kContextAutoregressive);
+  const Communicator& group = parallel::inference_expert_group(mesh);
   InferenceModel m;
   const std::string& dir = c.load_parameters_path;
   if (c.checkpoint_is_quantized && (dir.empty() || c.quantization != "int8")) {
@@ -44,8 +45,8 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   }
   if (dir.empty()) {
     m.config = model::llama_config_from(c);
-    check_weights_fit(m.config);
-    const auto specs = inference_weight_specs(m.config, ca.size(), ca.rank());
+    check_weights_fit(m.config, group.size());
+    const auto specs = inference_weight_specs(m.config, group.size(), group.rank());
     m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
     model::init_weights(kernels, specs, m.weights.view(),
                         static_cast<uint64_t>(c.init_weights_seed));
@@ -68,8 +69,8 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   } else {
     m.config = model::llama_config_from(c);
   }
-  check_weights_fit(m.config);
-  const auto specs = inference_weight_specs(m.config, ca.size(), ca.rank());
+  check_weights_fit(m.config, group.size());
+  const auto specs = inference_weight_specs(m.config, group.size(), group.rank());
   m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
   if (c.checkpoint_is_quantized) {
     if (m.config.tie_embeddings) {

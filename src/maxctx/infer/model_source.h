@@ -31,17 +31,18 @@ struct InferenceModel {
   model::Int8Parameters int8;  // checkpoint_is_quantized: the projections' codes and scales
 };
 
-// The weights context_autoregressive rank `ca_rank` of `ca` holds: every weight, except that
-// when a mixture of experts' experts split over ca (parallel::inference_expert_ranks) the other
-// ranks' experts keep empty specs (rank r holds experts [r·X/ca, (r+1)·X/ca)). The one list the
-// loader, the engine and the inference plan read.
-std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config, int64_t ca,
-                                                      int ca_rank);
+// The weights rank `group_rank` of the expert × context_autoregressive group of `group_size`
+// ranks (parallel::inference_expert_group) holds: every weight, except that when a mixture of
+// experts' experts split over the group (parallel::inference_expert_ranks) the other ranks'
+// experts keep empty specs (rank r holds experts [r·X/group_size, (r+1)·X/group_size)). The one
+// list the loader, the engine, the early memory check and the inference plan read.
+std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config,
+                                                      int64_t group_size, int group_rank);
 
 // Weights are read (or initialised) straight into config.weight_dtype through `kernels`: a BF16
 // checkpoint with weight_dtype=bfloat16 never exists in f32. Only this rank's weights
-// (inference_weight_specs on mesh's context_autoregressive axis) are read or allocated: another
-// rank's experts are never read from disk.
+// (inference_weight_specs on the mesh's expert × context_autoregressive group) are read or
+// allocated: another rank's experts are never read from disk.
 InferenceModel load_inference_model(const Config& config, const kernels::Kernels& kernels,
                                     const Mesh& mesh);
 

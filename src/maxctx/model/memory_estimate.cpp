@@ -27,9 +27,19 @@ MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
   return e;
 }
 
+double inference_weight_bytes(const LlamaConfig& m, int64_t expert_ranks) {
+  const double whole = parameter_bytes(m);
+  if (!m.moe || expert_ranks <= 1) return whole;
+  const double experts = static_cast<double>(m.num_layers) * 3.0 * static_cast<double>(m.emb_dim) *
+                         static_cast<double>(m.mlp_dim) * static_cast<double>(m.num_experts) *
+                         static_cast<double>(dtype_size(m.weight_dtype));
+  const auto ranks = static_cast<double>(expert_ranks);
+  return whole - experts * (ranks - 1.0) / ranks;
+}
+
 MemoryEstimate inference_memory(const LlamaConfig& m, int64_t slots, int64_t max_target_length,
-                                int64_t ca, bool quantize_kvcache) {
-  const double weights = parameter_bytes(m);
+                                int64_t ca, bool quantize_kvcache, int64_t expert_ranks) {
+  const double weights = inference_weight_bytes(m, expert_ranks);
   const double element = quantize_kvcache ? 1.0 : static_cast<double>(dtype_size(m.dtype));
   const double cache = 2.0 * static_cast<double>(m.num_layers) * static_cast<double>(slots) *
                        static_cast<double>(max_target_length) *
@@ -37,8 +47,8 @@ MemoryEstimate inference_memory(const LlamaConfig& m, int64_t slots, int64_t max
                        element / static_cast<double>(std::max<int64_t>(ca, 1));
   MemoryEstimate e;
   e.bytes = weights + cache;
-  e.detail =
-      fmt::format("weights {} + KV cache share {}", format_bytes(weights), format_bytes(cache));
+  e.detail = fmt::format("weights held {} + KV cache share {}", format_bytes(weights),
+                         format_bytes(cache));
   return e;
 }
 

@@ -25,10 +25,16 @@ double parameter_bytes(const LlamaConfig& model);
 MemoryEstimate training_memory(const LlamaConfig& model, int64_t rows, int64_t seq,
                                int64_t tensor_size);
 
-// Inference: the weights (replicated over context_autoregressive) plus this rank's share of the
-// KV cache: 2 x layers x slots x max_target_length x kv_dim elements over `ca` ranks, one byte
-// each when int8-quantized, else two (bf16 dtype) or four.
+// The weights one inference rank holds when a mixture of experts' experts are split over
+// `expert_ranks` ranks (1: every expert): the whole model less the other ranks' experts, in
+// weight_dtype, computed in double so a huge config is a clear error, not an overflow. Equal to
+// infer::inference_weight_specs' list (the loader's), which the tests check.
+double inference_weight_bytes(const LlamaConfig& model, int64_t expert_ranks);
+
+// Inference: this rank's weights (inference_weight_bytes) plus its share of the KV cache:
+// 2 x layers x slots x max_target_length x kv_dim elements over `ca` ranks, one byte each when
+// int8-quantized, else two (bf16 dtype) or four. `slots`: those of this rank's expert group.
 MemoryEstimate inference_memory(const LlamaConfig& model, int64_t slots, int64_t max_target_length,
-                                int64_t ca, bool quantize_kvcache);
+                                int64_t ca, bool quantize_kvcache, int64_t expert_ranks);
 
 }  // namespace maxctx::model

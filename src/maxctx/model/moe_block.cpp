@@ -203,7 +203,20 @@ int64_t expert_capacity(int64_t seq, int64_t X, int64_t K, double capacity_facto
   // MaxText: int(max(ceil(tokens_per_batch / num_experts) * capacity_factor, capacity_factor)),
   // tokens_per_batch = S·K; int() truncates toward zero.
   const double per_expert = static_cast<double>((seq * K + X - 1) / X);
-  return static_cast<int64_t>(std::max(per_expert * capacity_factor, capacity_factor));
+  const auto capacity =
+      static_cast<int64_t>(std::max(per_expert * capacity_factor, capacity_factor));
+  if (capacity < 1) {
+    // MaxText's max(·, capacity_factor) is there "to avoid expert_capacity_per_batch = 0", which
+    // a factor below 1 still reaches; a capacity of 0 would drop every choice, so the MoE layer
+    // would add nothing. Refused (the same verdict on every rank: the inputs are the run's).
+    fail(
+        "capacity_factor = {} gives an expert capacity of 0 tokens for a sequence of {} tokens "
+        "({} choices each over {} experts: int(max(ceil({}·{}/{})·{}, {})) = 0), so every "
+        "choice would be dropped; set capacity_factor >= 1 (at least one slot per expert on any "
+        "sequence) or <= 0 (no dropping)",
+        capacity_factor, seq, K, X, seq, K, X, capacity_factor, capacity_factor);
+  }
+  return capacity;
 }
 
 void sparse_dispatch(const MoeRouting& routing, int64_t N, int64_t X, int64_t K, MoeDispatch& d) {

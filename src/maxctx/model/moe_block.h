@@ -75,7 +75,8 @@ void route_tokens(const float* logits, int64_t N, int64_t X, int64_t K, float* p
                   MoeRouting& routing);
 // MaxText's expert capacity per sequence for dense dispatch:
 // int(max(ceil(S·K / X) · capacity_factor, capacity_factor)); capacity_factor <= 0: S (every
-// token fits, nothing drops).
+// token fits, nothing drops). maxctx::Error when it is 0 (a factor below 1 on short sequences:
+// every choice would drop), naming the factor that gives 1.
 int64_t expert_capacity(int64_t seq, int64_t X, int64_t K, double capacity_factor);
 // The sparse plan: R = N·K rows, nothing dropped.
 void sparse_dispatch(const MoeRouting& routing, int64_t N, int64_t X, int64_t K,

@@ -85,23 +85,14 @@ ParallelDims inference_checked(const ParallelDims& d) {
         "ici_context_autoregressive_parallelism={}",
         d.context, d.context * d.context_autoregressive);
   }
-  if (d.expert != 1) {
-    // MaxText's inference shards the experts (`exp`) over expert and context_autoregressive
-    // and the decode batch over expert too; this engine splits the experts over
-    // context_autoregressive alone.
-    fail(
-        "expert = {}: inference splits a mixture of experts' experts over "
-        "context_autoregressive, not over the expert axis (a training axis here); set "
-        "ici_expert_parallelism=1 and dcn_expert_parallelism=1 and shard over "
-        "ici_context_autoregressive_parallelism={}",
-        d.expert, d.expert * d.context_autoregressive);
-  }
+  // expert > 1 is MaxText's inference use of the axis: it splits the decode slots (and a
+  // mixture of experts' experts, together with context_autoregressive; parallelize_inference).
   for (Axis axis : {Axis::kData, Axis::kFsdp, Axis::kTensor}) {
     const int64_t size = axis == Axis::kData ? d.data : axis == Axis::kFsdp ? d.fsdp : d.tensor;
     if (size != 1) {
       fail(
-          "{} = {}: inference shards only over context_autoregressive; set ici_{}_parallelism=1 "
-          "and dcn_{}_parallelism=1",
+          "{} = {}: inference shards only over context_autoregressive and expert; set "
+          "ici_{}_parallelism=1 and dcn_{}_parallelism=1",
           axis_name(axis), size, axis_name(axis), axis_name(axis));
     }
   }
@@ -194,8 +185,12 @@ KvCacheShape inference_cache_shape(const InferenceSharding& s, int64_t ca, int64
   return shape;
 }
 
-int64_t inference_expert_ranks(int64_t num_experts, int64_t ca) {
-  return num_experts > 0 && ca > 1 && num_experts % ca == 0 ? ca : 1;
+int64_t inference_expert_ranks(int64_t num_experts, int64_t ranks) {
+  return num_experts > 0 && ranks > 1 && num_experts % ranks == 0 ? ranks : 1;
+}
+
+const Communicator& inference_expert_group(const Mesh& mesh) {
+  return mesh.group({Axis::kExpert, Axis::kContextAutoregressive});
 }
 
 InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
@@ -203,26 +198,32 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
                                      int64_t heads_kv, int64_t head_dim) {
   const Communicator& ca_axis = mesh.axis(Axis::kContextAutoregressive);
   const int64_t ca = ca_axis.size();
+  const int64_t expert = mesh.axis_size(Axis::kExpert);
+  MAXCTX_CHECK(s.slots % expert == 0, "{} slots over expert = {}", s.slots, expert);
+  InferenceSharding group = s;  // this rank's expert group: its block of the slots
+  group.slots = s.slots / expert;
   InferencePlans plans;
   // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
   if (s.decode == DecodeSharding::kSequence && ca > 1) {
     plans.row_split = std::make_unique<AxisRowSplit>(ca_axis, kernels);
   }
-  plans.cache =
-      std::make_unique<KvCache>(kernels, inference_cache_shape(s, ca, layers, heads_kv, head_dim));
+  plans.cache = std::make_unique<KvCache>(
+      kernels, inference_cache_shape(group, ca, layers, heads_kv, head_dim));
   plans.prefill = std::make_unique<PrefillAttention>(kernels, ca_axis, s.decode, *plans.cache);
   plans.decode = std::make_unique<DecodeAttention>(kernels, ca_axis, s.decode, *plans.cache);
-  // MaxText's inference shards the experts (`exp`) over context_autoregressive: each rank runs
-  // its experts' rows of every rank's tokens (prefill: each its prompt columns; decode: the same
-  // tokens, or each its slots). Experts that do not split evenly run whole on every rank.
-  if (s.num_experts > 0 && ca > 1) {
-    if (inference_expert_ranks(s.num_experts, ca) == ca) {
-      plans.experts = std::make_unique<ExpertAllToAll>(ca_axis);
+  // MaxText's inference shards the experts (`exp`) over expert × context_autoregressive: each
+  // rank runs its experts' rows of every rank's tokens (prefill: each its prompt columns of its
+  // group's slots; decode: the same tokens, or each its slots). Experts that do not split evenly
+  // run whole on every rank.
+  const Communicator& experts = inference_expert_group(mesh);
+  if (s.num_experts > 0 && experts.size() > 1) {
+    if (inference_expert_ranks(s.num_experts, experts.size()) == experts.size()) {
+      plans.experts = std::make_unique<ExpertAllToAll>(experts);
     } else {
       log::info(
-          "context_autoregressive = {} does not divide num_experts = {}: every rank runs every "
-          "expert",
-          ca, s.num_experts);
+          "expert x context_autoregressive = {} ranks do not divide num_experts = {}: every rank "
+          "runs every expert",
+          experts.size(), s.num_experts);
     }
   }
   return plans;

@@ -2,9 +2,9 @@
 // run may use, and the plans that carry the model over them.
 //
 //  - ParallelDims validates the mesh once, for training (data, fsdp, context, tensor, expert; the
-//    inference axis must be 1) or for inference (context_autoregressive only; the training axes
-//    must be 1), with one clear error naming the right axis, and gives each axis' size and this
-//    rank's coordinates.
+//    inference axis must be 1) or for inference (context_autoregressive and expert; the other
+//    training axes must be 1), with one clear error naming the right axis, and gives each axis'
+//    size and this rank's coordinates.
 //  - parallelize_training builds what the model's training forward and backward run with: the
 //    attention plan (local, or context-parallel all_gather / ring by
 //    context_parallel_strategy), the tensor-axis reducer, the expert axis' row exchange, and
@@ -12,7 +12,8 @@
 //    sync. train and check-logits call it.
 //  - parallelize_inference builds inference's: the sequence-sharded KV cache, prefill and decode
 //    attention over context_autoregressive, the MLP/head row split of a sequence-sharded
-//    decode, and a mixture of experts' experts split over context_autoregressive. The inference
+//    decode, and a mixture of experts' experts split over expert × context_autoregressive (the
+//    expert axis otherwise splits the decode slots: MaxText's inference rules). The inference
 //    engine (decode, bench-inference) calls it.
 // The per-weight tensor split is weight_sharding.h's; the token split is load_balance.h's.
 #pragma once
@@ -75,7 +76,7 @@ TrainingPlans parallelize_training(const Config& config, const Mesh& mesh, const
                                    const kernels::Kernels& kernels,
                                    const std::vector<WeightSpec>* shard_parameters = nullptr);
 
-// How a decode step is sharded over context_autoregressive.
+// How a decode step is sharded over context_autoregressive (and its slots over expert).
 struct InferenceSharding {
   DecodeSharding decode = DecodeSharding::kSequence;
   int64_t slots = 1;                // decode slots of the whole job
@@ -91,20 +92,30 @@ struct InferencePlans {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<PrefillAttention> prefill;
   std::unique_ptr<DecodeAttention> decode;
-  // A mixture of experts' experts split over context_autoregressive (MaxText's `exp` rule for
-  // inference); null when ca = 1, for a dense model, or when ca does not divide num_experts.
+  // A mixture of experts' experts split over expert × context_autoregressive (MaxText's `exp`
+  // rule for inference); null when that group has one rank, for a dense model, or when the
+  // group's size does not divide num_experts.
   std::unique_ptr<ExpertExchange> experts;
 };
 
-// This rank's KV cache under `sharding` over ca = context_autoregressive ranks.
+// This rank's KV cache under `sharding` over ca = context_autoregressive ranks (sharding.slots:
+// the slots of this rank's expert group).
 KvCacheShape inference_cache_shape(const InferenceSharding& sharding, int64_t ca, int64_t layers,
                                    int64_t heads_kv, int64_t head_dim);
 
-// The ranks inference splits a mixture of experts' experts over: context_autoregressive when it
-// divides num_experts (MaxText's `exp` rule), else 1 (every rank runs every expert).
-// parallelize_inference builds from it and `maxctx plan` counts a decode step's bytes with it.
-int64_t inference_expert_ranks(int64_t num_experts, int64_t ca);
+// The ranks inference splits a mixture of experts' experts over: `ranks` (the expert ×
+// context_autoregressive group's size) when it divides num_experts (MaxText's `exp` rule), else
+// 1 (every rank runs every expert). parallelize_inference builds from it and `maxctx plan`
+// counts a decode step's bytes with it.
+int64_t inference_expert_ranks(int64_t num_experts, int64_t ranks);
 
+// The group inference splits the experts over: expert × context_autoregressive, a rank's rank in
+// it ca_coord · expert + expert_coord (mesh.h's row-major order). Rank r of the group holds
+// experts [r·X/ranks, (r+1)·X/ranks) when they split (infer::inference_weight_specs).
+const Communicator& inference_expert_group(const Mesh& mesh);
+
+// sharding.slots: the whole job's; rank holds the slots of its expert group, the block
+// [g·slots/expert, (g+1)·slots/expert) for expert coordinate g (slots must divide by expert).
 InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
                                      const kernels::Kernels& kernels, int64_t layers,
                                      int64_t heads_kv, int64_t head_dim);
