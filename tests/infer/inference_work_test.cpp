@@ -24,7 +24,9 @@
 namespace maxctx::infer {
 namespace {
 
-Config config_of(std::vector<std::string> keys, int ranks = 1) {
+// `devices` ranks, context_autoregressive over `ca` of them (all, by default).
+Config config_of(std::vector<std::string> keys, int devices = 1, int ca = 0) {
+  if (ca == 0) ca = devices;
   if (std::none_of(keys.begin(), keys.end(),
                    [](const std::string& k) { return k.starts_with("model_name="); })) {
     keys.push_back("model_name=maxctx-tiny");
@@ -32,8 +34,8 @@ Config config_of(std::vector<std::string> keys, int ranks = 1) {
   keys.insert(keys.begin(),
               {"per_device_batch_size=2", "max_prefill_predict_length=64", "max_target_length=96",
                "inference_microbenchmark_prefill_lengths=32,64"});
-  if (ranks > 1) keys.push_back("ici_context_autoregressive_parallelism=" + std::to_string(ranks));
-  return load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, ranks);
+  if (ca > 1) keys.push_back("ici_context_autoregressive_parallelism=" + std::to_string(ca));
+  return load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, devices);
 }
 
 double matmul_flops(const StageWork& w) {
@@ -180,7 +182,13 @@ class InferenceTrafficMatchesEngine : public ::testing::TestWithParam<std::vecto
 
 TEST_P(InferenceTrafficMatchesEngine, PrefillAndDecodeStep) {
   const int world = Communicator::world().size();
-  const Config c = config_of(GetParam(), world);
+  std::vector<std::string> keys = GetParam();
+  const bool expert_axis =
+      std::find(keys.begin(), keys.end(), "ici_expert_parallelism=2") != keys.end();
+  if (expert_axis && world % 2 != 0)
+    GTEST_SKIP() << "the expert axis of 2 needs an even rank count";
+  // With the expert axis, 2 expert groups of world / 2 ranks over ca.
+  const Config c = config_of(keys, world, expert_axis ? world / 2 : world);
   const InferencePlan p = plan_inference(c);
   const Mesh mesh = testing::mesh_of(c);
   const kernels::Kernels& k = kernels::backend(Device::kCpu);
@@ -213,7 +221,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::vector<std::string>{},
                       std::vector<std::string>{"quantization=int8", "quantize_kvcache=true"},
                       std::vector<std::string>{"context_autoregressive_decode=batch"},
-                      std::vector<std::string>{"model_name=mixtral-tiny", "quantization=int8"}));
+                      std::vector<std::string>{"model_name=mixtral-tiny", "quantization=int8"},
+                      // Expert groups: slots split over expert, experts over expert x ca.
+                      std::vector<std::string>{"model_name=mixtral-tiny",
+                                               "ici_expert_parallelism=2"},
+                      std::vector<std::string>{"ici_expert_parallelism=2",
+                                               "context_autoregressive_decode=batch"}));
 
 }  // namespace
 }  // namespace maxctx::infer

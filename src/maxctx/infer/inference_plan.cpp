@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <string_view>
 
 #include "maxctx/core/split.h"
@@ -97,14 +98,30 @@ InferencePlan plan_inference(const Config& c) {
                                 : p.settings.max_target_length;
   p.decode_cache_bytes =
       p.kv_cache_bytes * full_rows / std::max<int64_t>(1, cache.prefill_rows + cache.decode_rows);
-  const Axis ca_axis[] = {Axis::kContextAutoregressive};
-  const std::string axis = group_trace_name(sizes, ca_axis);
-  if (p.ca > 1) {
-    p.groups[axis] = {p.ca, shape.dcn[axis_index(Axis::kContextAutoregressive)] > 1};
-  }
-  p.decode = decode_work(m, p.settings, p.ca, specs, axis);
+  // The axes the stages' collectives use, by the names the communicators count them under.
+  InferenceLayout layout;
+  layout.ca = p.ca;
+  layout.expert = p.expert;
+  layout.group_slots = p.group_slots();
+  layout.expert_ranks =
+      parallel::inference_expert_ranks(m.moe ? m.num_experts : 0, p.ca * p.expert);
+  const auto name_of = [&](std::initializer_list<Axis> axes) {
+    const std::string name =
+        group_trace_name(sizes, std::span<const Axis>(axes.begin(), axes.size()));
+    parallel::GroupLink link;
+    for (Axis axis : axes) {
+      link.ranks *= sizes[axis_index(axis)];
+      link.dcn = link.dcn || shape.dcn[axis_index(axis)] > 1;
+    }
+    if (link.ranks > 1) p.groups[name] = link;
+    return name;
+  };
+  layout.ca_axis = name_of({Axis::kContextAutoregressive});
+  layout.expert_axis = name_of({Axis::kExpert});
+  layout.expert_group_axis = name_of({Axis::kExpert, Axis::kContextAutoregressive});
+  p.decode = decode_work(m, p.settings, layout, specs);
   for (int64_t length : microbenchmark_options(c).prefill_lengths) {
-    p.prefill.push_back({length, prefill_work(m, p.settings, p.ca, specs, length, axis)});
+    p.prefill.push_back({length, prefill_work(m, p.settings, layout, specs, length)});
   }
   // The workspace, and the f32 logits of every slot and of this rank's group's slots.
   p.workspace_bytes = model::inference_workspace_bytes(

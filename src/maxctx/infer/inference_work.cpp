@@ -31,7 +31,8 @@ int64_t rows_per_expert(const model::LlamaConfig& m, int64_t tokens) {
 
 struct Shape {
   int64_t tokens = 0;         // rows through the layers on this rank
-  int64_t routed_tokens = 0;  // tokens whose routed rows reach this rank's experts
+  int64_t routed_tokens = 0;  // tokens whose routed rows reach this rank's experts (each rank of
+                              // the experts' group sends its tokens' rows)
   int64_t head_rows = 0;      // rows whose logits this rank computes
   bool split_rows = false;    // sequence-sharded decode: dense MLP and head rows split over ca
   std::string suffix;         // matmul kind suffix: "" (prefill) or "_decode"
@@ -87,16 +88,25 @@ void add_vectors(StageWork& w, const model::LlamaConfig& m, const InferenceSetti
   if (s.quantize_kvcache) w.vectors.push_back({"quantize_kv", kv, act + 1});
 }
 
-// A mixture's experts split over ca: per layer the dispatch's counts (a count per expert), then
-// the routed rows out to their experts' ranks and back (parallel/expert_parallel.h), as
-// all-to-alls; the rows each rank sends depend on the routing, counted at their mean.
-void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, int64_t ca, int64_t tokens,
-                        const std::string& axis) {
-  if (!m.moe || parallel::inference_expert_ranks(m.num_experts, ca) == 1) return;
+// A mixture's experts split over expert x ca: per layer the dispatch's counts (a count per
+// expert), then the routed rows out to their experts' ranks and back (parallel/expert_parallel.h),
+// as all-to-alls over the group; the rows each rank sends depend on the routing, counted at their
+// mean (`tokens` per rank, K rows each).
+void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, const InferenceLayout& layout,
+                        int64_t tokens) {
+  if (!m.moe || layout.expert_ranks == 1) return;
   const int64_t rows = tokens * m.num_experts_per_tok * m.emb_dim;
   const auto element = static_cast<int64_t>(dtype_size(m.dtype));
+  const std::string& axis = layout.expert_group_axis;
   t.add(axis, CollectiveKind::kAllToAll, m.num_experts * int64_t{sizeof(int64_t)}, m.num_layers);
   t.add(axis, CollectiveKind::kAllToAll, rows * element, 2 * m.num_layers);
+}
+
+// Every rank ends a call with every slot's logits: the expert groups' gathered over expert.
+void add_logits_gather(Traffic& t, const model::LlamaConfig& m, const InferenceLayout& layout) {
+  if (layout.expert == 1) return;
+  t.add(layout.expert_axis, CollectiveKind::kAllGather,
+        layout.expert * layout.group_slots * m.vocab_size * int64_t{sizeof(float)});
 }
 
 }  // namespace
@@ -126,14 +136,16 @@ const std::vector<std::string>& inference_vector_ops() {
   return ops;
 }
 
-StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
-                       const std::vector<model::WeightSpec>& specs, int64_t length,
-                       const std::string& ca_axis) {
+StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
+                       const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs,
+                       int64_t length) {
   StageWork w;
+  const int64_t ca = layout.ca, slots = layout.group_slots;
+  const std::string& ca_axis = layout.ca_axis;
   Shape shape;
-  shape.tokens = s.slots * length / ca;
-  shape.routed_tokens = s.slots * length;
-  shape.head_rows = ceil_div(s.slots, ca);  // the rows holding a prompt's last token
+  shape.tokens = slots * length / ca;
+  shape.routed_tokens = shape.tokens * layout.expert_ranks;
+  shape.head_rows = ceil_div(slots, ca);  // the rows holding a prompt's last token
   add_matmuls(w, m, s, ca, specs, shape);
   add_vectors(w, m, s, shape.tokens);
   w.head_dim = m.head_dim;
@@ -141,14 +153,14 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s, 
   const auto P = static_cast<double>(length);
   const auto qd = static_cast<double>(m.num_query_heads * m.head_dim * m.num_layers);
   // MaxText's causal count, 4·P²·Hq·D / 2 per prompt and layer, this rank's 1/ca of the queries.
-  w.attention_flops = static_cast<double>(s.slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
-  w.attention_bytes = static_cast<double>(s.slots) * P * 2 *
+  w.attention_flops = static_cast<double>(slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
+  w.attention_bytes = static_cast<double>(slots) * P * 2 *
                       static_cast<double>(m.kv_dim() * m.num_layers) * dtype_size(m.dtype);
   if (ca > 1) {
     // Each layer's attention gathers K and V of every slot's prompt (the training all-gather
     // plan, PrefillAttention); batch-sharded decode then gathers them again to keep whole slots,
     // and every rank sums the slots' last-token logits.
-    const parallel::AttentionOperands x{s.slots,        length / ca, m.num_query_heads,
+    const parallel::AttentionOperands x{slots,          length / ca, m.num_query_heads,
                                         m.num_kv_heads, m.head_dim,  m.dtype};
     for (int64_t l = 0; l < m.num_layers; ++l) {
       parallel::AllGatherContextAttention::add_forward_traffic(w.traffic, ca_axis, ca, x);
@@ -159,19 +171,22 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s, 
                     m.num_layers);
       w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
     }
-    w.traffic.add(ca_axis, CollectiveKind::kAllReduce, s.slots * m.vocab_size * 4);
-    add_expert_traffic(w.traffic, m, ca, shape.tokens, ca_axis);
+    w.traffic.add(ca_axis, CollectiveKind::kAllReduce, slots * m.vocab_size * 4);
   }
+  add_expert_traffic(w.traffic, m, layout, shape.tokens);
+  add_logits_gather(w.traffic, m, layout);
   return w;
 }
 
-StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
-                      const std::vector<model::WeightSpec>& specs, const std::string& ca_axis) {
+StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
+                      const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs) {
   StageWork w;
+  const int64_t ca = layout.ca, slots = layout.group_slots;
+  const std::string& ca_axis = layout.ca_axis;
   const bool sequence = s.decode == DecodeSharding::kSequence;
   Shape shape;
-  shape.tokens = sequence ? s.slots : s.slots / ca;  // every slot's token, or this rank's slots'
-  shape.routed_tokens = s.slots;
+  shape.tokens = sequence ? slots : slots / ca;  // every slot's token, or this rank's slots'
+  shape.routed_tokens = shape.tokens * layout.expert_ranks;
   shape.head_rows = shape.tokens;
   shape.split_rows = sequence && ca > 1;
   shape.suffix = "_decode";
@@ -206,10 +221,11 @@ StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s, i
       w.traffic.add(ca_axis, CollectiveKind::kAllGather,
                     ca * B * split_count(m.vocab_size, static_cast<int>(ca), 0) * f32);
     } else {
-      w.traffic.add(ca_axis, CollectiveKind::kAllGather, s.slots * m.vocab_size * f32);
+      w.traffic.add(ca_axis, CollectiveKind::kAllGather, slots * m.vocab_size * f32);
     }
-    add_expert_traffic(w.traffic, m, ca, B, ca_axis);
   }
+  add_expert_traffic(w.traffic, m, layout, shape.tokens);
+  add_logits_gather(w.traffic, m, layout);
   return w;
 }
 

@@ -43,8 +43,18 @@ struct StageWork {
   double attention_bytes = 0;  // K and V read (the memory fallback)
   int64_t head_dim = 0;
   std::vector<InferenceVectorWork> vectors;
-  // The collectives over context_autoregressive (axis name `ca_axis`), as the engine calls them.
+  // The collectives (over context_autoregressive, expert and their group), as the engine calls
+  // them.
   Traffic traffic;
+};
+
+// How a rank's inference is laid out: its expert group's slots over `ca` ranks, `expert` groups,
+// and the trace names of the axes its collectives use.
+struct InferenceLayout {
+  int64_t ca = 1, expert = 1;
+  int64_t group_slots = 1;   // the decode slots of this rank's expert group
+  int64_t expert_ranks = 1;  // ranks the experts split over (expert x ca, or 1: all on each)
+  std::string ca_axis, expert_axis, expert_group_axis;
 };
 
 // Whether quantization=int8 gives this weight an int8 copy (model/inference.h: every
@@ -59,13 +69,13 @@ int64_t stored_weight_bytes(const model::WeightSpec& s, int64_t rows, bool int8,
 // The forward's vector kernels these count, as probe-hardware measures them (vector_rates).
 const std::vector<std::string>& inference_vector_ops();
 
-// A prefill of every slot's `length`-token prompt (this rank's 1/ca of each) and a decode step
-// at full length (max_target_length, this rank's cache rows), for the weights `specs` this rank
-// holds (inference_weight_specs).
-StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
-                       const std::vector<model::WeightSpec>& specs, int64_t length,
-                       const std::string& ca_axis);
-StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
-                      const std::vector<model::WeightSpec>& specs, const std::string& ca_axis);
+// A prefill of every slot's `length`-token prompt (this rank's 1/ca of each of its group's
+// slots) and a decode step at full length (max_target_length, this rank's cache rows), for the
+// weights `specs` this rank holds (inference_weight_specs).
+StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
+                       const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs,
+                       int64_t length);
+StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
+                      const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs);
 
 }  // namespace maxctx::infer
