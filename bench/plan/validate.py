@@ -81,13 +81,19 @@ INFER_CASES = [
 def run(np, args, log):
     # One rank per core while there are cores (4 ranks share the 2 cores of this machine).
     bind = ["--bind-to", "core" if np <= os.cpu_count() else "none"]
-    cmd = MPI + bind + ["-np", str(np), "/usr/bin/time", "-f", "maxrss_kib %M", MAXCTX] + args
+    # Each rank's peak RSS appended to its own line of one file (O_APPEND: the ranks' lines do
+    # not interleave, as they could on the shared stderr).
+    rss_file = log + ".rss"
+    if os.path.exists(rss_file):
+        os.remove(rss_file)
+    cmd = MPI + bind + ["-np", str(np), "/usr/bin/time", "-a", "-o", rss_file, "-f",
+                        "maxrss_kib %M", MAXCTX] + args
     with open(log, "w") as out:
         proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT)
     text = open(log).read()
     if proc.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{text[-3000:]}")
-    rss = max(int(m) for m in re.findall(r"maxrss_kib (\d+)", text)) * 1024
+    rss = max(int(m) for m in re.findall(r"maxrss_kib (\d+)", open(rss_file).read())) * 1024
     return text, rss
 
 

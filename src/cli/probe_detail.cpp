@@ -95,31 +95,49 @@ double measure_attention(const kernels::Kernels& k, const Communicator& world, D
   return (backward ? 3.0 : 1.0) * 4.0 * double(p.seq_q * p.seq_k * p.heads_q * head_dim) / 2 / s;
 }
 
-// A decode step's matmul: (rows, 1024) x (1024, 2048), the weight read once for a few rows;
-// `int8`: quantization=int8's codes, the rows quantized first as the forward does.
-double measure_decode_matmul(const kernels::Kernels& k, const Communicator& world,
-                             const std::string& kind, int64_t rows) {
-  const int64_t K = 1024, M = 2048;
-  const double flops = 2.0 * double(rows * K * M);
-  Tensor in = operand(k, {rows, K}), w = operand(k, {M, K}), out = operand(k, {rows, M});
-  if (kind == "int8") {
-    const kernels::Int8Weights packed = k.int8_pack_weights(w.view());
-    kernels::Int8Rows quantized;
-    return flops / timed_kernel(world, 20, [&] {
-             k.int8_quantize_rows(quantized, in.view());
-             k.int8_matmul_forward(out.view(), quantized, packed);
-           });
+// How many copies of `bytes` of operands a decode-step timing cycles through: enough to spill
+// the caches (32 MiB), so that each call reads its operands from memory as a step does (a step
+// reads every weight and its whole KV cache once); a single copy would stay cache-hot.
+int64_t cold_copies(int64_t bytes) {
+  return std::clamp<int64_t>((int64_t{32} << 20) / std::max<int64_t>(1, bytes), 1, 256);
+}
+
+// A decode step's matmul, (rows, inner) x (inner, cols): the mean seconds of one call, the
+// weights cold (cold_copies); `int8`: quantization=int8's codes, the rows quantized first as the
+// forward does.
+double time_decode_matmul(const kernels::Kernels& k, const Communicator& world,
+                          const std::string& kind, int64_t rows, int64_t inner, int64_t cols) {
+  Tensor in = operand(k, {rows, inner}), out = operand(k, {rows, cols});
+  const bool int8 = kind == "int8";
+  const DType dtype = int8 ? DType::kF32 : parse_dtype(kind);
+  const int64_t copies = cold_copies(cols * inner * (int8 ? 1 : int64_t(dtype_size(dtype))));
+  std::vector<Tensor> weights;
+  std::vector<kernels::Int8Weights> packed;
+  for (int64_t c = 0; c < copies; ++c) {
+    Tensor w = operand(k, {cols, inner}, dtype);
+    if (int8) {
+      packed.push_back(k.int8_pack_weights(w.view()));
+    } else {
+      weights.push_back(std::move(w));
+    }
   }
-  const DType dtype = parse_dtype(kind);
-  Tensor typed_in = operand(k, {rows, K}, dtype), typed_w = operand(k, {M, K}, dtype);
-  return flops / timed_kernel(world, 20, [&] {
-           k.matmul_forward(out.view(), typed_in.view(), typed_w.view());
-         });
+  int64_t next = 0;
+  if (int8) {
+    kernels::Int8Rows quantized;
+    return timed_kernel(world, 20, [&] {
+      k.int8_quantize_rows(quantized, in.view());
+      k.int8_matmul_forward(out.view(), quantized, packed[next++ % copies]);
+    });
+  }
+  Tensor typed_in = operand(k, {rows, inner}, dtype);
+  return timed_kernel(world, 20, [&] {
+    k.matmul_forward(out.view(), typed_in.view(), weights[next++ % copies].view());
+  });
 }
 
 // A decode step's attention: 4 slots' single queries (8 query and 4 KV heads) over 1024 cache
-// rows each, on a cache of `cache` ("int8": codes and a scale per row, else the dtype); FLOPs
-// 4·rows·Hq·D per slot (QKᵀ and PV).
+// rows each, on a cache of `cache` ("int8": codes and a scale per row, else the dtype), cold
+// (cold_copies); FLOPs 4·rows·Hq·D per slot (QKᵀ and PV).
 double measure_decode_attention(const kernels::Kernels& k, const Communicator& world,
                                 const std::string& cache, int64_t head_dim) {
   kernels::AttentionParams p;
@@ -140,22 +158,43 @@ double measure_decode_attention(const kernels::Kernels& k, const Communicator& w
   const kernels::DeviceIndices qp(k, q_pos), qs(k, q_seg), kp(k, k_pos), ks(k, k_seg);
   const double flops = 4.0 * double(p.batch * p.seq_k * p.heads_q * head_dim);
   if (cache == "int8") {
+    // Codes and a scale per row, as many caches as spill the caches (a step reads each layer's).
+    struct Int8Cache {
+      Tensor k_codes, k_scale, v_codes, v_scale;
+    };
+    const int64_t copies = cold_copies(2 * kv_shape.numel());
+    std::vector<Int8Cache> caches;
     Tensor kf = operand(k, kv_shape), vf = operand(k, kv_shape);
-    Tensor k_codes = k.empty(kv_shape, DType::kI8), v_codes = k.empty(kv_shape, DType::kI8);
-    Tensor k_scale = operand(k, {p.batch * p.seq_k}), v_scale = operand(k, {p.batch * p.seq_k});
-    k.quantize_rows_int8(k_codes.view(), k_scale.view(), kf.view(), kernels::kInt8KvLevels);
-    k.quantize_rows_int8(v_codes.view(), v_scale.view(), vf.view(), kernels::kInt8KvLevels);
+    for (int64_t c = 0; c < copies; ++c) {
+      Int8Cache copy{k.empty(kv_shape, DType::kI8), operand(k, {p.batch * p.seq_k}),
+                     k.empty(kv_shape, DType::kI8), operand(k, {p.batch * p.seq_k})};
+      k.quantize_rows_int8(copy.k_codes.view(), copy.k_scale.view(), kf.view(),
+                           kernels::kInt8KvLevels);
+      k.quantize_rows_int8(copy.v_codes.view(), copy.v_scale.view(), vf.view(),
+                           kernels::kInt8KvLevels);
+      caches.push_back(std::move(copy));
+    }
+    int64_t next = 0;
     return flops / timed_kernel(world, 20, [&] {
-             k.single_query_attention_int8(out.view(), lse.view(), q.view(), k_codes.view(),
-                                           k_scale.view(), v_codes.view(), v_scale.view(),
+             const Int8Cache& c = caches[next++ % copies];
+             k.single_query_attention_int8(out.view(), lse.view(), q.view(), c.k_codes.view(),
+                                           c.k_scale.view(), c.v_codes.view(), c.v_scale.view(),
                                            qp.data(), qs.data(), kp.data(), ks.data(), p);
            });
   }
   const DType dtype = parse_dtype(cache);
-  Tensor kk = operand(k, kv_shape, dtype), v = operand(k, kv_shape, dtype);
+  const int64_t copies = cold_copies(2 * kv_shape.numel() * int64_t(dtype_size(dtype)));
+  std::vector<Tensor> keys, values;
+  for (int64_t c = 0; c < copies; ++c) {
+    keys.push_back(operand(k, kv_shape, dtype));
+    values.push_back(operand(k, kv_shape, dtype));
+  }
+  int64_t next = 0;
   return flops / timed_kernel(world, 20, [&] {
-           k.single_query_attention(out.view(), lse.view(), q.view(), kk.view(), v.view(),
-                                    qp.data(), qs.data(), kp.data(), ks.data(), p);
+           const int64_t c = next++ % copies;
+           k.single_query_attention(out.view(), lse.view(), q.view(), keys[c].view(),
+                                    values[c].view(), qp.data(), qs.data(), kp.data(), ks.data(),
+                                    p);
          });
 }
 
@@ -343,10 +382,23 @@ void probe_detail(const kernels::Kernels& k, const Communicator& world, Hardware
           measure_decode_attention(k, world, cache, head_dim);
     }
   }
-  for (const int64_t rows : {1, 4, 16, 64}) {
-    for (const std::string kind : {"int8", "float32", "bfloat16"}) {
-      profile.matmul_by_size[kind + "_decode"][rows] = measure_decode_matmul(k, world, kind, rows);
+  // A decode step's matmuls: a fixed cost per call (a (4, 64) x (64, 128) call is little else)
+  // and, net of it, the rate of 4 rows (a decode batch; the int8 tile's token count) times
+  // (d, 2d) weights by d.
+  for (const std::string kind : {"int8", "float32", "bfloat16"}) {
+    const double call = time_decode_matmul(k, world, kind, 4, 64, 128);
+    profile.call_seconds[kind + "_decode"] = call;
+    for (const int64_t d : {128, 256, 512, 1024, 2048}) {
+      const double seconds = time_decode_matmul(k, world, kind, 4, d, 2 * d);
+      profile.matmul_by_size[kind + "_decode"][d] =
+          2.0 * double(4 * d * 2 * d) / std::max(seconds - call, seconds / 20);
     }
+  }
+  {
+    Tensor rows = operand(k, {4, 64});
+    kernels::Int8Rows quantized;
+    profile.call_seconds["quantize_rows"] =
+        timed_kernel(world, 20, [&] { k.int8_quantize_rows(quantized, rows.view()); });
   }
   profile.vector_rates = measure_vector_kernels(k, world);
   profile.vector_rates.merge(measure_inference_vector_kernels(k, world));

@@ -125,7 +125,17 @@ TEST(InferenceWork, SecondsAreTableRatesOrTheSpecSheetsRoofline) {
   measured.attention_by_head_dim["float32_forward"] = {{32, 3e10}};
   for (const std::string& op : inference_vector_ops()) measured.vector_rates[op] = 1e8;
   const InferenceTimes t = predict_inference(p, measured);
-  EXPECT_DOUBLE_EQ(t.decode_matmul_seconds, matmul_flops(p.decode) / 2e10);
+  // A decode matmul: its cost per call, then its FLOPs as 4 rows at least (the int8 tile's).
+  measured.call_seconds["int8_decode"] = 1e-6;
+  const InferenceTimes with_calls = predict_inference(p, measured);
+  double timed = 0;
+  for (const InferenceMatmul& mm : p.decode.matmuls) {
+    timed += mm.timed_flops();
+    EXPECT_EQ(mm.timed_flops(), 2.0 * double(std::max<int64_t>(mm.rows, 4) * mm.inner * mm.cols));
+  }
+  EXPECT_DOUBLE_EQ(t.decode_matmul_seconds, timed / 2e10);
+  EXPECT_DOUBLE_EQ(with_calls.decode_matmul_seconds,
+                   timed / 2e10 + 1e-6 * double(p.decode.matmuls.size()));
   EXPECT_DOUBLE_EQ(t.decode_attention_seconds, p.decode.attention_flops / 5e9);
   double elements = 0;
   for (const InferenceVectorWork& v : p.decode.vectors) elements += v.elements;

@@ -65,6 +65,20 @@ std::map<std::string, std::map<int64_t, double>> rate_tables(const YAML::Node& r
   return tables;
 }
 
+// `key: {name: positive number, ...}`, or nothing when the key is absent.
+std::map<std::string, double> named_numbers(const YAML::Node& root, const std::string& key,
+                                            const std::string& file) {
+  std::map<std::string, double> numbers;
+  const YAML::Node node = root[key];
+  if (!node) return numbers;
+  if (!node.IsMap()) fail("hardware profile {}: '{}' must map names to numbers", file, key);
+  for (const auto& entry : node) {
+    const std::string name = entry.first.as<std::string>();
+    numbers[name] = positive_number(node, name, file);
+  }
+  return numbers;
+}
+
 // The table's rate at `size`: linear in log2(size) between its entries, flat beyond them.
 double interpolated(const std::map<int64_t, double>& table, int64_t size) {
   const auto above = table.lower_bound(size);
@@ -174,14 +188,8 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   p.dcn = link_of(root, "dcn", where);
   p.matmul_by_size = rate_tables(root, "matmul_by_size", where);
   p.attention_by_head_dim = rate_tables(root, "attention_by_head_dim", where);
-  if (const YAML::Node rates = root["vector_rates"]) {
-    if (!rates.IsMap())
-      fail("hardware profile {}: 'vector_rates' must map op names to rates", where);
-    for (const auto& entry : rates) {
-      const std::string op = entry.first.as<std::string>();
-      p.vector_rates[op] = positive_number(rates, op, where);
-    }
-  }
+  p.vector_rates = named_numbers(root, "vector_rates", where);
+  p.call_seconds = named_numbers(root, "call_seconds", where);
   return p;
 }
 
@@ -190,7 +198,7 @@ std::string format_hardware_profile(const HardwareProfile& p) {
   if (!p.matmul_by_size.empty()) {
     detail +=
         "matmul_by_size:  # FLOP/s by the smallest dimension: (2048, d) x (d, 2d) by d; "
-        "_decode: (rows, 1024) x (1024, 2048) by rows\n" +
+        "_decode: (4, d) x (d, 2d) by d, net of call_seconds\n" +
         format_tables(p.matmul_by_size);
   }
   if (!p.attention_by_head_dim.empty()) {
@@ -204,6 +212,12 @@ std::string format_hardware_profile(const HardwareProfile& p) {
         "vector_rates:  # elements/s of the vector kernels, forward + backward (_forward, "
         "quantize_*: forward alone)\n";
     for (const auto& [op, rate] : p.vector_rates) detail += fmt::format("  {}: {:.4g}\n", op, rate);
+  }
+  if (!p.call_seconds.empty()) {
+    detail += "call_seconds:  # the fixed cost of one call of a decode step's small kernels\n";
+    for (const auto& [kind, seconds] : p.call_seconds) {
+      detail += fmt::format("  {}: {:.4g}\n", kind, seconds);
+    }
   }
   return fmt::format(
              "name: {}\nsource: \"{}\"\nmemory_bytes: {:.6g}\nruntime_bytes: {:.6g}\n"

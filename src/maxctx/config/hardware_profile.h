@@ -47,7 +47,7 @@ struct HardwareProfile {
   //
   // FLOP/s of a matmul by its smallest dimension, per kind: "float32", "bfloat16", "int8" for an
   // (2048, d) x (d, 2d) forward, "<dtype>_backward" for its input and weight gradients together,
-  // and "<int8 | dtype>_decode" for a decode step's (rows, 1024) x (1024, 2048), by rows.
+  // and "<int8 | dtype>_decode" for a decode step's (4, d) x (d, 2d) by d, net of call_seconds.
   std::map<std::string, std::map<int64_t, double>> matmul_by_size;
   // Attention FLOP/s (MaxText's count) by head_dim, per kind: "<dtype>" causal forward +
   // backward (a training step), "<dtype>_forward" causal forward (a prefill), and
@@ -57,6 +57,11 @@ struct HardwareProfile {
   // together (train/step_work.h vector_ops()) and inference's forward alone
   // (infer/inference_work.h inference_vector_ops()).
   std::map<std::string, double> vector_rates;
+  // Seconds one call costs beside its work, for the kernels a decode step calls on a few rows
+  // (kinds: "<int8 | dtype>_decode" matmuls, "quantize_rows"): dispatch, setup and the
+  // activations' quantization, which dominate a small model's step. The _decode matmul rates
+  // above are net of it.
+  std::map<std::string, double> call_seconds;
 
   double flops(std::string_view dtype) const;           // "float32" | "bfloat16" | "int8"
   double backward_flops(std::string_view dtype) const;  // the backward's matmul rate

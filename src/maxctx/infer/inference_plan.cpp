@@ -22,8 +22,8 @@ namespace {
 std::string_view base_kind(std::string_view kind) { return kind.substr(0, kind.find('_')); }
 
 // Seconds of a stage's work on `profile`: each kernel at its measured rate where the profile has
-// a table for it, else on the roofline of a spec sheet (the slower of its FLOPs at the peak and
-// its bytes over the memory bandwidth).
+// a table for it (plus its measured cost per call, where it has one), else on the roofline of a
+// spec sheet (the slower of its FLOPs at the peak and its bytes over the memory bandwidth).
 struct StageSeconds {
   double matmuls = 0, attention = 0, vectors = 0;
 };
@@ -31,9 +31,14 @@ struct StageSeconds {
 StageSeconds stage_seconds(const StageWork& w, const HardwareProfile& profile,
                            std::string_view compute_dtype) {
   StageSeconds t;
+  const auto per_call = [&](const std::string& kind) {
+    const auto it = profile.call_seconds.find(kind);
+    return it == profile.call_seconds.end() ? 0.0 : it->second;
+  };
   for (const InferenceMatmul& mm : w.matmuls) {
+    t.matmuls += per_call(mm.kind);
     t.matmuls += profile.matmul_by_size.count(mm.kind)
-                     ? mm.flops() / profile.matmul_rate(mm.kind, mm.smallest())
+                     ? mm.timed_flops() / profile.matmul_rate(mm.kind, mm.smallest())
                      : std::max(mm.flops() / profile.flops(base_kind(mm.kind)),
                                 mm.weight_bytes / profile.memory_bandwidth);
   }
@@ -44,7 +49,8 @@ StageSeconds stage_seconds(const StageWork& w, const HardwareProfile& profile,
                                    (profile.flops(compute_dtype) * profile.attention_fraction),
                                w.attention_bytes / profile.memory_bandwidth);
   for (const InferenceVectorWork& v : w.vectors) {
-    t.vectors += profile.vector_seconds(v.op, v.elements, v.bytes_per_element);
+    t.vectors +=
+        profile.vector_seconds(v.op, v.elements, v.bytes_per_element) + v.calls * per_call(v.op);
   }
   return t;
 }

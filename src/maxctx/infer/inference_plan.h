@@ -52,7 +52,7 @@ struct InferencePlan {
   int64_t decode_step_bytes = 0;   // weights a decode step streams on this rank
   int64_t decode_cache_bytes = 0;  // cache rows a step reads at full length (this rank)
   int64_t group_slots() const { return settings.slots / expert; }  // this rank's group's
-  StageWork decode;                // a decode step at full length
+  StageWork decode;                                                // a decode step at full length
   std::map<std::string, parallel::GroupLink> groups;  // the axes the stages' traffic uses
   std::vector<PrefillWork> prefill;  // per inference_microbenchmark_prefill_lengths
   int64_t total() const {

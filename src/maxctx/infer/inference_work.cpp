@@ -41,7 +41,7 @@ struct Shape {
 void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
                  const std::vector<model::WeightSpec>& specs, const Shape& shape) {
   const std::string dtype(dtype_config_name(m.dtype));
-  double quantized_elements = 0;
+  double quantized_elements = 0, quantized_calls = 0;
   for (const model::WeightSpec& spec : specs) {
     const bool head = spec.role == WeightRole::kOutputHead ||
                       (spec.role == WeightRole::kEmbedding && m.tie_embeddings);
@@ -61,10 +61,13 @@ void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSetti
     if (mm.rows == 0) continue;
     if (int8 && !shares_quantized_input(spec)) {
       quantized_elements += static_cast<double>(mm.rows * mm.inner);
+      quantized_calls += 1;
     }
     w.matmuls.push_back(mm);
   }
-  if (quantized_elements > 0) w.vectors.push_back({"quantize_rows", quantized_elements, 5});
+  if (quantized_elements > 0) {
+    w.vectors.push_back({"quantize_rows", quantized_elements, 5, quantized_calls});
+  }
 }
 
 // The norms, SwiGLU, RoPE, residual adds, embedding and the cache's quantization over `tokens`.
@@ -111,7 +114,18 @@ void add_logits_gather(Traffic& t, const model::LlamaConfig& m, const InferenceL
 
 }  // namespace
 
-int64_t InferenceMatmul::smallest() const { return std::min({rows, inner, cols}); }
+namespace {
+bool decode_kind(const std::string& kind) { return kind.ends_with("_decode"); }
+}  // namespace
+
+int64_t InferenceMatmul::smallest() const {
+  return decode_kind(kind) ? std::min(inner, cols) : std::min({rows, inner, cols});
+}
+
+double InferenceMatmul::timed_flops() const {
+  const int64_t counted = decode_kind(kind) ? std::max<int64_t>(rows, 4) : rows;
+  return 2.0 * double(counted) * double(inner) * double(cols);
+}
 
 bool int8_quantized(const model::WeightSpec& s) {
   return s.role == WeightRole::kHeadsOrHidden || s.role == WeightRole::kIntoResidual ||

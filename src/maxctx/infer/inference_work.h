@@ -6,9 +6,10 @@
 // them (probe-hardware), else the bytes each kernel streams over the memory bandwidth.
 //
 // Kinds name HardwareProfile table entries: a prefill matmul runs at "int8" (quantization=int8)
-// or the dtype's rate by its smallest dimension; a decode matmul, whose smallest dimension is its
-// few rows, at "<kind>_decode" by rows; prefill attention at "<dtype>_forward" and decode
-// attention at "<int8 | dtype>_decode" (the cache's), both by head_dim.
+// or the dtype's rate by its smallest dimension; a decode matmul at "<kind>_decode" by its
+// weight's smaller dimension (the table is measured on 4 rows); prefill attention at
+// "<dtype>_forward" and decode attention at "<int8 | dtype>_decode" (the cache's), both by
+// head_dim.
 #pragma once
 
 #include <cstdint>
@@ -26,14 +27,18 @@ struct InferenceMatmul {
   int64_t rows = 0, inner = 0, cols = 0;  // (rows, inner) x (inner, cols), once per call
   std::string kind;                       // matmul_by_size kind
   double weight_bytes = 0;                // as stored (int8 codes + scales, or weight_dtype)
-  int64_t smallest() const;
+  int64_t smallest() const;               // the size a rate table is read at (see the kinds above)
   double flops() const { return 2.0 * double(rows) * double(inner) * double(cols); }
+  // What the time is reckoned on: a decode matmul costs at least what 4 rows cost (the weights
+  // are read once per 4 rows, the int8 tile's token count), so its FLOPs count max(rows, 4).
+  double timed_flops() const;
 };
 
 struct InferenceVectorWork {
   std::string op;                // HardwareProfile::vector_rates key
   double elements = 0;           // per call of the stage
   double bytes_per_element = 0;  // read + written (the memory fallback)
+  double calls = 0;              // kernel calls, for HardwareProfile::call_seconds (0: not counted)
 };
 
 struct StageWork {
