@@ -112,10 +112,12 @@ void add_logits_gather(Traffic& t, const model::LlamaConfig& m, const InferenceL
         layout.expert * layout.group_slots * m.vocab_size * int64_t{sizeof(float)});
 }
 
-}  // namespace
-
-namespace {
 bool decode_kind(const std::string& kind) { return kind.ends_with("_decode"); }
+
+// A decode matmul reads its weights once per this many rows (the cpu int8 tile's tokens; the
+// probe's decode tables are measured on as many rows), so fewer rows cost as much.
+constexpr int64_t kRowsPerWeightRead = 4;
+
 }  // namespace
 
 int64_t InferenceMatmul::smallest() const {
@@ -123,7 +125,7 @@ int64_t InferenceMatmul::smallest() const {
 }
 
 double InferenceMatmul::timed_flops() const {
-  const int64_t counted = decode_kind(kind) ? std::max<int64_t>(rows, 4) : rows;
+  const int64_t counted = decode_kind(kind) ? std::max(rows, kRowsPerWeightRead) : rows;
   return 2.0 * double(counted) * double(inner) * double(cols);
 }
 
