@@ -198,56 +198,9 @@ double measure_decode_attention(const kernels::Kernels& k, const Communicator& w
          });
 }
 
-// Elements per second of the forward's vector kernels that inference runs
-// (infer::inference_vector_ops()), at a prefill's shapes: 2048 tokens of width 1024.
-std::map<std::string, double> measure_inference_vector_kernels(const kernels::Kernels& k,
-                                                               const Communicator& world) {
-  const int64_t N = kTokens, W = 1024, V = 8192;
-  const double rows = double(N * W);
-  Tensor a = operand(k, {N, W}), b = operand(k, {N, W}), c = operand(k, {N, W}),
-         weight = operand(k, {W}), rstd = operand(k, {N});
-  std::map<std::string, double> rates;
-  rates["rmsnorm_forward"] =
-      rows / timed_kernel(world, 5, [&] {
-        k.rmsnorm_forward(b.view(), rstd.view(), a.view(), weight.view(), 1e-5f);
-      });
-  rates["swiglu_forward"] =
-      rows / timed_kernel(world, 5, [&] { k.swiglu_forward(c.view(), a.view(), b.view()); });
-  {
-    const int64_t heads = 16, D = W / heads;
-    Tensor cos = operand(k, {N, D / 2}), sin = operand(k, {N, D / 2});
-    const TensorView x = a.view().reshaped({N, heads, D}), y = b.view().reshaped({N, heads, D});
-    rates["rope_forward"] =
-        rows / timed_kernel(world, 5, [&] { k.rope_forward(y, x, cos.view(), sin.view()); });
-  }
-  rates["residual_add_forward"] =
-      rows / timed_kernel(world, 5, [&] { k.add(c.view(), a.view(), b.view()); });
-  {
-    std::vector<int32_t> host_tokens(static_cast<size_t>(N));
-    for (size_t i = 0; i < host_tokens.size(); ++i) {
-      host_tokens[i] = static_cast<int32_t>(i * 7 % V);
-    }
-    const kernels::DeviceIndices tokens(k, host_tokens);
-    Tensor table = operand(k, {V, W});
-    rates["embedding_forward"] = rows / timed_kernel(world, 5, [&] {
-                                   k.embedding_forward(a.view(), tokens.data(), table.view());
-                                 });
-  }
-  {
-    Tensor codes = k.empty({N, W}, DType::kI8), scale = operand(k, {N});
-    rates["quantize_kv"] =
-        rows / timed_kernel(world, 5, [&] {
-          k.quantize_rows_int8(codes.view(), scale.view(), a.view(), kernels::kInt8KvLevels);
-        });
-    kernels::Int8Rows quantized;
-    rates["quantize_rows"] =
-        rows / timed_kernel(world, 5, [&] { k.int8_quantize_rows(quantized, a.view()); });
-  }
-  return rates;
-}
-
-// Elements per second of each vector kernel of train::vector_ops(), forward + backward, at a
-// step's shapes: 2048 tokens of width 1024, a vocabulary of 8192, 4M parameters.
+// Elements per second of each vector kernel of train::vector_ops() (forward + backward) and of
+// infer::inference_vector_ops() (the forward alone, and the int8 quantizers), on the same
+// operands: 2048 tokens of width 1024, a vocabulary of 8192, 4M parameters.
 std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
                                                      const Communicator& world) {
   const int64_t N = kTokens, W = 1024, V = 8192, P = int64_t{4} << 20;
@@ -259,11 +212,17 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
   for (size_t i = 0; i < host_tokens.size(); ++i) host_tokens[i] = static_cast<int32_t>(i * 7 % V);
   const kernels::DeviceIndices tokens(k, host_tokens);
   std::map<std::string, double> rates;
+  rates["rmsnorm_forward"] =
+      rows / timed_kernel(world, 5, [&] {
+        k.rmsnorm_forward(b.view(), rstd.view(), a.view(), weight.view(), 1e-5f);
+      });
   rates["rmsnorm"] = rows / timed_kernel(world, 5, [&] {
                        k.rmsnorm_forward(b.view(), rstd.view(), a.view(), weight.view(), 1e-5f);
                        k.rmsnorm_backward(c.view(), d_weight.view(), b.view(), a.view(),
                                           weight.view(), rstd.view());
                      });
+  rates["swiglu_forward"] =
+      rows / timed_kernel(world, 5, [&] { k.swiglu_forward(c.view(), a.view(), b.view()); });
   rates["swiglu"] = rows / timed_kernel(world, 5, [&] {
                       k.swiglu_forward(c.view(), a.view(), b.view());
                       k.swiglu_backward(d.view(), e.view(), c.view(), a.view(), b.view());
@@ -273,17 +232,24 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
     const int64_t heads = 16, D = W / heads;
     Tensor cos = operand(k, {N, D / 2}), sin = operand(k, {N, D / 2});
     const TensorView x = a.view().reshaped({N, heads, D}), y = b.view().reshaped({N, heads, D});
+    rates["rope_forward"] =
+        rows / timed_kernel(world, 5, [&] { k.rope_forward(y, x, cos.view(), sin.view()); });
     rates["rope"] = rows / timed_kernel(world, 5, [&] {
                       k.rope_forward(y, x, cos.view(), sin.view());
                       k.rope_backward(x, y, cos.view(), sin.view());
                     });
   }
+  rates["residual_add_forward"] =
+      rows / timed_kernel(world, 5, [&] { k.add(c.view(), a.view(), b.view()); });
   rates["residual_add"] = rows / timed_kernel(world, 5, [&] {
                             k.add(c.view(), a.view(), b.view());
                             k.add_inplace(d.view(), a.view());
                           });
   {
     Tensor table = operand(k, {V, W}), d_table = operand(k, {V, W});
+    rates["embedding_forward"] = rows / timed_kernel(world, 5, [&] {
+                                   k.embedding_forward(a.view(), tokens.data(), table.view());
+                                 });
     rates["embedding"] = rows / timed_kernel(world, 5, [&] {
                            k.embedding_forward(a.view(), tokens.data(), table.view());
                            k.embedding_backward(d_table.view(), a.view(), tokens.data());
@@ -306,6 +272,17 @@ std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
                           const kernels::HostFloats host(k, logits.view());
                           scored_accuracy_from_logits(host.span(), V, batch);
                         });
+  }
+  {
+    // Inference's int8 quantization: the KV cache's rows and the activations' (int8 weights).
+    Tensor codes = k.empty({N, W}, DType::kI8), scale = operand(k, {N});
+    rates["quantize_kv"] =
+        rows / timed_kernel(world, 5, [&] {
+          k.quantize_rows_int8(codes.view(), scale.view(), a.view(), kernels::kInt8KvLevels);
+        });
+    kernels::Int8Rows quantized;
+    rates["quantize_rows"] =
+        rows / timed_kernel(world, 5, [&] { k.int8_quantize_rows(quantized, a.view()); });
   }
   {
     Tensor params = operand(k, {P}), grads = operand(k, {P}), mu = operand(k, {P}),
@@ -401,7 +378,6 @@ void probe_detail(const kernels::Kernels& k, const Communicator& world, Hardware
         timed_kernel(world, 20, [&] { k.int8_quantize_rows(quantized, rows.view()); });
   }
   profile.vector_rates = measure_vector_kernels(k, world);
-  profile.vector_rates.merge(measure_inference_vector_kernels(k, world));
   for (const auto* ops : {&train::vector_ops(), &infer::inference_vector_ops()}) {
     for (const std::string& op : *ops) {
       MAXCTX_CHECK(profile.vector_rates.count(op), "probe-hardware does not measure '{}'", op);

@@ -182,7 +182,9 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
                                             workspace_rows(settings_, ca, expert_.size()));
   length_.assign(static_cast<size_t>(settings_.slots), 0);
   logits_.assign(static_cast<size_t>(settings_.slots * model_.vocab_size), 0.0f);
-  group_logits_.assign(static_cast<size_t>(group_slots() * model_.vocab_size), 0.0f);
+  if (expert_.size() > 1) {
+    group_logits_.assign(static_cast<size_t>(group_slots() * model_.vocab_size), 0.0f);
+  }
 }
 
 InferenceEngine::~InferenceEngine() = default;
@@ -221,11 +223,13 @@ int64_t InferenceEngine::first_local_slot() const {
          (settings_.decode == DecodeSharding::kBatch ? ca_.rank() * local_slots() : 0);
 }
 
+std::vector<float>& InferenceEngine::group_logits() {
+  return expert_.size() > 1 ? group_logits_ : logits_;
+}
+
 void InferenceEngine::gather_groups() {
   if (expert_.size() > 1) {
     expert_.all_gather(std::span<const float>(group_logits_), std::span<float>(logits_));
-  } else {
-    std::copy(group_logits_.begin(), group_logits_.end(), logits_.begin());
   }
 }
 
@@ -295,13 +299,14 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
                                  logit_rows_, row_logits_.data(), nullptr, plans_.experts.get());
   // Exactly one rank of the group holds each slot's last row; the others add zeros, which is
   // exact.
-  std::fill(group_logits_.begin(), group_logits_.end(), 0.0f);
+  std::vector<float>& group = group_logits();
+  std::fill(group.begin(), group.end(), 0.0f);
   for (size_t i = 0; i < logit_slots_.size(); ++i) {
     if (logit_slots_[i] < 0) continue;
     std::copy_n(row_logits_.begin() + static_cast<int64_t>(i) * V, V,
-                group_logits_.begin() + logit_slots_[i] * V);
+                group.begin() + logit_slots_[i] * V);
   }
-  if (ca > 1) ca_.all_reduce(std::span<float>(group_logits_), ReduceOp::kSum);
+  if (ca > 1) ca_.all_reduce(std::span<float>(group), ReduceOp::kSum);
   gather_groups();
   if (local_logits != nullptr) *local_logits = row_logits_;
   for (int64_t b = 0; b < settings_.slots; ++b) {
@@ -350,9 +355,9 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
                                  logit_rows_, row_logits_.data(), plans_.row_split.get(),
                                  plans_.experts.get());
   if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
-    ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(group_logits_));
+    ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(group_logits()));
   } else {
-    std::copy(row_logits_.begin(), row_logits_.end(), group_logits_.begin());
+    std::copy(row_logits_.begin(), row_logits_.end(), group_logits().begin());
   }
   gather_groups();
   for (int64_t b = 0; b < B; ++b) {

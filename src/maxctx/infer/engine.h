@@ -143,7 +143,10 @@ class InferenceEngine {
   int64_t first_group_slot() const { return expert_.rank() * group_slots(); }
   int64_t local_slots() const;
   int64_t first_local_slot() const;
-  // logits_ (slots, V) from group_logits_ (group slots, V): every group's, over expert.
+  // Where this expert group's (group slots, V) logits are assembled: logits_ itself with one
+  // group (no copy), else group_logits_.
+  std::vector<float>& group_logits();
+  // logits_ (slots, V) from every group's, all-gathered over expert (nothing with one group).
   void gather_groups();
 
   const kernels::Kernels& kernels_;
@@ -162,7 +165,7 @@ class InferenceEngine {
 
   std::vector<int64_t> length_;      // (slots) tokens in each sequence
   std::vector<float> logits_;        // (slots, V)
-  std::vector<float> group_logits_;  // (group slots, V): this expert group's
+  std::vector<float> group_logits_;  // (group slots, V): this expert group's, when expert > 1
   std::vector<float> row_logits_;    // (rows, V) logits of this rank's rows
   // Token batches of this rank: (B, S) tokens, positions, segment ids, and the logit rows.
   std::vector<int32_t> tokens_, positions_, segments_;

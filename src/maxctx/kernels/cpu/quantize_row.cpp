@@ -59,20 +59,25 @@ void Codes(Code* codes, const float* x, int64_t n, float inv, int offset) {
   }
 }
 
-float QuantizeRowSigned(int8_t* codes, const float* x, int64_t n, float levels) {
+// The rule for one row: codes of x · levels / max|x| plus `offset`; returns the scale. A row
+// without a nonzero finite value gets zero codes and scale 0, as in the reference.
+template <typename Code>
+float QuantizeRow(Code* codes, const float* x, int64_t n, float levels, int offset) {
   const float max_abs = MaxAbs(x, n);
   if (max_abs == 0.0f) {
-    std::fill(codes, codes + n, int8_t{0});
+    std::fill(codes, codes + n, static_cast<Code>(offset));
     return 0.0f;
   }
-  Codes(codes, x, n, levels / max_abs, 0);
+  Codes(codes, x, n, levels / max_abs, offset);
   return max_abs / levels;
 }
 
+float QuantizeRowSigned(int8_t* codes, const float* x, int64_t n, float levels) {
+  return QuantizeRow(codes, x, n, levels, 0);
+}
+
 float QuantizeRowOffset(uint8_t* codes, const float* x, int64_t n, float levels) {
-  const float max_abs = MaxAbs(x, n);
-  Codes(codes, x, n, max_abs == 0.0f ? 0.0f : levels / max_abs, 128);
-  return max_abs / levels;
+  return QuantizeRow(codes, x, n, levels, 128);
 }
 
 }  // namespace HWY_NAMESPACE
