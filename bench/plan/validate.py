@@ -65,6 +65,8 @@ TRAIN_CASES = [
     ("fsdp4", 4, MODEL + mesh(4, fsdp=4) + batch(4, 1)),
     ("tensor2", 2, MODEL + mesh(2, tensor=2) + batch(2, 1)),
     ("moe_bf16", 1, MOE + mesh(1) + batch(1, 1) + ["dtype=bfloat16", "weight_dtype=bfloat16"]),
+    ("moe_bf16_expert2", 2, MOE + mesh(2, expert=2) + batch(2, 1) +
+     ["dtype=bfloat16", "weight_dtype=bfloat16"]),
 ]
 
 INFER = ["max_prefill_predict_length=1024", "max_target_length=1088",

@@ -130,6 +130,7 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
             {"activations", m.activations},
             {"attention_staging", m.attention_staging},
             {"starting_state", m.starting_state},
+            {"expert_routing_skew", m.expert_routing_skew},
             {"step", m.step()},
             {"runtime", hw.runtime_bytes},
             {"peak", static_cast<double>(m.peak()) + hw.runtime_bytes}}},
@@ -172,8 +173,15 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
   row("runtime", static_cast<int64_t>(hw.runtime_bytes));
   const double peak = static_cast<double>(m.peak()) + hw.runtime_bytes;
   row("peak", static_cast<int64_t>(peak));
-  s += fmt::format("  device memory ({}): {}{}\n\ncommunication per step\n", hw.name,
-                   gib(hw.memory_bytes), peak <= hw.memory_bytes ? "" : "  DOES NOT FIT");
+  s += fmt::format("  device memory ({}): {}{}\n", hw.name, gib(hw.memory_bytes),
+                   peak <= hw.memory_bytes ? "" : "  DOES NOT FIT");
+  if (m.expert_routing_skew > 0) {
+    s += fmt::format(
+        "  (activations at the mean routing over expert ranks; a rank whose experts get every "
+        "row they can holds {} more)\n",
+        gib(static_cast<double>(m.expert_routing_skew)));
+  }
+  s += "\ncommunication per step\n";
   for (const auto& [axis, counts] : p.traffic.axes()) {
     for (int k = 0; k < kNumCollectiveKinds; ++k) {
       const TrafficCount& n = counts[static_cast<size_t>(k)];

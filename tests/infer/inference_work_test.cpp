@@ -20,6 +20,7 @@
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/traffic.h"
 #include "maxctx/model/llama_config.h"
+#include "support/mean_traffic.h"
 
 namespace maxctx::infer {
 namespace {
@@ -164,27 +165,6 @@ TEST(InferenceWork, Int8QuantizesEachProjectionInputOnce) {
                                   double(p.settings.slots * m.emb_dim));
 }
 
-// `counted` with its all-to-all bytes replaced by their mean over the ranks: a mixture's routed
-// rows go where the router sends them, so a rank's share varies but the total does not.
-Traffic with_mean_all_to_all(const Traffic& counted, const Communicator& world) {
-  Traffic out;
-  for (const auto& [axis, counts] : counted.axes()) {
-    for (int kind = 0; kind < kNumCollectiveKinds; ++kind) {
-      TrafficCount count = counts[static_cast<size_t>(kind)];
-      if (static_cast<CollectiveKind>(kind) == CollectiveKind::kAllToAll) {
-        world.all_reduce(std::span<int64_t>(&count.bytes, 1), ReduceOp::kSum);
-        EXPECT_EQ(count.bytes % world.size(), 0) << "routed rows split unevenly";
-        count.bytes /= world.size();
-      }
-      if (count.calls == 0) continue;
-      // add() repeats bytes per call: the total once, then the other calls with none.
-      out.add(axis, static_cast<CollectiveKind>(kind), count.bytes);
-      out.add(axis, static_cast<CollectiveKind>(kind), 0, count.calls - 1);
-    }
-  }
-  return out;
-}
-
 // The plan's collectives are the engine's: a prefill and a decode step counted by the
 // communicators, for both decode shardings and a mixture whose experts split over ca (its
 // all-to-all bytes as their mean over the ranks).
@@ -211,7 +191,7 @@ TEST_P(InferenceTrafficMatchesEngine, PrefillAndDecodeStep) {
   mesh.world().barrier();
   reset_counted_traffic();
   engine.prefill(prompts);
-  const Traffic prefill = with_mean_all_to_all(counted_traffic(), mesh.world());
+  const Traffic prefill = maxctx::testing::with_mean_all_to_all(counted_traffic(), mesh.world());
   EXPECT_EQ(prefill, p.prefill.back().work.traffic)
       << "counted:\n"
       << format_traffic(prefill) << "planned:\n"
@@ -220,7 +200,7 @@ TEST_P(InferenceTrafficMatchesEngine, PrefillAndDecodeStep) {
   const std::vector<int32_t> tokens(static_cast<size_t>(p.settings.slots), 5);
   const std::vector<uint8_t> active(tokens.size(), 1);
   engine.decode_step(tokens, active);
-  const Traffic decode = with_mean_all_to_all(counted_traffic(), mesh.world());
+  const Traffic decode = maxctx::testing::with_mean_all_to_all(counted_traffic(), mesh.world());
   EXPECT_EQ(decode, p.decode.traffic) << "counted:\n"
                                       << format_traffic(decode) << "planned:\n"
                                       << format_traffic(p.decode.traffic);

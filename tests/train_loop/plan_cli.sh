@@ -2,7 +2,7 @@
 # `maxctx plan` as a user runs it (issue #20): a training table and its --json on a mesh of 256
 # devices from one process, the figures that must follow from the keys (fsdp halves the
 # parameter shard, remat=full holds fewer activation bytes than none, context=2 sends K/V on the
-# context axis), inference mode, search=true with the engine's own rejection messages, and bad
+# context axis, expert=2 splits a Mixtral's experts and exchanges their rows), inference mode, search=true with the engine's own rejection messages, and bad
 # inputs (unknown profile, bad option, a mesh that does not fit the devices) as one error line
 # with a non-zero exit.
 #   plan_cli.sh <build dir> <source dir>
@@ -59,6 +59,30 @@ one, two = (json.load(open(p))["memory_per_rank_bytes"]["kv_cache"] for p in sys
 assert two < one, (one, two)
 PY
 
+# The expert axis in training: a Mixtral's experts split over it (half the expert weights per
+# rank), their rows exchanged by all-to-all, the mean routing's buffers with the skew bound.
+moe=(model_name=mixtral-tiny max_target_length=256 ici_fsdp_parallelism=1 num_devices=2)
+"$maxctx" plan "$config" "${moe[@]}" ici_data_parallelism=2 --json > "$work/moe1.json"
+"$maxctx" plan "$config" "${moe[@]}" ici_expert_parallelism=2 --json > "$work/moe2.json"
+"$py" - "$work/moe1.json" "$work/moe2.json" << 'PY'
+import json, sys
+data, expert = (json.load(open(p)) for p in sys.argv[1:])
+assert expert["memory_per_rank_bytes"]["parameters"] < data["memory_per_rank_bytes"]["parameters"]
+assert expert["communication_per_step"]["expert"]["all_to_all"]["calls"] > 0
+assert "expert" not in data["communication_per_step"]
+assert expert["memory_per_rank_bytes"]["expert_routing_skew"] > 0
+assert data["memory_per_rank_bytes"]["expert_routing_skew"] == 0
+PY
+"$maxctx" plan "$config" model_name=mixtral-tiny max_target_length=256 num_devices=4 \
+  search=true --json > "$work/moe_search.json"
+"$py" - "$work/moe_search.json" << 'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert any(c["expert"] == 2 for c in d["fits"]), "no expert=2 mesh fits"
+reasons = " ".join(c["reason"] for c in d["rejected"] if c["expert"] == 4)
+assert "must divide" in reasons or any(c["expert"] == 4 for c in d["fits"]), reasons[:500]
+PY
+
 # Search: fitting meshes ranked, rejected ones with the engine's messages.
 "$maxctx" plan "$config" "${model[@]}" num_devices=4 search=true --json > "$work/search.json"
 "$py" - "$work/search.json" << 'PY'
@@ -86,6 +110,6 @@ expect_error "no file" "$config" "${model[@]}" hardware_profile=no-such-device
 expect_error "mode='x'" "$config" "${model[@]}" mode=x
 expect_error "num_devices=0" "$config" "${model[@]}" num_devices=0
 expect_error "tensor parallelism 3" "$config" "${model[@]}" ici_tensor_parallelism=3
-expect_error "expert axis (expert = 2) is not modelled" "$config" model_name=mixtral-tiny \
-  ici_fsdp_parallelism=1 ici_expert_parallelism=2
+expect_error "expert parallelism 8" "$config" model_name=mixtral-tiny ici_fsdp_parallelism=1 \
+  ici_expert_parallelism=8
 echo "plan_cli: OK"

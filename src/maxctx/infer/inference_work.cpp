@@ -6,6 +6,7 @@
 #include "maxctx/core/split.h"
 #include "maxctx/model/inference.h"
 #include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/parallelize.h"
 
 namespace maxctx::infer {
@@ -91,18 +92,16 @@ void add_vectors(StageWork& w, const model::LlamaConfig& m, const InferenceSetti
   if (s.quantize_kvcache) w.vectors.push_back({"quantize_kv", kv, act + 1});
 }
 
-// A mixture's experts split over expert x ca: per layer the dispatch's counts (a count per
-// expert), then the routed rows out to their experts' ranks and back (parallel/expert_parallel.h),
-// as all-to-alls over the group; the rows each rank sends depend on the routing, counted at their
-// mean (`tokens` per rank, K rows each).
+// A mixture's experts split over expert x ca: per layer the dispatch's counts, then the routed
+// rows (`tokens` per rank, K rows each) out to their experts' ranks and back
+// (parallel/expert_parallel.h), as all-to-alls over the group.
 void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, const InferenceLayout& layout,
                         int64_t tokens) {
   if (!m.moe || layout.expert_ranks == 1) return;
-  const int64_t rows = tokens * m.num_experts_per_tok * m.emb_dim;
-  const auto element = static_cast<int64_t>(dtype_size(m.dtype));
-  const std::string& axis = layout.expert_group_axis;
-  t.add(axis, CollectiveKind::kAllToAll, m.num_experts * int64_t{sizeof(int64_t)}, m.num_layers);
-  t.add(axis, CollectiveKind::kAllToAll, rows * element, 2 * m.num_layers);
+  Traffic layer;
+  parallel::ExpertAllToAll::add_forward_traffic(layer, layout.expert_group_axis, m.num_experts,
+                                                tokens * m.num_experts_per_tok, m.emb_dim, m.dtype);
+  t.add(layer, m.num_layers);
 }
 
 // Every rank ends a call with every slot's logits: the expert groups' gathered over expert.

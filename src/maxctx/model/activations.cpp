@@ -122,13 +122,13 @@ int64_t allocated_bytes(const LlamaActivations& a) {
   for (const LayerActivations& l : a.layers) {
     for (const Tensor* t :
          {&l.moe.router_logits, &l.moe.router_probs, &l.moe.expert_in, &l.moe.gate, &l.moe.up,
-          &l.moe.hidden, &l.moe.expert_out, &l.moe.statistics}) {
+          &l.moe.hidden, &l.moe.expert_out, &l.moe.statistics, &l.moe.send_in, &l.moe.local_out}) {
       add(*t);
     }
   }
   const MoeGradBuffers& g = a.moe_grad;
-  for (const Tensor* t :
-       {&g.d_rows, &g.d_hidden, &g.d_gate, &g.d_up, &g.d_in, &g.d_logits, &g.d_choice_weight}) {
+  for (const Tensor* t : {&g.d_rows, &g.d_hidden, &g.d_gate, &g.d_up, &g.d_in, &g.d_logits,
+                          &g.d_choice_weight, &g.d_local, &g.d_in_local}) {
     add(*t);
   }
   return bytes;

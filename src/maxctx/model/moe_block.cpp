@@ -297,12 +297,33 @@ MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& k, const LlamaC
   return g;
 }
 
-MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
+int64_t moe_dispatch_rows(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
+  return rows_for(c, batch, seq, context);
+}
+
+int64_t moe_most_received_rows(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context,
+                               int64_t expert_ranks) {
+  if (!c.sparse_matmul || expert_ranks <= 1) return rows_for(c, batch, seq, context);
+  const int64_t held = c.num_experts / expert_ranks;
+  return expert_ranks * batch * seq * std::min(held, c.num_experts_per_tok);
+}
+
+MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context,
+                                int64_t expert_ranks, int64_t received_rows) {
   const int64_t N = batch * seq;
   const int64_t R = rows_for(c, batch, seq, context);
   const int64_t statistics =
       c.load_balance_loss_weight > 0 ? batch * 2 * c.num_experts * int64_t{sizeof(float)} : 0;
-  return {bytes_of(forward_fields(c, N, R)) + statistics, bytes_of(backward_fields(c, N, R))};
+  if (expert_ranks <= 1) {
+    return {bytes_of(forward_fields(c, N, R)) + statistics, bytes_of(backward_fields(c, N, R))};
+  }
+  // moe_forward and moe_backward reserve every row buffer for the rows sent and those received.
+  const int64_t L = received_rows < 0 ? R : received_rows;
+  const int64_t rows = std::max(R, L);
+  const int64_t row_f32 = c.emb_dim * int64_t{sizeof(float)};
+  const int64_t send_in = R * c.emb_dim * static_cast<int64_t>(dtype_size(c.dtype));
+  return {bytes_of(forward_fields(c, N, rows)) + statistics + send_in + L * row_f32,  // local_out
+          bytes_of(backward_fields(c, N, rows)) + 2 * L * row_f32};  // d_local, d_in_local
 }
 
 void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,

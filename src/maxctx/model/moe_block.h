@@ -147,15 +147,32 @@ MoeBuffers allocate_moe_buffers(const kernels::Kernels& kernels, const LlamaConf
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& kernels, const LlamaConfig& config,
                                          int64_t batch, int64_t seq, int64_t context = 1);
 
+// The rows a dispatch of `batch` sequences of `seq` tokens makes (R of the legend above): every
+// (token, choice) with sparse dispatch; every expert's capacity slots per sequence with dense.
+int64_t moe_dispatch_rows(const LlamaConfig& config, int64_t batch, int64_t seq,
+                          int64_t context = 1);
+
+// The rows this rank's experts run on under an expert axis of `expert_ranks` ranks when the
+// router sends every rank's rows to them: with sparse dispatch each of a token's choices of this
+// rank's experts, from every rank (each choice names a different expert); dense dispatch's rows
+// are capacity slots, the same number per expert whatever the routing, so always R.
+int64_t moe_most_received_rows(const LlamaConfig& config, int64_t batch, int64_t seq,
+                               int64_t context, int64_t expert_ranks);
+
 // What allocate_moe_buffers (with the load-balance statistics a forward adds) and
-// allocate_moe_grad_buffers hold for `batch` sequences of `seq` tokens; the routing's index
-// vectors are not counted.
+// allocate_moe_grad_buffers hold for `batch` sequences of `seq` tokens once a step has run;
+// the routing's index vectors are not counted. Under an expert axis of `expert_ranks` ranks a
+// forward sends its R rows and receives `received_rows` (rows its experts run on; the buffers
+// grow to the larger of the two, and the exchange's own buffers are added): the router decides
+// how many, -1 counts their mean over the ranks, R (every rank sends R rows and the ranks
+// together receive them all).
 struct MoeBufferBytes {
   int64_t per_layer = 0;  // MoeBuffers, one per layer in training
   int64_t backward = 0;   // MoeGradBuffers, shared by the layers
 };
 MoeBufferBytes moe_buffer_bytes(const LlamaConfig& config, int64_t batch, int64_t seq,
-                                int64_t context = 1);
+                                int64_t context = 1, int64_t expert_ranks = 1,
+                                int64_t received_rows = -1);
 
 // out (N, E) f32 = the mixture applied to x (N, E), N = batch·seq; under tensor parallelism
 // this rank's partial sum (the caller sums it over tensor, as after a row-parallel projection).

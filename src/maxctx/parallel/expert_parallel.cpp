@@ -23,6 +23,20 @@ void ExpertAllToAll::exchange_rows(TensorView in, std::span<const int64_t> send_
   expert_.all_to_allv(in, send_elements_, out, recv_elements_);
 }
 
+void ExpertAllToAll::add_forward_traffic(Traffic& traffic, const std::string& axis,
+                                         int64_t num_experts, int64_t rows, int64_t width,
+                                         DType dtype) {
+  traffic.add(axis, CollectiveKind::kAllToAll, num_experts * int64_t{sizeof(int64_t)});
+  traffic.add(axis, CollectiveKind::kAllToAll,
+              rows * width * static_cast<int64_t>(dtype_size(dtype)));
+  traffic.add(axis, CollectiveKind::kAllToAll, rows * width * int64_t{sizeof(float)});
+}
+
+void ExpertAllToAll::add_backward_traffic(Traffic& traffic, const std::string& axis, int64_t rows,
+                                          int64_t width) {
+  traffic.add(axis, CollectiveKind::kAllToAll, rows * width * int64_t{sizeof(float)}, 2);
+}
+
 void gather_experts(TensorView global, const std::vector<WeightSpec>& global_specs,
                     const std::vector<WeightSpec>& local_specs, const Communicator& expert) {
   MAXCTX_CHECK_EQ(global_specs.size(), local_specs.size(), "specs of different models");

@@ -3,9 +3,11 @@
 // whole experts from the expert ranks' weights (checkpoints, gathered parameters).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/model_plan.h"
 #include "maxctx/parallel/weight_sharding.h"
 
@@ -19,6 +21,16 @@ class ExpertAllToAll final : public ExpertExchange {
   void exchange_counts(std::span<const int64_t> send, std::span<int64_t> recv) override;
   void exchange_rows(TensorView in, std::span<const int64_t> send_rows, TensorView out,
                      std::span<const int64_t> recv_rows) override;
+
+  // What a mixture-of-experts layer sends over the axis named `axis`, for `maxctx plan`: its
+  // forward exchanges the per-expert counts, then `rows` dispatch rows of `width` in `dtype` go
+  // out and their f32 outputs come back; its backward sends the rows' f32 gradients out and the
+  // f32 input gradients back. The rows a rank gets back are the ones its experts received, which
+  // the router decides: counted at their mean over the ranks, `rows` (each rank sends `rows`).
+  static void add_forward_traffic(Traffic& traffic, const std::string& axis, int64_t num_experts,
+                                  int64_t rows, int64_t width, DType dtype);
+  static void add_backward_traffic(Traffic& traffic, const std::string& axis, int64_t rows,
+                                   int64_t width);
 
  private:
   const Communicator& expert_;

@@ -41,7 +41,6 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
       expert_(expert),
       tensor_(tensor),
       units_(shard_units(specs, fsdp.size(), fsdp.rank())) {
-  for (Unit& unit : units_) unit.runs = runs_of(specs, unit.begin, unit.end);
   const int64_t shard_total =
       units_.empty() ? 0 : units_.back().shard_offset + units_.back().shard_count;
   gathered_.assign(units_.size(), false);
@@ -73,11 +72,25 @@ std::vector<ShardedParameters::Unit> ShardedParameters::shard_units(
   for (const FlatRange& r : weight_units(specs)) {
     const int64_t n = r.end - r.begin;
     const int64_t count = split_count(n, fsdp_size, fsdp_rank);
-    units.push_back(
-        {r.begin, r.end, r.begin + split_offset(n, fsdp_size, fsdp_rank), count, shard_total, {}});
+    units.push_back({r.begin, r.end, r.begin + split_offset(n, fsdp_size, fsdp_rank), count,
+                     shard_total, runs_of(specs, r.begin, r.end)});
     shard_total += count;
   }
   return units;
+}
+
+std::vector<ShardedParameters::ReplicaSum> ShardedParameters::replica_sums(const Unit& u,
+                                                                           bool expert_axis) {
+  if (!expert_axis) return {{0, u.shard_count, false}};
+  // Every expert rank has the same layout and fsdp split, so the same runs meet in each
+  // collective; an expert's gradient is whole on its rank, the rest is summed over expert.
+  std::vector<ReplicaSum> sums;
+  for (const Run& run : u.runs) {
+    const int64_t begin = std::max(run.begin, u.shard_begin);
+    const int64_t end = std::min(run.end, u.shard_begin + u.shard_count);
+    if (begin < end) sums.push_back({begin - u.shard_begin, end - begin, run.experts});
+  }
+  return sums;
 }
 
 void ShardedParameters::add_gather_traffic(Traffic& traffic, const Unit& u, DType weight_dtype,
@@ -88,16 +101,23 @@ void ShardedParameters::add_gather_traffic(Traffic& traffic, const Unit& u, DTyp
 
 void ShardedParameters::add_gradient_traffic(Traffic& traffic, const Unit& u,
                                              const std::string& fsdp_axis,
-                                             const std::string& replica_axes) {
-  traffic.add(fsdp_axis, CollectiveKind::kReduceScatter,
-              (u.end - u.begin) * static_cast<int64_t>(sizeof(float)));
-  traffic.add(replica_axes, CollectiveKind::kAllReduce,
-              u.shard_count * static_cast<int64_t>(sizeof(float)));
+                                             const std::string& replica_axes,
+                                             const std::string& expert_replica_axes,
+                                             const std::string& expert_axis) {
+  const auto f32 = static_cast<int64_t>(sizeof(float));
+  traffic.add(fsdp_axis, CollectiveKind::kReduceScatter, (u.end - u.begin) * f32);
+  for (const ReplicaSum& sum : replica_sums(u, expert_axis != "self")) {
+    traffic.add(sum.experts ? expert_replica_axes : replica_axes, CollectiveKind::kAllReduce,
+                sum.count * f32);
+  }
 }
 
 void ShardedParameters::add_grad_norm_traffic(Traffic& traffic, const std::string& fsdp_axis,
-                                              const std::string& tensor_axis) {
-  traffic.add(fsdp_axis, CollectiveKind::kAllReduce, 2 * sizeof(double));
+                                              const std::string& tensor_axis,
+                                              const std::string& expert_axis) {
+  const bool experts = expert_axis != "self";
+  traffic.add(fsdp_axis, CollectiveKind::kAllReduce, (experts ? 3 : 2) * sizeof(double));
+  if (experts) traffic.add(expert_axis, CollectiveKind::kAllReduce, sizeof(double));
   traffic.add(tensor_axis, CollectiveKind::kAllReduce, sizeof(double));
 }
 
@@ -173,18 +193,9 @@ void ShardedParameters::gradients_ready(int unit) {
   if (!full_is_shard_) {
     fsdp_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
   }
-  if (expert_.size() == 1) {
-    replicas_.all_reduce(shard, ReduceOp::kSum);
-  } else {
-    // Every expert rank has the same layout and fsdp split, so the same runs meet in each
-    // collective; an expert's gradient is whole on its rank, the rest is summed over expert.
-    for (const Run& run : u.runs) {
-      const int64_t begin = std::max(run.begin, u.shard_begin);
-      const int64_t end = std::min(run.end, u.shard_begin + u.shard_count);
-      if (begin >= end) continue;
-      (run.experts ? expert_replicas_ : replicas_)
-          .all_reduce(shard.elements(begin - u.shard_begin, end - begin), ReduceOp::kSum);
-    }
+  for (const ReplicaSum& sum : replica_sums(u, expert_.size() > 1)) {
+    (sum.experts ? expert_replicas_ : replicas_)
+        .all_reduce(shard.elements(sum.begin, sum.count), ReduceOp::kSum);
   }
   if (full_is_shard_) return;
   measure_units();

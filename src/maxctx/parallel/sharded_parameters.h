@@ -51,9 +51,17 @@ class ShardedParameters final : public WeightPlan {
     int64_t begin, end;                // in the full buffer
     int64_t shard_begin, shard_count;  // this rank's part, in the full buffer's coordinates
     int64_t shard_offset;              // where that part sits in master_ / grad_shard_
-    std::vector<Run> runs;             // the unit cut into expert and non-expert runs (the
-                                       // constructor fills them; the plan needs none)
+    std::vector<Run> runs;             // the unit cut into expert and non-expert runs
   };
+  // One gradient sum over the replica axes: elements [begin, begin + count) of a unit's shard,
+  // all experts' weights or none.
+  struct ReplicaSum {
+    int64_t begin, count;
+    bool experts;
+  };
+  // What gradients_ready sums for `unit`: its whole shard, or under the expert axis each run's
+  // part of it (the experts' over fewer ranks).
+  static std::vector<ReplicaSum> replica_sums(const Unit& unit, bool expert_axis);
   // The units of `specs` split over `fsdp_size` ranks, as rank `fsdp_rank` holds them: what the
   // constructor allocates from, and what `maxctx plan` counts.
   static std::vector<Unit> shard_units(const std::vector<WeightSpec>& specs, int fsdp_size,
@@ -62,10 +70,14 @@ class ShardedParameters final : public WeightPlan {
   // before_use of `unit` when not gathered, gradients_ready of it, global_grad_norm.
   static void add_gather_traffic(Traffic& traffic, const Unit& unit, DType weight_dtype,
                                  const std::string& fsdp_axis);
+  // (`expert_replica_axes`, `expert_axis`: the groups of the constructor's expert_replicas and
+  // expert; "self" where they have one rank.)
   static void add_gradient_traffic(Traffic& traffic, const Unit& unit, const std::string& fsdp_axis,
-                                   const std::string& replica_axes);
+                                   const std::string& replica_axes,
+                                   const std::string& expert_replica_axes,
+                                   const std::string& expert_axis);
   static void add_grad_norm_traffic(Traffic& traffic, const std::string& fsdp_axis,
-                                    const std::string& tensor_axis);
+                                    const std::string& tensor_axis, const std::string& expert_axis);
 
   // `fsdp`: the fsdp axis; `replicas`: the axes over which gradients are summed besides fsdp
   // (data × context × expert); `expert_replicas`: those for the experts' weights, which each

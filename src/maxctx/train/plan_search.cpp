@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/memory_check.h"
 #include "maxctx/model/remat.h"
+#include "maxctx/train/initial_state.h"
 
 namespace maxctx::train {
 namespace {
@@ -31,7 +33,43 @@ bool is_searched_key(const std::string& override_text) {
 }
 
 std::string mesh_label(const PlanCandidate& c) {
-  return fmt::format("data={} fsdp={} context={} tensor={}", c.data, c.fsdp, c.context, c.tensor);
+  return fmt::format("data={} fsdp={} context={} expert={} tensor={}", c.data, c.fsdp, c.context,
+                     c.expert, c.tensor);
+}
+
+// Plans `c` (its mesh on the ici tier, the user's other keys in `base`): fills fits, reason,
+// peak and time. False for a candidate not worth listing: the expert axis on a dense model only
+// splits the batch, as data does.
+bool plan_candidate(const std::string& config_path, const std::vector<std::string>& base, int64_t n,
+                    const HardwareProfile& profile, PlanCandidate& c) {
+  std::vector<std::string> keys = base;
+  for (const char* tier : {"ici", "dcn"}) {
+    const bool ici = std::string_view(tier) == "ici";
+    keys.push_back(fmt::format("{}_data_parallelism={}", tier, ici ? c.data : 1));
+    keys.push_back(fmt::format("{}_fsdp_parallelism={}", tier, ici ? c.fsdp : 1));
+    keys.push_back(fmt::format("{}_context_parallelism={}", tier, ici ? c.context : 1));
+    keys.push_back(fmt::format("{}_tensor_parallelism={}", tier, ici ? c.tensor : 1));
+    keys.push_back(fmt::format("{}_context_autoregressive_parallelism=1", tier));
+    keys.push_back(fmt::format("{}_expert_parallelism={}", tier, ici ? c.expert : 1));
+  }
+  keys.push_back("remat_policy=" + c.remat_policy);
+  try {
+    const Config config = load_config(config_path, keys, n);
+    if (c.expert > 1 && !training_model_config(config).moe) return false;
+    const TrainingPlan plan = plan_training(config);
+    c.peak_bytes = plan.memory.peak() + static_cast<int64_t>(profile.runtime_bytes);
+    if (static_cast<double>(c.peak_bytes) > profile.memory_bytes) {
+      c.reason = fmt::format("memory: peak {} per rank > {} on {}",
+                             format_bytes(static_cast<double>(c.peak_bytes)),
+                             format_bytes(profile.memory_bytes), profile.name);
+    } else {
+      c.fits = true;
+      c.time = predict_step_time(plan, config, profile);
+    }
+  } catch (const Error& e) {
+    c.reason = e.what();
+  }
+  return true;
 }
 
 }  // namespace
@@ -45,47 +83,23 @@ std::vector<PlanCandidate> search_training_plans(const std::string& config_path,
   }
   const std::vector<std::string> policies = remat_policies();
   std::vector<PlanCandidate> found;
+  // The mesh's axes in the order they are enumerated; tensor takes what is left.
   for (int64_t data = 1; data <= n; ++data) {
     if (n % data != 0) continue;
     for (int64_t fsdp = 1; fsdp <= n / data; ++fsdp) {
       if ((n / data) % fsdp != 0) continue;
       for (int64_t context = 1; context <= n / data / fsdp; ++context) {
         if ((n / data / fsdp) % context != 0) continue;
-        const int64_t tensor = n / data / fsdp / context;
-        for (const std::string& policy : policies) {
-          PlanCandidate c;
-          c.data = data;
-          c.fsdp = fsdp;
-          c.context = context;
-          c.tensor = tensor;
-          c.remat_policy = policy;
-          std::vector<std::string> keys = base;
-          for (const char* tier : {"ici", "dcn"}) {
-            const bool ici = std::string_view(tier) == "ici";
-            keys.push_back(fmt::format("{}_data_parallelism={}", tier, ici ? data : 1));
-            keys.push_back(fmt::format("{}_fsdp_parallelism={}", tier, ici ? fsdp : 1));
-            keys.push_back(fmt::format("{}_context_parallelism={}", tier, ici ? context : 1));
-            keys.push_back(fmt::format("{}_tensor_parallelism={}", tier, ici ? tensor : 1));
-            keys.push_back(fmt::format("{}_context_autoregressive_parallelism=1", tier));
-            keys.push_back(fmt::format("{}_expert_parallelism=1", tier));
+        for (int64_t expert = 1; expert <= n / data / fsdp / context; ++expert) {
+          if ((n / data / fsdp / context) % expert != 0) continue;
+          const int64_t tensor = n / data / fsdp / context / expert;
+          for (const std::string& policy : policies) {
+            PlanCandidate c;
+            std::tie(c.data, c.fsdp, c.context, c.expert, c.tensor) =
+                std::tuple(data, fsdp, context, expert, tensor);
+            c.remat_policy = policy;
+            if (plan_candidate(config_path, base, n, profile, c)) found.push_back(std::move(c));
           }
-          keys.push_back("remat_policy=" + policy);
-          try {
-            const Config config = load_config(config_path, keys, n);
-            const TrainingPlan plan = plan_training(config);
-            c.peak_bytes = plan.memory.peak() + static_cast<int64_t>(profile.runtime_bytes);
-            if (static_cast<double>(c.peak_bytes) > profile.memory_bytes) {
-              c.reason = fmt::format("memory: peak {} per rank > {} on {}",
-                                     format_bytes(static_cast<double>(c.peak_bytes)),
-                                     format_bytes(profile.memory_bytes), profile.name);
-            } else {
-              c.fits = true;
-              c.time = predict_step_time(plan, config, profile);
-            }
-          } catch (const Error& e) {
-            c.reason = e.what();
-          }
-          found.push_back(std::move(c));
         }
       }
     }
@@ -104,11 +118,9 @@ nlohmann::json search_json(const std::vector<PlanCandidate>& candidates) {
   nlohmann::json fits = nlohmann::json::array();
   nlohmann::json rejected = nlohmann::json::array();
   for (const PlanCandidate& c : candidates) {
-    nlohmann::json j = {{"data", c.data},
-                        {"fsdp", c.fsdp},
-                        {"context", c.context},
-                        {"tensor", c.tensor},
-                        {"remat_policy", c.remat_policy}};
+    nlohmann::json j = {{"data", c.data},       {"fsdp", c.fsdp},
+                        {"context", c.context}, {"expert", c.expert},
+                        {"tensor", c.tensor},   {"remat_policy", c.remat_policy}};
     if (c.fits) {
       j["peak_bytes"] = c.peak_bytes;
       j["step_seconds"] = c.time.seconds();
@@ -130,7 +142,7 @@ std::string search_table(const std::vector<PlanCandidate>& candidates,
   for (const PlanCandidate& c : candidates) {
     if (!c.fits) continue;
     ++fitting;
-    s += fmt::format("  {:<44} remat={:<34} peak {:>10}  step {:.4g} s  MFU {:.1f}%\n",
+    s += fmt::format("  {:<53} remat={:<34} peak {:>10}  step {:.4g} s  MFU {:.1f}%\n",
                      mesh_label(c), c.remat_policy, format_bytes(static_cast<double>(c.peak_bytes)),
                      c.time.seconds(), 100 * c.time.mfu);
   }
@@ -138,7 +150,7 @@ std::string search_table(const std::vector<PlanCandidate>& candidates,
   s += "\nrejected\n";
   for (const PlanCandidate& c : candidates) {
     if (c.fits) continue;
-    s += fmt::format("  {:<44} remat={:<34} {}\n", mesh_label(c), c.remat_policy, c.reason);
+    s += fmt::format("  {:<53} remat={:<34} {}\n", mesh_label(c), c.remat_policy, c.reason);
   }
   return s;
 }

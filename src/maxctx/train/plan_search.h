@@ -1,10 +1,11 @@
-// `maxctx plan ... search=true`: every training mesh over data, fsdp, context and tensor whose
-// product is the device count, under every remat policy, planned (step_plan.h) and sorted: those
-// that fit the device memory by predicted step time, then the rejected ones with the reason.
-// The reasons are the engine's own: each candidate goes through load_config (the config's
-// checks), ParallelDims::training and the trainer's axis checks (check_training_axes), and the
-// weight list's tensor split (llama_weight_specs), so a rejection reads exactly as the error the
-// run would stop with; only "memory" is the planner's verdict (peak > the profile's memory).
+// `maxctx plan ... search=true`: every training mesh over data, fsdp, context, expert (for a
+// mixture of experts) and tensor whose product is the device count, under every remat policy,
+// planned (step_plan.h) and sorted: those that fit the device memory by predicted step time, then
+// the rejected ones with the reason. The reasons are the engine's own: each candidate goes through
+// load_config (the config's checks), ParallelDims::training and the trainer's axis checks
+// (check_training_axes), and the weight list's tensor split (llama_weight_specs), so a rejection
+// reads exactly as the error the run would stop with; only "memory" is the planner's verdict (peak
+// > the profile's memory).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@
 namespace maxctx::train {
 
 struct PlanCandidate {
-  int64_t data = 1, fsdp = 1, context = 1, tensor = 1;
+  int64_t data = 1, fsdp = 1, context = 1, expert = 1, tensor = 1;
   std::string remat_policy;
   bool fits = false;
   std::string reason;      // why not, when !fits

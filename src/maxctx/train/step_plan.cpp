@@ -10,6 +10,7 @@
 #include "maxctx/model/remat.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/context_attention.h"
+#include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/sequence_chunks.h"
 #include "maxctx/parallel/sharded_parameters.h"
@@ -28,15 +29,20 @@ int64_t weight_size(const model::LlamaConfig& m) {
 
 // The axis names the trainer's communicators carry (mesh.h group_trace_name).
 struct StepGroups {
-  std::string fsdp, replicas, tensor, context, batch;
+  std::string fsdp, replicas, expert_replicas, expert, tensor, context, batch;
 };
 
 StepGroups step_groups(const AxisArray& sizes) {
   const auto name = [&](std::initializer_list<Axis> axes) {
     return group_trace_name(sizes, std::span<const Axis>(axes.begin(), axes.size()));
   };
-  return {name({Axis::kFsdp}), name({Axis::kData, Axis::kContext}), name({Axis::kTensor}),
-          name({Axis::kContext}), name({Axis::kData, Axis::kFsdp, Axis::kContext})};
+  return {name({Axis::kFsdp}),
+          name({Axis::kData, Axis::kContext, Axis::kExpert}),
+          name({Axis::kData, Axis::kContext}),
+          name({Axis::kExpert}),
+          name({Axis::kTensor}),
+          name({Axis::kContext}),
+          name({Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kExpert})};
 }
 
 void add_group(std::map<std::string, GroupLink>& groups, const MeshShape& shape,
@@ -69,7 +75,7 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
   if (m.tie_embeddings) gather(0);
   for (int64_t u = L; u >= 1; --u) gather(u);
   for (const ShardedParameters::Unit& u : units) {
-    ShardedParameters::add_gradient_traffic(t, u, g.fsdp, g.replicas);
+    ShardedParameters::add_gradient_traffic(t, u, g.fsdp, g.replicas, g.expert_replicas, g.expert);
   }
 
   const bool recompute_attention = !remat.save_all && !remat.context;
@@ -110,6 +116,15 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
         m.num_experts);
     t.add(counts, L);
   }
+  if (m.moe && g.expert != "self") {
+    // Each layer's routed rows to their experts' ranks and back, forward and backward.
+    const int64_t rows = model::moe_dispatch_rows(m, x.batch, x.seq, cp);
+    Traffic layer;
+    parallel::ExpertAllToAll::add_forward_traffic(layer, g.expert, m.num_experts, rows, m.emb_dim,
+                                                  m.dtype);
+    parallel::ExpertAllToAll::add_backward_traffic(layer, g.expert, rows, m.emb_dim);
+    t.add(layer, L);
+  }
   return t;
 }
 
@@ -136,19 +151,11 @@ TrainingPlan plan_training(const Config& config) {
   const AxisArray sizes = shape.axis_sizes();
   TrainingPlan p;
   p.dims = check_training_axes(config, parallel::ParallelDims::training(sizes));
-  if (p.dims.expert > 1) {
-    // The expert axis trains (parallel/expert_parallel.h), but its all-to-alls, the per-run
-    // gradient sums and the experts' split weight lists are not in this plan yet: refuse rather
-    // than print figures that leave them out.
-    fail(
-        "plan: the expert axis (expert = {}) is not modelled by the planner yet; plan the run "
-        "with ici_expert_parallelism=1 and dcn_expert_parallelism=1",
-        p.dims.expert);
-  }
   const model::LlamaConfig m = training_model_config(config);
   const Config c = with_model_dimensions(config, m);
   const int tp = static_cast<int>(p.dims.tensor);
-  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m, tp, 0);
+  const int ep = static_cast<int>(p.dims.expert);
+  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m, tp, 0, ep, 0);
   const std::vector<ShardedParameters::Unit> units =
       ShardedParameters::shard_units(specs, static_cast<int>(p.dims.fsdp), 0);
   p.rows = c.derived.global_batch_size_to_train_on / p.dims.data_shards;
@@ -174,9 +181,14 @@ TrainingPlan plan_training(const Config& config) {
   const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
   p.memory.activations = (act.layers_per_token + act.other_per_token) * tokens;
   if (m.moe) {
-    const model::MoeBufferBytes moe =
-        model::moe_buffer_bytes(m, p.rows, p.local_seq, p.dims.context);
+    const int64_t cp = p.dims.context;
+    const model::MoeBufferBytes moe = model::moe_buffer_bytes(m, p.rows, p.local_seq, cp, ep);
     p.memory.activations += moe.per_layer * m.num_layers + moe.backward;
+    const model::MoeBufferBytes most =
+        model::moe_buffer_bytes(m, p.rows, p.local_seq, cp, ep,
+                                model::moe_most_received_rows(m, p.rows, p.local_seq, cp, ep));
+    p.memory.expert_routing_skew =
+        (most.per_layer - moe.per_layer) * m.num_layers + most.backward - moe.backward;
   }
   const model::LocalDims d = model::local_dims(m, p.rows, p.local_seq, tp);
   const parallel::AttentionOperands x{p.rows, p.local_seq, d.Hq, d.Hkv, d.D, m.dtype};
@@ -194,16 +206,18 @@ TrainingPlan plan_training(const Config& config) {
                 c.gradient_accumulation_steps);
   p.traffic.add(g.batch, CollectiveKind::kAllReduce, sizeof(double));      // total weight
   p.traffic.add(g.batch, CollectiveKind::kAllReduce, 5 * sizeof(double));  // loss sums
-  ShardedParameters::add_grad_norm_traffic(p.traffic, g.fsdp, g.tensor);
+  ShardedParameters::add_grad_norm_traffic(p.traffic, g.fsdp, g.tensor, g.expert);
   // The step's metrics line, written by rank 0 (run_on_root over the world).
   if (c.derived.num_devices > 1) {
     p.traffic.add(kWorldAxis, CollectiveKind::kBroadcast, kRootTaskBroadcastBytes);
   }
   add_group(p.groups, shape, g.fsdp, {Axis::kFsdp});
-  add_group(p.groups, shape, g.replicas, {Axis::kData, Axis::kContext});
+  add_group(p.groups, shape, g.replicas, {Axis::kData, Axis::kContext, Axis::kExpert});
+  add_group(p.groups, shape, g.expert_replicas, {Axis::kData, Axis::kContext});
+  add_group(p.groups, shape, g.expert, {Axis::kExpert});
   add_group(p.groups, shape, g.tensor, {Axis::kTensor});
   add_group(p.groups, shape, g.context, {Axis::kContext});
-  add_group(p.groups, shape, g.batch, {Axis::kData, Axis::kFsdp, Axis::kContext});
+  add_group(p.groups, shape, g.batch, {Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kExpert});
   add_group(p.groups, shape, kWorldAxis,
             {Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kContextAutoregressive, Axis::kTensor,
              Axis::kExpert});
@@ -211,8 +225,9 @@ TrainingPlan plan_training(const Config& config) {
   // FLOPs: MaxText's model count, and what the remat policy adds by recomputing forward parts
   // of each layer (in the same terms: 2 FLOPs per multiply-add, causal attention halved): the
   // step's matmuls as StepWork lists them, attention's forward once more unless it is saved.
-  p.work = training_step_work(m, remat, p.rows, p.local_seq, tp, c.gradient_accumulation_steps,
-                              shard, c.gradient_clipping_threshold > 0);
+  p.work =
+      training_step_work(m, remat, {p.rows, p.local_seq, tp, ep, p.dims.context},
+                         c.gradient_accumulation_steps, shard, c.gradient_clipping_threshold > 0);
   p.model_tflops = training_tflops_per_device(flops_model(c), c.per_device_batch_size,
                                               c.max_target_length, c.gradient_accumulation_steps);
   p.executed_tflops = p.model_tflops;

@@ -44,6 +44,11 @@ struct TrainingMemory {           // bytes on one rank
   // Before the first step: the starting state's unsharded weights (every rank reads or
   // initialises the whole model) and this tensor rank's copy of them, beside the shards.
   int64_t starting_state = 0;
+  // Sparse dispatch under the expert axis: the rows a rank's experts run on are the router's
+  // choice, and the counts above are at their mean over the ranks. This is what the expert
+  // buffers add (to activations, and to the peak) when every token's choices that this rank's
+  // experts can take arrive here: the bound that MaxText's ragged_buffer_factor = -1 sizes for.
+  int64_t expert_routing_skew = 0;
   // The buffers of a step, all at once.
   int64_t step() const {
     return parameters + optimizer + gradients + gathered_units + activations + attention_staging;

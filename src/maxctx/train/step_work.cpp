@@ -25,13 +25,11 @@ bool recomputed(const model::WeightSpec& s, const model::RematPolicy& remat,
   return false;
 }
 
-// The rows each expert's matmuls run per micro-batch: sparse dispatch splits the N·K routed
-// rows over the experts (their mean: routing decides the split), dense dispatch runs every
-// expert's full capacity per sequence.
-int64_t rows_per_expert(const model::LlamaConfig& m, int64_t batch, int64_t seq) {
-  if (m.sparse_matmul) return batch * seq * m.num_experts_per_tok / m.num_experts;
-  return batch *
-         model::expert_capacity(seq, m.num_experts, m.num_experts_per_tok, m.capacity_factor);
+// The rows each of this rank's experts runs per micro-batch: the dispatch's rows split over the
+// experts (sparse dispatch: the N·K routed rows at their mean, as routing decides the split;
+// dense: every expert's capacity slots per sequence), from each rank of the expert axis.
+int64_t rows_per_expert(const model::LlamaConfig& m, const StepShape& x) {
+  return model::moe_dispatch_rows(m, x.rows, x.local_seq, x.context) / m.num_experts * x.expert;
 }
 
 }  // namespace
@@ -58,19 +56,20 @@ const std::vector<std::string>& vector_ops() {
 }
 
 StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolicy& remat,
-                            int64_t rows, int64_t local_seq, int tensor, int64_t micro_batches,
-                            int64_t parameter_shard, bool clipping) {
+                            const StepShape& x, int64_t micro_batches, int64_t parameter_shard,
+                            bool clipping) {
   StepWork w;
   w.head_dim = m.head_dim;
-  const int64_t N = rows * local_seq;  // tokens per micro-batch
-  for (const model::WeightSpec& s : model::llama_weight_specs(m, tensor, 0)) {
+  const int tensor = x.tensor;
+  const int64_t N = x.rows * x.local_seq;  // tokens per micro-batch
+  for (const model::WeightSpec& s : model::llama_weight_specs(m, tensor, 0, x.expert, 0)) {
     const bool head =
         s.role == WeightRole::kOutputHead || (s.role == WeightRole::kEmbedding && m.tie_embeddings);
     const bool matmul = head || s.role == WeightRole::kHeadsOrHidden ||
                         s.role == WeightRole::kIntoResidual || s.role == WeightRole::kRouter;
     if (!matmul || s.numel() == 0) continue;
     MatmulWork mm;
-    mm.rows = s.expert_weight() ? rows_per_expert(m, rows, local_seq) : N;
+    mm.rows = s.expert_weight() ? rows_per_expert(m, x) : N;
     mm.inner = s.cols;
     mm.cols = s.rows;  // weights are (out, in)
     mm.calls = micro_batches;

@@ -39,11 +39,20 @@ struct StepWork {
 // The vector kernels StepWork counts, in the order probe-hardware measures them.
 const std::vector<std::string>& vector_ops();
 
-// One rank's step: `rows` sequences of `local_seq` tokens per micro-batch, `micro_batches` of
-// them, heads and hidden units split over `tensor`, `parameter_shard` AdamW elements, and
-// whether gradient clipping is on.
+// Where one rank's micro-batch sits in the mesh.
+struct StepShape {
+  int64_t rows = 0;       // sequences
+  int64_t local_seq = 0;  // tokens of each here
+  int tensor = 1;         // ranks the heads and hidden units are split over
+  int expert = 1;         // ranks a mixture's experts are split over (each runs its experts'
+                          // rows from all of them)
+  int64_t context = 1;    // ranks each sequence is split over
+};
+
+// One rank's step: `micro_batches` micro-batches of `shape`, `parameter_shard` AdamW elements,
+// and whether gradient clipping is on.
 StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolicy& remat,
-                            int64_t rows, int64_t local_seq, int tensor, int64_t micro_batches,
-                            int64_t parameter_shard, bool clipping);
+                            const StepShape& shape, int64_t micro_batches, int64_t parameter_shard,
+                            bool clipping);
 
 }  // namespace maxctx::train

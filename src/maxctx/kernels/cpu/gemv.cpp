@@ -6,6 +6,8 @@
 // neither the row range a caller passes (a row split's part) nor the thread count.
 #include "maxctx/kernels/cpu/gemv.h"
 
+#include <cmath>
+
 #include "maxctx/kernels/cpu/threading.h"
 
 #ifndef HWY_WANT_AVX3_DL
@@ -50,7 +52,9 @@ void GemvRowsOf(float* out, const float* in, const W* w, int64_t in_dim, int64_t
       k += N;
     }
     float sum = hn::GetLane(hn::SumOfLanes(d, hn::Add(even, odd)));
-    for (; k < in_dim; ++k) sum += WeightToFloat(row[k]) * in[k];
+    // Fused explicitly: left to the compiler, `sum += w * x` is contracted into an FMA in one
+    // instantiation and not in another (seen with g++ 12 on Zen 5), and rows lose their bits.
+    for (; k < in_dim; ++k) sum = std::fma(WeightToFloat(row[k]), in[k], sum);
     return sum;
   };
   const int64_t pairs_end = in_dim / (2 * N) * (2 * N);
