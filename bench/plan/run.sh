@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# `maxctx plan` against measured runs on this machine (issue #20): for 15 small configurations
+# `maxctx plan` against measured runs on this machine (issue #20): for 17 small configurations
 # (context 1/2/4 with both strategies, fsdp 1/2/4, tensor 2, remat policies, bf16 and fp32, a
-# mixture of experts on one rank and over expert 2, inference at context_autoregressive 1 and 2), the plan's peak memory per
-# rank beside the measured peak RSS (max over ranks, /usr/bin/time) and its step time beside the
-# measured median step, on this machine's profile probed just before (`maxctx probe-hardware`,
-# written to BUILD_DIR/bench/this-machine.yml). Writes BUILD_DIR/bench/plan_validation.json.
-# About 5 minutes.
+# mixture of experts on one rank and over expert 2, a checkpoint save and a start from it,
+# inference at context_autoregressive 1 and 2), the plan's peak memory per rank beside the
+# measured peak RSS (max over ranks, /usr/bin/time) and its step time beside the measured median
+# step, on this machine's profile probed just before (`maxctx probe-hardware`, written to
+# BUILD_DIR/bench/this-machine.yml). Writes BUILD_DIR/bench/plan_validation.json.
+# About 6 minutes.
 set -euo pipefail
 build_dir=${1:-build}
 here=$(cd "$(dirname "$0")" && pwd)

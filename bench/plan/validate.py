@@ -27,8 +27,10 @@ MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREAD
 MODEL = ["model_name=maxctx-tiny", "override_model_config=true", "base_emb_dim=256",
          "base_num_query_heads=8", "base_num_kv_heads=4", "head_dim=32", "base_mlp_dim=768",
          "base_num_decoder_layers=4", "vocab_size=8192"]
-TRAIN = ["max_target_length=2048", "steps=4", "learning_rate_schedule_steps=4",
-         "enable_checkpointing=false", "log_period=1", "dataset_type=synthetic"]
+TRAIN = ["max_target_length=2048", "steps=4", "learning_rate_schedule_steps=4", "log_period=1",
+         "dataset_type=synthetic"]
+# Checkpointing is off unless a case turns it on: its saves and resumes hold the whole state.
+NO_CHECKPOINTS = ["enable_checkpointing=false"]
 MOE = ["model_name=mixtral-tiny", "override_model_config=true", "base_emb_dim=256",
        "base_num_query_heads=8", "base_num_kv_heads=4", "head_dim=32", "base_mlp_dim=512",
        "base_num_decoder_layers=2", "vocab_size=8192", "num_experts=4", "num_experts_per_tok=2",
@@ -67,6 +69,12 @@ TRAIN_CASES = [
     ("moe_bf16", 1, MOE + mesh(1) + batch(1, 1) + ["dtype=bfloat16", "weight_dtype=bfloat16"]),
     ("moe_bf16_expert2", 2, MOE + mesh(2, expert=2) + batch(2, 1) +
      ["dtype=bfloat16", "weight_dtype=bfloat16"]),
+    # A checkpoint saved at steps 2 and 4, then a run that starts from the one of step 2 ({work}:
+    # this run's directory), both on fsdp 2.
+    ("fsdp2_checkpoint", 2, MODEL + mesh(2, fsdp=2) + batch(2, 1) +
+     ["enable_checkpointing=true", "checkpoint_period=2"]),
+    ("fsdp2_resume", 2, MODEL + mesh(2, fsdp=2) + batch(2, 1) +
+     ["load_full_state_path={work}/fsdp2_checkpoint/checkpoints/2"] + NO_CHECKPOINTS),
 ]
 
 INFER = ["max_prefill_predict_length=1024", "max_target_length=1088",
@@ -122,7 +130,9 @@ def main():
         if only and name not in only:
             continue
         run_dir = ["base_output_directory=" + work, "run_name=" + name]
-        keys = keys + TRAIN
+        keys = [k.replace("{work}", work) for k in keys] + TRAIN
+        if not any(k.startswith("enable_checkpointing=") for k in keys):
+            keys += NO_CHECKPOINTS
         _, rss = run(np, ["train", base] + keys + run_dir, os.path.join(work, name + ".log"))
         steps = [json.loads(line)["perf/step_time_seconds"]
                  for line in open(os.path.join(work, name, "metrics.jsonl"))]

@@ -130,6 +130,8 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
             {"activations", m.activations},
             {"attention_staging", m.attention_staging},
             {"starting_state", m.starting_state},
+            {"resume_state", m.resume_state},
+            {"checkpoint_state", m.checkpoint_state},
             {"expert_routing_skew", m.expert_routing_skew},
             {"step", m.step()},
             {"runtime", hw.runtime_bytes},
@@ -170,6 +172,8 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
   row("attention staging", m.attention_staging);
   row("step (all above)", m.step());
   row("starting state", m.starting_state);
+  if (m.resume_state > 0) row("resumed state", m.resume_state);
+  if (m.checkpoint_state > 0) row("checkpoint save", m.checkpoint_state);
   row("runtime", static_cast<int64_t>(hw.runtime_bytes));
   const double peak = static_cast<double>(m.peak()) + hw.runtime_bytes;
   row("peak", static_cast<int64_t>(peak));

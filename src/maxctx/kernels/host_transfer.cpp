@@ -39,6 +39,15 @@ HostFloats::HostFloats(const Kernels& kernels, TensorView src) {
   span_ = copy_;
 }
 
+HostView::HostView(const Kernels& kernels, TensorView src) {
+  if (kernels.device() == Device::kCpu) {
+    view_ = src;
+    return;
+  }
+  copy_ = to_host(kernels, src);
+  view_ = copy_.view();
+}
+
 Tensor to_host(const Kernels& kernels, TensorView src) {
   Tensor host(src.shape(), src.dtype());
   kernels.copy_to_host(host.view().raw(), src.raw(), src.bytes());

@@ -36,6 +36,21 @@ class HostFloats {
   std::span<const float> span_;
 };
 
+// A view of `src` (any dtype) readable on the host: `src` itself where the backend's memory is
+// the host's, a downloaded copy held here otherwise. Checkpoint writes read the model through
+// it: on the cpu a copy would hold the whole state a second time.
+class HostView {
+ public:
+  HostView(const Kernels& kernels, TensorView src);
+  HostView(const HostView&) = delete;
+  HostView& operator=(const HostView&) = delete;
+  TensorView view() const { return view_; }
+
+ private:
+  Tensor copy_;  // empty when view_ is the backend's own memory
+  TensorView view_;
+};
+
 // A host tensor holding `src`'s elements (same dtype and shape), and the reverse: a tensor of
 // `kernels` holding a host view's (checkpoints are read and written through these).
 Tensor to_host(const Kernels& kernels, TensorView src);

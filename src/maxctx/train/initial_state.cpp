@@ -128,15 +128,19 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
   }
   const int64_t numel = model::total_numel(global_specs);
   StartingState s;
-  s.params = kernels.empty({numel}, weight_dtype);
   const auto read_full_state = [&](const fs::path& from_run, int64_t step) {
-    // Read on the host, then one copy each into the backend's memory.
-    const Tensor params({numel}, weight_dtype), m({numel}, weight_dtype), v({numel}, weight_dtype);
+    // Straight into the backend's memory where it is the host's; else read on the host, then
+    // one copy each into the backend's memory.
+    const bool host = kernels.device() == Device::kCpu;
+    const auto buffer = [&] {
+      return host ? kernels.empty({numel}, weight_dtype) : Tensor({numel}, weight_dtype);
+    };
+    Tensor params = buffer(), m = buffer(), v = buffer();
     const CheckpointState state =
         read_checkpoint(from_run, step, global_specs, params.view(), m.view(), v.view());
-    s.params = kernels::to_backend(kernels, params.view());
-    s.adam_m = kernels::to_backend(kernels, m.view());
-    s.adam_v = kernels::to_backend(kernels, v.view());
+    s.params = host ? std::move(params) : kernels::to_backend(kernels, params.view());
+    s.adam_m = host ? std::move(m) : kernels::to_backend(kernels, m.view());
+    s.adam_v = host ? std::move(v) : kernels::to_backend(kernels, v.view());
     s.step = state.step;
     s.data_position = state.data_position;
   };
@@ -154,6 +158,7 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
     s.source = fmt::format("starting from the full state of {} (step {}, data position {})",
                            checkpoint_directory(from_run, step).string(), s.step, s.data_position);
   } else if (!c.load_parameters_path.empty()) {
+    s.params = kernels.empty({numel}, weight_dtype);
     const fs::path dir = without_trailing_separator(c.load_parameters_path);
     if (!fs::is_directory(dir)) {
       fail(
@@ -166,6 +171,7 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
         "starting from the parameters of {} ({}; fresh optimizer, step 0)", dir.string(),
         hf_config_json(c).empty() ? "model from the config's keys" : "model from its config.json");
   } else {
+    s.params = kernels.empty({numel}, weight_dtype);
     model::init_weights(kernels, global_specs, s.params.view(),
                         static_cast<uint64_t>(c.init_weights_seed));
     s.source = fmt::format("starting from initialised weights (init_weights_seed {})",

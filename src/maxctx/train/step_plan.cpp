@@ -174,9 +174,17 @@ TrainingPlan plan_training(const Config& config) {
   p.memory.gradients = shard * f32 * (c.gradient_accumulation_steps > 1 ? 2 : 1);
   // fsdp = 1 gathers nothing: the full buffers are the shard (ShardedParameters::full_is_shard).
   p.memory.gathered_units = p.dims.fsdp > 1 ? largest_unit * (weight_size(m) + f32) : 0;
-  p.memory.starting_state =
-      (model::total_numel(model::llama_weight_specs(m)) + model::total_numel(specs)) *
-      weight_size(m);
+  // The trainer's starting state and checkpoint saves (Trainer: load_starting_state, local_of,
+  // save_checkpoint's gather_full and global_of): whole tensors, plus this rank's blocks of one
+  // tensor while it is cut out or assembled when its weight list is not the whole model's.
+  const int64_t whole = model::total_numel(model::llama_weight_specs(m));
+  const int64_t blocks = tp * ep > 1 ? model::total_numel(specs) : 0;
+  p.memory.starting_state = (whole + blocks) * weight_size(m);
+  const int64_t full_state = (3 * whole + blocks) * weight_size(m);
+  if (c.enable_checkpointing || !c.load_full_state_path.empty()) {
+    p.memory.resume_state = full_state;
+  }
+  if (c.enable_checkpointing) p.memory.checkpoint_state = full_state;
   const int64_t tokens = p.rows * p.local_seq;
   const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
   p.memory.activations = (act.layers_per_token + act.other_per_token) * tokens;

@@ -42,8 +42,17 @@ struct TrainingMemory {           // bytes on one rank
   int64_t activations = 0;        // saved activations and workspace under the remat policy
   int64_t attention_staging = 0;  // context-parallel K/V all-gather or ring buffers
   // Before the first step: the starting state's unsharded weights (every rank reads or
-  // initialises the whole model) and this tensor rank's copy of them, beside the shards.
+  // initialises the whole model) and, under a tensor or expert split, this rank's copy of its
+  // blocks, beside the shards.
   int64_t starting_state = 0;
+  // A start from a full training state (a resume of the run's own checkpoint, which
+  // enable_checkpointing allows, or load_full_state_path) reads the weights and both moments
+  // unsharded: three whole copies, and under a split one rank's blocks of one of them at a time.
+  // 0 when the run cannot start so.
+  int64_t resume_state = 0;
+  // A checkpoint save assembles the same three whole tensors (each rank: the gather is
+  // collective) beside the step's buffers; 0 without checkpointing.
+  int64_t checkpoint_state = 0;
   // Sparse dispatch under the expert axis: the rows a rank's experts run on are the router's
   // choice, and the counts above are at their mean over the ranks. This is what the expert
   // buffers add (to activations, and to the peak) when every token's choices that this rank's
@@ -53,8 +62,16 @@ struct TrainingMemory {           // bytes on one rank
   int64_t step() const {
     return parameters + optimizer + gradients + gathered_units + activations + attention_staging;
   }
-  // The most the run holds at once: the step, or the start (shards with the starting state).
-  int64_t peak() const { return std::max(step(), parameters + optimizer + starting_state); }
+  // What stays allocated between steps (a unit in use is freed by then).
+  int64_t between_steps() const {
+    return parameters + optimizer + gradients + activations + attention_staging;
+  }
+  // The most the run holds at once: the step, the start (shards with the starting or resumed
+  // state), or a checkpoint save between steps.
+  int64_t peak() const {
+    return std::max({step(), parameters + optimizer + std::max(starting_state, resume_state),
+                     checkpoint_state > 0 ? between_steps() + checkpoint_state : 0});
+  }
 };
 
 using parallel::communication_seconds;

@@ -84,8 +84,12 @@ struct Trainer::State {
   const Communicator& batch_group() const {
     return mesh.group({Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kExpert});
   }
+  // Whether this rank's weight list is the whole model's (no tensor or expert split).
+  bool holds_whole_model() const { return axes.tensor == 1 && axes.expert == 1; }
   // The unsharded tensors from this rank's blocks (tensor) and experts (expert); collective.
-  Tensor global_of(const Tensor& local) const {
+  // `local` itself when it is already the whole model (no second copy of it).
+  Tensor global_of(Tensor local) const {
+    if (holds_whole_model()) return local;
     Tensor global = parallel::gather_blocks(kernels, local.view(), global_specs, specs,
                                             mesh.axis(Axis::kTensor));
     parallel::gather_experts(global.view(), global_specs, specs, mesh.axis(Axis::kExpert));
@@ -100,18 +104,18 @@ struct Trainer::State {
     const trace::Span span("checkpoint", trace::Category::kIo);
     Tensor params, m, v;
     plans.parameters->gather_full(params, m, v);
-    params = global_of(params);
-    m = global_of(m);
-    v = global_of(v);
+    params = global_of(std::move(params));
+    m = global_of(std::move(m));
+    v = global_of(std::move(v));
     // Rank 0 writes; a failure there (disk full) ends every rank with its message.
     // The metrics of the steps so far reach the disk first: a kill after the checkpoint loses
     // no logged step it covers. Old checkpoints go only once the new one is complete.
     run_on_root(mesh.world(), [&] {
       metrics->flush();
       write_checkpoint(run_dir, {step, loader->position(), format_config(config)}, global_specs,
-                       kernels::to_host(kernels, params.view()).view(),
-                       kernels::to_host(kernels, m.view()).view(),
-                       kernels::to_host(kernels, v.view()).view());
+                       kernels::HostView(kernels, params.view()).view(),
+                       kernels::HostView(kernels, m.view()).view(),
+                       kernels::HostView(kernels, v.view()).view());
       remove_old_checkpoints(run_dir, config.max_num_checkpoints_to_keep);
       log::info("saved checkpoint {} in {}", step, (run_dir / "checkpoints").string());
     });
@@ -165,6 +169,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   s.step = start.step;
   log::info("{}", start.source);
   const auto local_of = [&](Tensor& global) {
+    if (s.holds_whole_model()) return std::move(global);
     Tensor local = global.view().empty()
                        ? Tensor()
                        : parallel::local_blocks(s.kernels, global.view(), s.global_specs, s.specs);
@@ -321,7 +326,7 @@ std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;
   Tensor params, m, v;
   s.plans.parameters->gather_full(params, m, v);
-  const Tensor global = s.global_of(params);
+  const Tensor global = s.global_of(std::move(params));
   std::vector<float> values = kernels::download_floats(s.kernels, global.view());
   return values;
 }
