@@ -16,8 +16,10 @@ import tempfile
 BUILD = sys.argv[1]
 CONFIGS = sys.argv[2]
 PROFILE = sys.argv[3]  # the hardware profile the plans use
-# The profile probed with 4 ranks on the machine's cores, for the 4-rank cases (optional).
+# The profile probed with 4 ranks on the machine's cores, for the 4-rank cases, and with one rank
+# alone, for the 1-rank cases (both optional).
 PROFILE_4 = sys.argv[4] if len(sys.argv) > 4 else PROFILE
+PROFILE_1 = sys.argv[5] if len(sys.argv) > 5 else PROFILE
 MAXCTX = os.path.join(BUILD, "maxctx")
 MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-x", "OMP_NUM_THREADS=1", "-x",
        "OPENBLAS_NUM_THREADS=1"]
@@ -108,7 +110,7 @@ def run(np, args, log):
 
 
 def plan(config, args, np, mode):
-    profile = PROFILE_4 if np > os.cpu_count() else PROFILE
+    profile = PROFILE_4 if np > os.cpu_count() else PROFILE_1 if np == 1 else PROFILE
     cmd = [MAXCTX, "plan", config] + args + [f"num_devices={np}", "hardware_profile=" + profile,
                                               f"mode={mode}", "--json"]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -182,7 +184,8 @@ def main():
     summary = {"cases": len(rows),
                "peak_within_10_percent": within("peak_ratio", 0.10),
                "step_within_20_percent": within("step_ratio", 0.20),
-               "profile": open(PROFILE).read(), "profile_4_ranks": open(PROFILE_4).read()}
+               "profile": open(PROFILE).read(), "profile_4_ranks": open(PROFILE_4).read(),
+               "profile_1_rank": open(PROFILE_1).read()}
     os.makedirs(os.path.join(BUILD, "bench"), exist_ok=True)
     path = os.path.join(BUILD, "bench", "plan_validation.json")
     with open(path, "w") as out:

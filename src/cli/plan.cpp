@@ -244,6 +244,7 @@ nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
               {"attention_seconds", t.decode_attention_seconds},
               {"vector_seconds", t.decode_vector_seconds},
               {"communication_seconds", t.decode_communication_seconds}}},
+            {"decode_operands_cached", t.decode_operands_cached},
             {"decode_bandwidth_bytes_per_second", t.decode_bandwidth},
             {"decode_tokens_per_second", t.decode_tokens_per_second}}}};
 }
@@ -276,11 +277,12 @@ std::string inference_table(const Config& c, const infer::InferencePlan& p,
   }
   s += fmt::format(
       "  decode step: {:.4g} s (matmuls {:.4g}, attention {:.4g}, vector kernels {:.4g}, "
-      "communication {:.4g}) streaming {} per rank ({:.4g} GB/s), {:.4g} tokens/s\n",
+      "communication {:.4g}) streaming {} per rank ({:.4g} GB/s{}), {:.4g} tokens/s\n",
       t.decode_step_seconds, t.decode_matmul_seconds, t.decode_attention_seconds,
       t.decode_vector_seconds, t.decode_communication_seconds,
       gib(static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes)),
-      t.decode_bandwidth / 1e9, t.decode_tokens_per_second);
+      t.decode_bandwidth / 1e9, t.decode_operands_cached ? ", from the device's cache" : "",
+      t.decode_tokens_per_second);
   return s;
 }
 

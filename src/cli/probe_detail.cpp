@@ -103,14 +103,16 @@ int64_t cold_copies(int64_t bytes) {
 }
 
 // A decode step's matmul, (rows, inner) x (inner, cols): the mean seconds of one call, the
-// weights cold (cold_copies); `int8`: quantization=int8's codes, the rows quantized first as the
-// forward does.
+// weights cold (cold_copies) or, `cached`, one copy that stays in the caches between calls;
+// `int8`: quantization=int8's codes, the rows quantized first as the forward does.
 double time_decode_matmul(const kernels::Kernels& k, const Communicator& world,
-                          const std::string& kind, int64_t rows, int64_t inner, int64_t cols) {
+                          const std::string& kind, int64_t rows, int64_t inner, int64_t cols,
+                          bool cached) {
   Tensor in = operand(k, {rows, inner}), out = operand(k, {rows, cols});
   const bool int8 = kind == "int8";
   const DType dtype = int8 ? DType::kF32 : parse_dtype(kind);
-  const int64_t copies = cold_copies(cols * inner * (int8 ? 1 : int64_t(dtype_size(dtype))));
+  const int64_t copies =
+      cached ? 1 : cold_copies(cols * inner * (int8 ? 1 : int64_t(dtype_size(dtype))));
   std::vector<Tensor> weights;
   std::vector<kernels::Int8Weights> packed;
   for (int64_t c = 0; c < copies; ++c) {
@@ -137,9 +139,10 @@ double time_decode_matmul(const kernels::Kernels& k, const Communicator& world,
 
 // A decode step's attention: 4 slots' single queries (8 query and 4 KV heads) over 1024 cache
 // rows each, on a cache of `cache` ("int8": codes and a scale per row, else the dtype), cold
-// (cold_copies); FLOPs 4·rows·Hq·D per slot (QKᵀ and PV).
+// (cold_copies) or `cached` (one copy, resident between calls); FLOPs 4·rows·Hq·D per slot (QKᵀ
+// and PV).
 double measure_decode_attention(const kernels::Kernels& k, const Communicator& world,
-                                const std::string& cache, int64_t head_dim) {
+                                const std::string& cache, int64_t head_dim, bool cached) {
   kernels::AttentionParams p;
   p.batch = 4;
   p.seq_q = 1;
@@ -162,7 +165,7 @@ double measure_decode_attention(const kernels::Kernels& k, const Communicator& w
     struct Int8Cache {
       Tensor k_codes, k_scale, v_codes, v_scale;
     };
-    const int64_t copies = cold_copies(2 * kv_shape.numel());
+    const int64_t copies = cached ? 1 : cold_copies(2 * kv_shape.numel());
     std::vector<Int8Cache> caches;
     Tensor kf = operand(k, kv_shape), vf = operand(k, kv_shape);
     for (int64_t c = 0; c < copies; ++c) {
@@ -183,7 +186,8 @@ double measure_decode_attention(const kernels::Kernels& k, const Communicator& w
            });
   }
   const DType dtype = parse_dtype(cache);
-  const int64_t copies = cold_copies(2 * kv_shape.numel() * int64_t(dtype_size(dtype)));
+  const int64_t copies =
+      cached ? 1 : cold_copies(2 * kv_shape.numel() * int64_t(dtype_size(dtype)));
   std::vector<Tensor> keys, values;
   for (int64_t c = 0; c < copies; ++c) {
     keys.push_back(operand(k, kv_shape, dtype));
@@ -355,20 +359,24 @@ void probe_detail(const kernels::Kernels& k, const Communicator& world, Hardware
           measure_attention(k, world, parse_dtype(dtype), head_dim, false);
     }
     for (const std::string cache : {"int8", "float32", "bfloat16"}) {
-      profile.attention_by_head_dim[cache + "_decode"][head_dim] =
-          measure_decode_attention(k, world, cache, head_dim);
+      for (const bool cached : {false, true}) {
+        profile.attention_by_head_dim[cache + (cached ? "_decode_cached" : "_decode")][head_dim] =
+            measure_decode_attention(k, world, cache, head_dim, cached);
+      }
     }
   }
   // A decode step's matmuls: a fixed cost per call (a (4, 64) x (64, 128) call is little else)
   // and, net of it, the rate of 4 rows (a decode batch; the int8 tile's token count) times
   // (d, 2d) weights by d.
   for (const std::string kind : {"int8", "float32", "bfloat16"}) {
-    const double call = time_decode_matmul(k, world, kind, 4, 64, 128);
+    const double call = time_decode_matmul(k, world, kind, 4, 64, 128, false);
     profile.call_seconds[kind + "_decode"] = call;
-    for (const int64_t d : {128, 256, 512, 1024, 2048}) {
-      const double seconds = time_decode_matmul(k, world, kind, 4, d, 2 * d);
-      profile.matmul_by_size[kind + "_decode"][d] =
-          2.0 * double(4 * d * 2 * d) / std::max(seconds - call, seconds / 20);
+    for (const bool cached : {false, true}) {
+      for (const int64_t d : {128, 256, 512, 1024, 2048}) {
+        const double seconds = time_decode_matmul(k, world, kind, 4, d, 2 * d, cached);
+        profile.matmul_by_size[kind + (cached ? "_decode_cached" : "_decode")][d] =
+            2.0 * double(4 * d * 2 * d) / std::max(seconds - call, seconds / 20);
+      }
     }
   }
   {

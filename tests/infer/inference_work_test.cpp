@@ -147,6 +147,23 @@ TEST(InferenceWork, SecondsAreTableRatesOrTheSpecSheetsRoofline) {
   const StageWork& prefill = p.prefill[1].work;
   EXPECT_DOUBLE_EQ(t.prefill[1].matmul_seconds, matmul_flops(prefill) / 4e10);
   EXPECT_DOUBLE_EQ(t.prefill[1].attention_seconds, prefill.attention_flops / 3e10);
+
+  // A decode step whose weights and cache rows fit the device's cache runs at the "_cached"
+  // rates; one byte over, at the cold ones. The prefill is unchanged.
+  measured.matmul_by_size["int8_decode_cached"] = {{1, 8e10}};
+  measured.attention_by_head_dim["int8_decode_cached"] = {{32, 2e10}};
+  const double step_bytes = static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes);
+  measured.cache_bytes = step_bytes;
+  const InferenceTimes cached = predict_inference(p, measured);
+  EXPECT_TRUE(cached.decode_operands_cached);
+  EXPECT_DOUBLE_EQ(cached.decode_matmul_seconds,
+                   timed / 8e10 + 1e-6 * double(p.decode.matmuls.size()));
+  EXPECT_DOUBLE_EQ(cached.decode_attention_seconds, p.decode.attention_flops / 2e10);
+  EXPECT_DOUBLE_EQ(cached.prefill[1].matmul_seconds, t.prefill[1].matmul_seconds);
+  measured.cache_bytes = step_bytes - 1;
+  const InferenceTimes spilled = predict_inference(p, measured);
+  EXPECT_FALSE(spilled.decode_operands_cached);
+  EXPECT_DOUBLE_EQ(spilled.decode_attention_seconds, t.decode_attention_seconds);
 }
 
 TEST(InferenceWork, Int8QuantizesEachProjectionInputOnce) {

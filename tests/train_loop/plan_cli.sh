@@ -112,4 +112,17 @@ expect_error "num_devices=0" "$config" "${model[@]}" num_devices=0
 expect_error "tensor parallelism 3" "$config" "${model[@]}" ici_tensor_parallelism=3
 expect_error "expert parallelism 8" "$config" model_name=mixtral-tiny ici_fsdp_parallelism=1 \
   ici_expert_parallelism=8
+# probe-hardware on one rank needs a profile to take the link from, and says so before probing.
+if "$maxctx" probe-hardware "$work/probe.yml" > "$work/probe.log" 2>&1; then
+  echo "FAIL: probe-hardware ran on one rank without link_from"
+  exit 1
+fi
+grep -q "link_from=<profile>" "$work/probe.log" || { cat "$work/probe.log"; exit 1; }
+if "$maxctx" probe-hardware "$work/probe.yml" link_from="$work/none.yml" > "$work/probe.log" 2>&1
+then
+  echo "FAIL: probe-hardware took its link from a missing profile"
+  exit 1
+fi
+grep -q "none.yml" "$work/probe.log" || { cat "$work/probe.log"; exit 1; }
+[[ ! -e $work/probe.yml ]]
 echo "plan_cli: OK"

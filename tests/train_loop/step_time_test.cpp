@@ -18,6 +18,7 @@ memory_bandwidth: 1e10
 flops: {float32: 100e9, bfloat16: 400e9, int8: 800e9}
 ici: {bandwidth: 1e9, latency: 1e-6}
 dcn: {bandwidth: 1e9, latency: 1e-6}
+cache_bytes: 3.2e7
 matmul_by_size:
   float32: {128: 50e9, 512: 90e9}
 attention_by_head_dim:
@@ -49,6 +50,7 @@ TEST(HardwareProfileTables, InterpolateInLogSizeAndHoldFlatBeyondTheEnds) {
   EXPECT_EQ(again.matmul_by_size, p.matmul_by_size);
   EXPECT_EQ(again.attention_by_head_dim, p.attention_by_head_dim);
   EXPECT_EQ(again.vector_rates, p.vector_rates);
+  EXPECT_DOUBLE_EQ(again.cache_bytes, 3.2e7);
 }
 
 TEST(HardwareProfileTables, BadTablesAreOneError) {

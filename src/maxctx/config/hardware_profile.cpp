@@ -186,6 +186,7 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   }
   p.ici = link_of(root, "ici", where);
   p.dcn = link_of(root, "dcn", where);
+  if (root["cache_bytes"]) p.cache_bytes = positive_number(root, "cache_bytes", where);
   p.matmul_by_size = rate_tables(root, "matmul_by_size", where);
   p.attention_by_head_dim = rate_tables(root, "attention_by_head_dim", where);
   p.vector_rates = named_numbers(root, "vector_rates", where);
@@ -195,16 +196,23 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
 
 std::string format_hardware_profile(const HardwareProfile& p) {
   std::string detail;
+  if (p.cache_bytes > 0) {
+    detail += fmt::format(
+        "cache_bytes: {:.6g}  # last-level cache per device (the CPU's over the ranks sharing "
+        "it)\n",
+        p.cache_bytes);
+  }
   if (!p.matmul_by_size.empty()) {
     detail +=
         "matmul_by_size:  # FLOP/s by the smallest dimension: (2048, d) x (d, 2d) by d; "
-        "_decode: (4, d) x (d, 2d) by d, net of call_seconds\n" +
+        "_decode: (4, d) x (d, 2d) by d, net of call_seconds, weights cold (_cached: "
+        "resident)\n" +
         format_tables(p.matmul_by_size);
   }
   if (!p.attention_by_head_dim.empty()) {
     detail +=
         "attention_by_head_dim:  # FLOP/s by head_dim: causal forward + backward; _forward: "
-        "causal forward; _decode: single queries over a cache\n" +
+        "causal forward; _decode: single queries over a cache, cold (_cached: resident)\n" +
         format_tables(p.attention_by_head_dim);
   }
   if (!p.vector_rates.empty()) {

@@ -40,6 +40,10 @@ struct HardwareProfile {
   double attention_fraction = 1.0;
   LinkSpeed ici;
   LinkSpeed dcn;
+  // The last-level cache one device has (probe-hardware: the CPU's, over the ranks that share
+  // it); 0 where unknown. A decode step whose weights and KV cache fit in it reads them from
+  // there step after step, at the "_decode_cached" rates below.
+  double cache_bytes = 0;
 
   // Measured detail (probe-hardware writes it; spec-sheet profiles leave it out): small
   // matmuls and attention with small heads run below the peak, and a step also spends time in
@@ -47,11 +51,14 @@ struct HardwareProfile {
   //
   // FLOP/s of a matmul by its smallest dimension, per kind: "float32", "bfloat16", "int8" for an
   // (2048, d) x (d, 2d) forward, "<dtype>_backward" for its input and weight gradients together,
-  // and "<int8 | dtype>_decode" for a decode step's (4, d) x (d, 2d) by d, net of call_seconds.
+  // and "<int8 | dtype>_decode" for a decode step's (4, d) x (d, 2d) by d, net of call_seconds,
+  // with the weights cold (read from memory, as a model larger than the cache is); the same with
+  // "_decode_cached" for weights that stay in the cache between calls.
   std::map<std::string, std::map<int64_t, double>> matmul_by_size;
   // Attention FLOP/s (MaxText's count) by head_dim, per kind: "<dtype>" causal forward +
   // backward (a training step), "<dtype>_forward" causal forward (a prefill), and
-  // "<int8 | dtype>_decode" single queries over a cache of that type (a decode step).
+  // "<int8 | dtype>_decode" single queries over a cache of that type (a decode step), cold and
+  // "_decode_cached" as for the matmuls.
   std::map<std::string, std::map<int64_t, double>> attention_by_head_dim;
   // Elements per second of the engine's vector kernels: a training step's forward and backward
   // together (train/step_work.h vector_ops()) and inference's forward alone

@@ -28,23 +28,30 @@ struct StageSeconds {
   double matmuls = 0, attention = 0, vectors = 0;
 };
 
+// `resident`: the stage's operands stay in the device's cache from one call to the next (a
+// decode step of a model that fits it): the tables' "_cached" kinds where the profile has them.
 StageSeconds stage_seconds(const StageWork& w, const HardwareProfile& profile,
-                           std::string_view compute_dtype) {
+                           std::string_view compute_dtype, bool resident) {
   StageSeconds t;
   const auto per_call = [&](const std::string& kind) {
     const auto it = profile.call_seconds.find(kind);
     return it == profile.call_seconds.end() ? 0.0 : it->second;
   };
+  const auto table_kind = [&](const auto& tables, const std::string& kind) {
+    return resident && tables.count(kind + "_cached") ? kind + "_cached" : kind;
+  };
   for (const InferenceMatmul& mm : w.matmuls) {
+    const std::string kind = table_kind(profile.matmul_by_size, mm.kind);
     t.matmuls += per_call(mm.kind);
-    t.matmuls += profile.matmul_by_size.count(mm.kind)
-                     ? mm.timed_flops() / profile.matmul_rate(mm.kind, mm.smallest())
+    t.matmuls += profile.matmul_by_size.count(kind)
+                     ? mm.timed_flops() / profile.matmul_rate(kind, mm.smallest())
                      : std::max(mm.flops() / profile.flops(base_kind(mm.kind)),
                                 mm.weight_bytes / profile.memory_bandwidth);
   }
   // Attention computes in the activations' dtype whatever the cache holds.
-  t.attention = profile.attention_by_head_dim.count(w.attention_kind)
-                    ? w.attention_flops / profile.attention_rate(w.attention_kind, w.head_dim)
+  const std::string attention = table_kind(profile.attention_by_head_dim, w.attention_kind);
+  t.attention = profile.attention_by_head_dim.count(attention)
+                    ? w.attention_flops / profile.attention_rate(attention, w.head_dim)
                     : std::max(w.attention_flops /
                                    (profile.flops(compute_dtype) * profile.attention_fraction),
                                w.attention_bytes / profile.memory_bandwidth);
@@ -139,7 +146,8 @@ InferencePlan plan_inference(const Config& c) {
 InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& profile) {
   InferenceTimes t;
   for (const auto& [length, work] : p.prefill) {
-    const StageSeconds compute = stage_seconds(work, profile, dtype_config_name(p.model.dtype));
+    const StageSeconds compute =
+        stage_seconds(work, profile, dtype_config_name(p.model.dtype), false);
     PrefillPoint point;
     point.length = length;
     point.flops = work.attention_flops;
@@ -152,7 +160,12 @@ InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& 
         compute.matmuls + compute.attention + compute.vectors + point.communication_seconds;
     t.prefill.push_back(point);
   }
-  const StageSeconds decode = stage_seconds(p.decode, profile, dtype_config_name(p.model.dtype));
+  // A step reads every weight this rank holds and its cache rows once: when they all fit in the
+  // device's last-level cache (a small model on a CPU) they are still there for the next step.
+  const double bytes = static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes);
+  t.decode_operands_cached = profile.cache_bytes > 0 && bytes <= profile.cache_bytes;
+  const StageSeconds decode =
+      stage_seconds(p.decode, profile, dtype_config_name(p.model.dtype), t.decode_operands_cached);
   t.decode_matmul_seconds = decode.matmuls;
   t.decode_attention_seconds = decode.attention;
   t.decode_vector_seconds = decode.vectors;
@@ -160,7 +173,6 @@ InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& 
       parallel::communication_seconds(p.decode.traffic, p.groups, profile);
   t.decode_step_seconds =
       decode.matmuls + decode.attention + decode.vectors + t.decode_communication_seconds;
-  const double bytes = static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes);
   t.decode_bandwidth = bytes / t.decode_step_seconds;
   t.decode_tokens_per_second = static_cast<double>(p.settings.slots) / t.decode_step_seconds;
   return t;

@@ -65,6 +65,9 @@ struct InferenceTimes {
   double decode_step_seconds = 0;  // the sum of the four below
   double decode_matmul_seconds = 0, decode_attention_seconds = 0, decode_vector_seconds = 0;
   double decode_communication_seconds = 0;
+  // The step's weights and cache rows fit the profile's cache_bytes: timed at its "_cached"
+  // rates (they stay in the cache between steps).
+  bool decode_operands_cached = false;
   double decode_bandwidth = 0;          // bytes/s the step streams
   double decode_tokens_per_second = 0;  // slots / step time (the job's)
 };
