@@ -70,5 +70,27 @@ TEST(ModelGradient, PaddingAndUnscoredTokensDoNotChangeTheLoss) {
   EXPECT_EQ(before.weight_sum, 22.0);
 }
 
+// A rank's fsdp shard is initialised alone (init_weight_range): any range of the flat buffer,
+// of the whole model or of a tensor rank's blocks, holds exactly init_weights' values there.
+TEST(InitWeights, AnyRangeEqualsTheWholeInitialisation) {
+  LlamaConfig c = testing::tiny_config();
+  for (const int tp_rank : {-1, 0, 1}) {
+    const std::vector<WeightSpec> specs =
+        tp_rank < 0 ? llama_weight_specs(c) : llama_weight_specs(c, 2, tp_rank);
+    const int64_t total = total_numel(specs);
+    std::vector<float> whole(static_cast<size_t>(total));
+    init_weights(specs, whole.data(), 7);
+    for (const int64_t parts : {1, 3, 7, 64}) {
+      for (int64_t p = 0; p < parts; ++p) {
+        const int64_t begin = total * p / parts, end = total * (p + 1) / parts;
+        std::vector<float> range(static_cast<size_t>(end - begin), -1.0f);
+        init_weight_range(specs, begin, range, 7);
+        EXPECT_TRUE(std::equal(range.begin(), range.end(), whole.begin() + begin))
+            << "tp rank " << tp_rank << ", part " << p << " of " << parts;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace maxctx::model

@@ -157,6 +157,32 @@ void init_weights(const std::vector<WeightSpec>& specs, float* flat, uint64_t se
   }
 }
 
+void init_weight_range(const std::vector<WeightSpec>& specs, int64_t begin, std::span<float> out,
+                       uint64_t seed) {
+  const int64_t end = begin + static_cast<int64_t>(out.size());
+  for (const WeightSpec& s : specs) {
+    const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel());
+    if (lo >= hi) continue;
+    float* at = out.data() + (lo - begin);
+    if (s.init == WeightInit::kOnes) {
+      std::fill(at, at + (hi - lo), 1.0f);
+      continue;
+    }
+    const uint64_t stream = rng::stream_id(s.name);
+    const float stddev = 1.0f / std::sqrt(static_cast<float>(s.global_cols));
+    // Row by row, as init_weights: a local row is a contiguous run of the global tensor's.
+    for (int64_t e = lo - s.offset; e < hi - s.offset;) {
+      const int64_t r = e / s.cols, c = e % s.cols;
+      const int64_t n = std::min(s.cols - c, hi - s.offset - e);
+      const auto first =
+          static_cast<uint64_t>((s.row_offset + r) * s.global_cols + s.col_offset + c);
+      rng::fill_normal({out.data() + (s.offset + e - begin), static_cast<size_t>(n)}, seed, stream,
+                       first, 0.0f, stddev);
+      e += n;
+    }
+  }
+}
+
 void init_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
                   TensorView flat, uint64_t seed) {
   MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");

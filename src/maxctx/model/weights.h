@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,11 @@ LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat);
 // (global_r, global_c) of that tensor under (seed, stream_id(name)), so every sharding of the
 // weights initialises exactly the bytes of the single-device run.
 void init_weights(const std::vector<WeightSpec>& specs, float* flat, uint64_t seed);
+// Elements [begin, begin + out.size()) of the flat buffer init_weights(specs, ...) fills, alone:
+// the same values (the generator is counter-based, one counter per element of the unsharded
+// tensor), so that a rank can initialise its fsdp shard without building the model.
+void init_weight_range(const std::vector<WeightSpec>& specs, int64_t begin, std::span<float> out,
+                       uint64_t seed);
 // The same values rounded once to flat's dtype, one tensor at a time (no f32 copy of the whole
 // model), written through `kernels`.
 void init_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,

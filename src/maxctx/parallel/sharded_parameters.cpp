@@ -141,6 +141,18 @@ void ShardedParameters::set_from_full(TensorView full_params, TensorView full_m,
   std::fill(gathered_.begin(), gathered_.end(), false);
 }
 
+void ShardedParameters::initialise_shard(
+    const std::function<void(int64_t begin, std::span<float> out)>& values) {
+  kernels_.fill_zero(adam_m_.view());
+  kernels_.fill_zero(adam_v_.view());
+  std::vector<float> part;
+  for (const Unit& u : units_) {
+    part.resize(static_cast<size_t>(u.shard_count));
+    values(u.shard_begin, part);
+    kernels::upload_floats(kernels_, master_.view().elements(u.shard_offset, u.shard_count), part);
+  }
+}
+
 void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
   for (Tensor* t : {&params, &m, &v}) *t = kernels_.empty({full_size()}, weight_dtype());
   for (const Unit& u : units_) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,6 +108,10 @@ class ShardedParameters final : public WeightPlan {
   // Sets the master shard from a full buffer of this tensor rank's weights (initialisation,
   // checkpoint load; empty moments: zero); every rank passes the same full buffer.
   void set_from_full(TensorView full_params, TensorView full_m, TensorView full_v);
+  // Sets the master shard to `values(begin, out)`: the f32 values of full-buffer elements
+  // [begin, begin + out.size()), rounded to weight_dtype; zero moments. An initialisation that
+  // never holds more than one unit's shard on the host (model::init_weight_range).
+  void initialise_shard(const std::function<void(int64_t begin, std::span<float> out)>& values);
   // The full buffers (weight_dtype) assembled from every fsdp rank's shard (checkpoint save).
   void gather_full(Tensor& params, Tensor& m, Tensor& v);
 

@@ -171,9 +171,9 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
         "starting from the parameters of {} ({}; fresh optimizer, step 0)", dir.string(),
         hf_config_json(c).empty() ? "model from the config's keys" : "model from its config.json");
   } else {
-    s.params = kernels.empty({numel}, weight_dtype);
-    model::init_weights(kernels, global_specs, s.params.view(),
-                        static_cast<uint64_t>(c.init_weights_seed));
+    // Nothing to read: each rank generates its own shard's values (model::init_weight_range),
+    // the same bits as initialising the whole model and cutting the shard out of it.
+    s.initialise = true;
     s.source = fmt::format("starting from initialised weights (init_weights_seed {})",
                            c.init_weights_seed);
   }

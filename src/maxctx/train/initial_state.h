@@ -45,10 +45,12 @@ Config with_model_dimensions(Config config, const model::LlamaConfig& model);
 struct StartingState {
   int64_t step = 0;
   int64_t data_position = 0;
-  Tensor params;          // whole model, weight_dtype, global_specs layout
-  Tensor adam_m, adam_v;  // empty: fresh optimizer (zero moments)
-  bool resumed = false;   // from the run's own checkpoint (metrics append)
-  std::string source;     // for the log
+  Tensor params;            // whole model, weight_dtype, global_specs layout; empty when
+                            // `initialise` (each rank then initialises its shard alone)
+  Tensor adam_m, adam_v;    // empty: fresh optimizer (zero moments)
+  bool initialise = false;  // no state to read: the counter-based initialisation of the seed
+  bool resumed = false;     // from the run's own checkpoint (metrics append)
+  std::string source;       // for the log
 };
 
 // Reads (or initialises) the state the run starts from; maxctx::Error, one line, for a missing

@@ -176,10 +176,15 @@ TrainingPlan plan_training(const Config& config) {
   p.memory.gathered_units = p.dims.fsdp > 1 ? largest_unit * (weight_size(m) + f32) : 0;
   // The trainer's starting state and checkpoint saves (Trainer: load_starting_state, local_of,
   // save_checkpoint's gather_full and global_of): whole tensors, plus this rank's blocks of one
-  // tensor while it is cut out or assembled when its weight list is not the whole model's.
+  // tensor while it is cut out or assembled when its weight list is not the whole model's. A
+  // fresh initialisation generates each unit's shard alone, through one f32 host buffer.
   const int64_t whole = model::total_numel(model::llama_weight_specs(m));
   const int64_t blocks = tp * ep > 1 ? model::total_numel(specs) : 0;
-  p.memory.starting_state = (whole + blocks) * weight_size(m);
+  int64_t largest_shard = 0;
+  for (const ShardedParameters::Unit& u : units)
+    largest_shard = std::max(largest_shard, u.shard_count);
+  p.memory.starting_state =
+      c.load_parameters_path.empty() ? largest_shard * f32 : (whole + blocks) * weight_size(m);
   const int64_t full_state = (3 * whole + blocks) * weight_size(m);
   if (c.enable_checkpointing || !c.load_full_state_path.empty()) {
     p.memory.resume_state = full_state;

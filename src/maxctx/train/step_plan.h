@@ -41,9 +41,9 @@ struct TrainingMemory {           // bytes on one rank
   int64_t gathered_units = 0;     // the largest weight unit gathered, with its f32 gradients
   int64_t activations = 0;        // saved activations and workspace under the remat policy
   int64_t attention_staging = 0;  // context-parallel K/V all-gather or ring buffers
-  // Before the first step: the starting state's unsharded weights (every rank reads or
-  // initialises the whole model) and, under a tensor or expert split, this rank's copy of its
-  // blocks, beside the shards.
+  // Before the first step, beside the shards: a fresh initialisation's one unit shard of f32
+  // values at a time; load_parameters_path's unsharded weights (every rank reads the whole model)
+  // and, under a tensor or expert split, this rank's copy of its blocks.
   int64_t starting_state = 0;
   // A start from a full training state (a resume of the run's own checkpoint, which
   // enable_checkpointing allows, or load_full_state_path) reads the weights and both moments

@@ -176,10 +176,17 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     global = Tensor();
     return local;
   };
-  const Tensor local = local_of(start.params);
-  const Tensor local_m = local_of(start.adam_m);
-  const Tensor local_v = local_of(start.adam_v);
-  s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
+  if (start.initialise) {
+    const auto seed = static_cast<uint64_t>(c.init_weights_seed);
+    s.plans.parameters->initialise_shard([&](int64_t begin, std::span<float> out) {
+      model::init_weight_range(s.specs, begin, out, seed);
+    });
+  } else {
+    const Tensor local = local_of(start.params);
+    const Tensor local_m = local_of(start.adam_m);
+    const Tensor local_v = local_of(start.adam_v);
+    s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
+  }
   std::shared_ptr<const DataSource> source;
   if (c.dataset_type == "hf") {
     source = open_text_source(text_corpus_from(c, false), s.run_dir / "tokenized", "train", c,
