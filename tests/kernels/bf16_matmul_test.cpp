@@ -4,9 +4,10 @@
 //   f32 output: |got − want| ≤ 1e-5 · m (fp32 accumulation order only);
 //   bf16 output: ≤ 1e-5 · m + 2⁻⁸ · |want| (plus one rounding to bf16);
 // and against the unrounded fp32 problem ‖got − want‖₂ ≤ 2e-2 · ‖want‖₂ over the output.
-// Also: the portable gemm_bf16 equals AMX bit for bit (adversarial values too), 1 and 2 threads
-// give the same bits, the bf16-weight GEMV, int8 from bf16 views, and the errors for dtypes the ops
-// do not take.
+// Also: the portable gemm_bf16 equals AMX bit for bit (adversarial values too), and so does the
+// vector tile for CPUs without AMX (gemm_bf16_tile.h: its condition, and its fallback to the
+// portable loops), 1 and 2 threads give the same bits, the bf16-weight GEMV, int8 from bf16 views,
+// and the errors for dtypes the ops do not take.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -16,10 +17,12 @@
 #include <string>
 #include <vector>
 
+#include "hwy/targets.h"
 #include "kernels/test_util.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/cpu/gemm_bf16.h"
+#include "maxctx/kernels/cpu/gemm_bf16_tile.h"
 #include "maxctx/kernels/cpu/gemv.h"
 #include "maxctx/kernels/cpu/int8.h"
 #include "maxctx/kernels/kernels.h"
@@ -322,6 +325,257 @@ TEST(Bf16Matmul, PortablePathMatchesAmxOnAdversarialValues) {
     }
   }
   omp_set_num_threads(saved);
+}
+
+// ---------------------------------------------------------------- the vector tile
+// gemm_bf16_tile.h: the vector tile runs where no intermediate can be subnormal and must then
+// equal the portable loops bit for bit; elsewhere the dispatch must fall back to them.
+
+// One gemm_bf16 on stored matrices a (m × k, or k × m when a_t) and b (k × n, or n × k when b_t)
+// of `in` dtypes, into a C of `out_dtype` that starts from `c0` (m × n), on `path` with `threads`
+// threads; returns C's bytes.
+struct Operand {
+  std::vector<float> values;  // as stored, op() applied by the transpose flag
+  DType dtype;
+  bool transposed;
+};
+std::vector<uint8_t> gemm_bytes(cpu::Bf16Path path, int threads, int64_t m, int64_t n, int64_t k,
+                                float alpha, const Operand& a, const Operand& b, float beta,
+                                const std::vector<float>& c0, DType out_dtype) {
+  const auto stored = [](const Operand& x) {
+    std::vector<uint8_t> bytes(x.values.size() * dtype_size(x.dtype));
+    for (size_t i = 0; i < x.values.size(); ++i) {
+      if (x.dtype == DType::kF32) {
+        std::memcpy(bytes.data() + 4 * i, &x.values[i], 4);
+      } else {
+        const bf16 h = float_to_bf16(x.values[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    return bytes;
+  };
+  const auto a_bytes = stored(a), b_bytes = stored(b);
+  std::vector<uint8_t> c = stored({c0, out_dtype, false});
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  cpu::set_gemm_bf16_path(path);
+  cpu::gemm_bf16(a.transposed ? cpu::Transpose::kYes : cpu::Transpose::kNo,
+                 b.transposed ? cpu::Transpose::kYes : cpu::Transpose::kNo, m, n, k, alpha,
+                 {a_bytes.data(), a.dtype}, a.transposed ? m : k, {b_bytes.data(), b.dtype},
+                 b.transposed ? k : n, beta, {c.data(), out_dtype}, n);
+  cpu::set_gemm_bf16_path(cpu::Bf16Path::kBest);
+  omp_set_num_threads(saved);
+  return c;
+}
+
+// `values` (rows × cols, row-major) stored transposed when asked.
+std::vector<float> stored_as(const std::vector<float>& values, int64_t rows, int64_t cols,
+                             bool transposed) {
+  if (!transposed) return values;
+  std::vector<float> out(values.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = values[r * cols + c];
+  return out;
+}
+
+std::vector<float> floats(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+// The packed bf16 word of two values (`even` in the low half), as gemm_bf16 packs them.
+uint32_t word(float even, float odd) {
+  return uint32_t{float_to_bf16(even).bits} | uint32_t{float_to_bf16(odd).bits} << 16;
+}
+
+TEST(Bf16VectorTile, ConditionOnBoundaryExponents) {
+  const auto exps = [](std::initializer_list<uint32_t> words) {
+    const std::vector<uint32_t> w(words);
+    return cpu::bf16_exponents(w.data(), static_cast<int64_t>(w.size()));
+  };
+  const float p56 = std::ldexp(1.0f, -56), p57 = std::ldexp(1.0f, -57);
+  // Fields: 2^-56 is 71, 2^-57 70, 2^-55 72; 71 + 71 = 142 is the least sum that holds.
+  EXPECT_EQ(exps({word(p56, 0.0f)}).min_nonzero, 71u);
+  EXPECT_EQ(exps({word(1.0f, -3.0f), word(0.0f, -1.5f * p57)}).min_nonzero, 70u);
+  EXPECT_EQ(exps({word(1.0f, -3.0f), word(0.0f, -1.5f * p57)}).max, 128u);
+  // Zeros of either sign are left out; all zeros: min 255, max 0.
+  EXPECT_EQ(exps({word(0.0f, -0.0f), word(-0.0f, 0.0f)}).min_nonzero, 255u);
+  EXPECT_EQ(exps({word(0.0f, -0.0f), word(-0.0f, 0.0f)}).max, 0u);
+  // Past the vector width too (the scalar tail and the vector body agree).
+  std::vector<uint32_t> many(37, word(1.0f, 2.0f));
+  many[33] = word(-p57, 1.0f);
+  EXPECT_EQ(cpu::bf16_exponents(many.data(), 37).min_nonzero, 70u);
+  many[33] = word(1.0f, 1.0f);
+  many[5] = word(1.0f, -p57);
+  EXPECT_EQ(cpu::bf16_exponents(many.data(), 37).min_nonzero, 70u);
+  EXPECT_EQ(cpu::bf16_exponents(many.data(), 37).max, 128u);
+
+  const auto holds = [&](std::initializer_list<uint32_t> a, std::initializer_list<uint32_t> b) {
+    return cpu::bf16_sums_stay_normal(exps(a), exps(b));
+  };
+  EXPECT_TRUE(holds({word(p56, 1.0f)}, {word(-p56, 0.0f)}));
+  EXPECT_TRUE(holds({word(1.75f * p56, 1.0f)}, {word(p56, 0.0f)}));  // exponent, not value
+  EXPECT_FALSE(holds({word(p57, 1.0f)}, {word(p56, 0.0f)}));
+  EXPECT_TRUE(holds({word(p57, 1.0f)}, {word(2 * p56, 0.0f)}));
+  EXPECT_FALSE(holds({word(std::ldexp(1.0f, -126), 0.0f)}, {word(1.0f, 1.0f)}));
+  EXPECT_TRUE(holds({word(std::ldexp(1.0f, -112), 0.0f)}, {word(1.0f, 0.0f)}));
+  EXPECT_FALSE(holds({word(std::ldexp(1.0f, -112), 0.0f)}, {word(0.5f, 0.0f)}));
+  // Zero operands hold with anything finite; 2^127 is finite; infinities and NaNs never hold.
+  EXPECT_TRUE(holds({word(0.0f, -0.0f)}, {word(std::ldexp(1.0f, -126), 0.0f)}));
+  EXPECT_TRUE(holds({word(std::ldexp(1.0f, 127), 1.0f)}, {word(-std::ldexp(1.0f, 127), 1.0f)}));
+  EXPECT_FALSE(holds({word(INFINITY, 1.0f)}, {word(1.0f, 1.0f)}));
+  EXPECT_FALSE(holds({word(1.0f, 1.0f)}, {word(1.0f, -INFINITY)}));
+  EXPECT_FALSE(holds({word(1.0f, NAN)}, {word(0.0f, 0.0f)}));
+}
+
+// The vector tile on each Highway target this CPU runs (AVX-512 and AVX2 differ in vector width
+// and rows per group).
+class Bf16VectorTarget : public ::testing::TestWithParam<int64_t> {  // a Highway target bit
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+// Random normal values on odd shapes (K over several blocks), every transpose, f32 and bf16
+// operands and outputs, alpha and beta: the vector path never falls back and equals the
+// portable loops bit for bit.
+TEST_P(Bf16VectorTarget, EqualsPortableOnOddShapes) {
+  if (!cpu::bf16_vector_tile_available()) GTEST_SKIP() << "no vector FMA on this CPU";
+  struct Case {
+    int64_t m, n, k;
+  };
+  const Case cases[] = {{1, 1, 1},      {3, 5, 7},      {33, 65, 31},
+                        {17, 100, 513}, {70, 45, 1100}, {129, 37, 1537}};
+  const struct { float alpha, beta; } scalings[] = {{1.0f, 0.0f}, {0.75f, 0.5f}, {-2.0f, 1.0f}};
+  int variant = 0;
+  const int64_t fallbacks = cpu::gemm_bf16_portable_fallbacks();
+  for (const Case& s : cases) {
+    const auto a = floats(normal_values(s.m * s.k, "vec/a", 0.0f, 1.0f));
+    const auto b = floats(normal_values(s.k * s.n, "vec/b", 0.0f, 1.0f));
+    const auto c0 = floats(normal_values(s.m * s.n, "vec/c", 0.0f, 1.0f));
+    for (const bool a_t : {false, true}) {
+      for (const bool b_t : {false, true}) {
+        for (const DType out : kFloats) {
+          const int v = variant++;
+          const Operand ao{stored_as(a, s.m, s.k, a_t), kFloats[v % 2], a_t};
+          const Operand bo{stored_as(b, s.k, s.n, b_t), kFloats[v / 2 % 2], b_t};
+          const auto [alpha, beta] = scalings[v % 3];
+          const auto run = [&](cpu::Bf16Path path, int threads) {
+            return gemm_bytes(path, threads, s.m, s.n, s.k, alpha, ao, bo, beta, c0, out);
+          };
+          const auto portable = run(cpu::Bf16Path::kPortable, 1);
+          EXPECT_TRUE(portable == run(cpu::Bf16Path::kVector, 1 + v % 2))
+              << "m " << s.m << " n " << s.n << " k " << s.k << " a_t " << a_t << " b_t " << b_t
+              << " a " << dtype_name(ao.dtype) << " b " << dtype_name(bo.dtype) << " out "
+              << dtype_name(out) << " alpha " << alpha << " beta " << beta;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cpu::gemm_bf16_portable_fallbacks(), fallbacks) << "normal values fell back";
+}
+
+// Values whose products and sums sit near the smallest normal: the condition fails for some A
+// blocks and B micro-panels and barely holds for others (exponents from 2^-56, so ea_min +
+// eb_min = -112, g = 2^-126), with cancelling pairs, signed zeros, 2^127 magnitudes whose products
+// overflow (∞ − ∞ makes NaNs), and infinities and NaNs. Vector and portable paths: the same bits.
+TEST_P(Bf16VectorTarget, EqualsPortableOnAdversarialValues) {
+  if (!cpu::bf16_vector_tile_available()) GTEST_SKIP() << "no vector FMA on this CPU";
+  const int64_t m = 75, n = 70, k = 1100;  // 3 M micro-panels, 3 B micro-panels, 3 K blocks
+  const auto av = normal_values(m * k, "vadv/a", 0.0f, 1.0f);
+  const auto bv = normal_values(k * n, "vadv/b", 0.0f, 1.0f);
+  // Value p of a row of A (column of B) in `band` (0-2: a B micro-panel each, so the condition
+  // differs between them): v's sign and mantissa at exponent low + p % 9, so `low` is the band's
+  // least exponent; every 13th value a signed zero.
+  const auto in_band = [](double v, int64_t p, int low) {
+    if (p % 13 == 5) return p % 2 ? -0.0f : 0.0f;
+    int e = 0;
+    const double mantissa = 2 * std::frexp(v, &e);  // ±[1, 2)
+    return static_cast<float>(std::ldexp(mantissa, low + static_cast<int>(p % 9)));
+  };
+  const int64_t k_huge =
+      700;  // from here (K block 2), every third value of band 2 is ±[2^126, 2^127]
+  const auto value = [&](double v, int band, int64_t p, int low_tight) {
+    if (band == 0) return in_band(v, p, -55);        // products ≥ 2^-110 · 2^-14: normal sums
+    if (band == 1) return in_band(v, p, low_tight);  // the condition's boundary
+    return p >= k_huge && p % 3 == 0 ? in_band(v, 0, 126) : in_band(v, p, 0);
+  };
+  // A's least exponent with B's -56: holds, fails by one, fails by far (subnormal products),
+  // holds but with infinities and a NaN.
+  const struct {
+    int a_low;
+    bool specials;
+  } variants[] = {{-56, false}, {-57, false}, {-75, false}, {-56, true}};
+  for (const auto [a_low, specials] : variants) {
+    std::vector<float> a(m * k), b(k * n);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t p = 0; p < k; ++p) a[i * k + p] = value(av[i * k + p], i / 32 % 3, p, a_low);
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) b[p * n + j] = value(bv[p * n + j], j / 32 % 3, p, -56);
+    for (int64_t i = 0; i < m; ++i) {  // a(i, 2)·b(2, j) = −a(i, 3)·b(3, j): exact cancellation
+      a[i * k + 2] = a[i * k + 4];
+      a[i * k + 3] = -a[i * k + 4];
+    }
+    for (int64_t j = 0; j < n; ++j) b[2 * n + j] = b[3 * n + j] = b[4 * n + j];
+    if (specials) {  // infinities and a NaN in the last K block of some rows and columns
+      a[1 * k + 1050] = INFINITY;
+      a[40 * k + 1060] = -INFINITY;
+      b[1070 * n + 3] = NAN;
+      b[1080 * n + 66] = INFINITY;
+    }
+    const std::vector<float> c0(m * n, 0.5f);
+    const int64_t fallbacks = cpu::gemm_bf16_portable_fallbacks();
+    for (const bool a_t : {false, true}) {
+      for (const bool b_t : {false, true}) {
+        for (const DType out : kFloats) {
+          const Operand ao{stored_as(a, m, k, a_t), DType::kF32, a_t};
+          const Operand bo{stored_as(b, k, n, b_t), b_t ? DType::kBF16 : DType::kF32, b_t};
+          const float beta = out == DType::kF32 ? 0.25f : 0.0f;
+          const auto portable =
+              gemm_bytes(cpu::Bf16Path::kPortable, 1, m, n, k, 1.0f, ao, bo, beta, c0, out);
+          for (const int threads : {1, 2}) {
+            EXPECT_TRUE(portable == gemm_bytes(cpu::Bf16Path::kVector, threads, m, n, k, 1.0f, ao,
+                                               bo, beta, c0, out))
+                << "a_low " << a_low << " specials " << specials << " a_t " << a_t << " b_t " << b_t
+                << " out " << dtype_name(out) << " threads " << threads;
+          }
+        }
+      }
+    }
+    // A's least exponent is a_low (one A block holds every row): with -56, every B micro-panel
+    // passes (B's least is -56; products of 2^126 overflow, finite operands still), so no
+    // fallback; with -57, B's band 1 fails; with -75, bands 0 and 1; with infinities, all.
+    if (a_low == -56 && !specials) {
+      EXPECT_EQ(cpu::gemm_bf16_portable_fallbacks(), fallbacks);
+    } else {
+      EXPECT_GT(cpu::gemm_bf16_portable_fallbacks(), fallbacks);
+    }
+  }
+}
+
+// 0: no mock, the library's own best target (AVX3_DL on Zen 5, which this file's target list
+// leaves out: the library opts in to it with HWY_WANT_AVX3_DL).
+std::vector<int64_t> targets_to_test() {
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  targets.insert(targets.begin(), 0);
+  return targets;
+}
+INSTANTIATE_TEST_SUITE_P(Targets, Bf16VectorTarget, ::testing::ValuesIn(targets_to_test()),
+                         [](const ::testing::TestParamInfo<int64_t>& target) {
+                           return target.param == 0 ? std::string("Best")
+                                                    : std::string(hwy::TargetName(target.param));
+                         });
+
+// The kernel name says which tile runs.
+TEST(Bf16VectorTile, KernelName) {
+  cpu::set_gemm_bf16_path(cpu::Bf16Path::kPortable);
+  EXPECT_STREQ(cpu::gemm_bf16_kernel_name(), "portable");
+  cpu::set_gemm_bf16_path(cpu::Bf16Path::kVector);
+  const std::string vector = cpu::gemm_bf16_kernel_name();
+  EXPECT_EQ(vector, cpu::bf16_vector_tile_available()
+                        ? std::string("vector_exact_") + cpu::bf16_vector_tile_target()
+                        : std::string("portable"));
+  cpu::set_gemm_bf16_path(cpu::Bf16Path::kBest);
+  if (!cpu::gemm_bf16_amx_available()) {
+    EXPECT_EQ(cpu::gemm_bf16_kernel_name(), vector);
+  }
 }
 
 // One token row against a bf16 weight: the fp32 GEMV over the widened weight, bit for bit.

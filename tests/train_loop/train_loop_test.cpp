@@ -188,8 +188,8 @@ TEST(TrainLoopBf16, PortablePathReproducesTheRunBitForBit) {
   const auto portable = run("portable");
   kernels::cpu::set_gemm_bf16_path(kernels::cpu::Bf16Path::kBest);
   kernels::cpu::attention_bf16_force_portable(false);
-  std::printf("bf16 products on %s\n",
-              kernels::cpu::gemm_bf16_amx_available() ? "AMX" : "the portable path only");
+  std::printf("bf16 products on %s against the portable path\n",
+              kernels::cpu::gemm_bf16_kernel_name());
   ASSERT_EQ(fast.first.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(fast.first[i].loss, portable.first[i].loss) << "step " << i;

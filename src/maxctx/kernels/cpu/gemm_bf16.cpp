@@ -10,29 +10,38 @@
 //    columns at stride 4 · kTileCols bytes are one AMX B tile (the VNNI layout).
 // The AMX tile is compiled with a function attribute (the baseline is AVX2) and chosen at run time
 // when the CPU has AMX-BF16 and Linux grants the tile state; the portable tile replays its exact
-// sequence (gemm_bf16.h) on any CPU. The earlier vdpbf16ps tile is gone: it adds the two products
-// of a pair one after the other, which AMX does not, and it ran at 1/6 of AMX's speed.
+// sequence (gemm_bf16.h) on any CPU. Without AMX, the vector tile (gemm_bf16_tile.h: the same
+// sequence in vector FMAs, without the flushes) runs wherever the operands' exponents show that no
+// intermediate can be subnormal, which is checked per A block and B micro-panel, and the portable
+// tile elsewhere; both give the same bits. The earlier vdpbf16ps tile is gone: it adds the two
+// products of a pair one after the other, which AMX does not, and it ran at 1/6 of AMX's speed.
 #include "maxctx/kernels/cpu/gemm_bf16.h"
 
 #include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "hwy/aligned_allocator.h"
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/amx.h"
+#include "maxctx/kernels/cpu/gemm_bf16_tile.h"
 #include "maxctx/kernels/cpu/gemm_tasks.h"
 
 namespace maxctx::kernels::cpu {
 namespace {
 
-constexpr int64_t kTileRows = 32;    // rows of C per micro-tile: two AMX tiles of 16 rows
-constexpr int64_t kTileCols = 32;    // columns of C per micro-tile: two AMX tiles of 16 columns
-constexpr int64_t kChunkPairs = 16;  // pairs of K per TDPBF16PS (a 64-byte tile row)
+// The micro-tile (gemm_bf16_tile.h): 32 rows and 32 columns of C, two AMX tiles of 16 each way,
+// and 16 pairs of K per TDPBF16PS (a 64-byte tile row).
+constexpr int64_t kTileRows = kBf16TileRows;
+constexpr int64_t kTileCols = kBf16TileCols;
+constexpr int64_t kChunkPairs = kBf16ChunkPairs;
+static_assert(kTileRows == 32 && kTileCols == 32 && kChunkPairs == 16, "the AMX tile's shape");
 // Cache blocks for a Sapphire Rapids core (48 KiB L1d, 2 MiB L2), in elements of K:
 //  - the B micro-panel, 512 × 32 × 2 B = 32 KiB, and the A micro-panel (32 KiB) stay in L1/L2;
 //  - the A block, 192 × 512 × 2 B = 192 KiB, in L2;
@@ -48,6 +57,8 @@ constexpr double kMinFmasPerThread = 1 << 20;
 constexpr int64_t kBf16OutChunk = int64_t{1} << 22;
 
 Bf16Path g_path = Bf16Path::kBest;
+// A blocks × B micro-panels the vector path left to the portable tile (gemm_bf16_tile.h).
+std::atomic<int64_t> g_portable_fallbacks{0};
 
 int64_t round_up(int64_t x, int64_t to) { return (x + to - 1) / to * to; }
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
@@ -240,15 +251,72 @@ T* reserve(hwy::AlignedFreeUniquePtr<T[]>& buffer, int64_t& capacity, int64_t co
   return buffer.get();
 }
 
-TileFn tile_function() {
-  return g_path == Bf16Path::kBest && gemm_bf16_amx_available() ? &tile_amx : &tile_portable;
+// This thread's operands of the vector tile widened to fp32 (gemm_bf16_tile.h): the A block's
+// micro-panels and one B micro-panel, 448 KiB at most.
+struct WidePanels {
+  hwy::AlignedFreeUniquePtr<float[]> a, b;
+  int64_t a_capacity = 0, b_capacity = 0;
+};
+
+// multiply_block on the vector tile where the operands allow it (the exponents of the A block,
+// zero-padded to whole micro-panels, and of each B micro-panel pass bf16_sums_stay_normal), else
+// on tile_portable: the same bits either way. Each operand is scanned and widened once per block
+// (A on the first B micro-panel that runs vector tiles), against 2 · rows (B) or 2 · cols (A)
+// multiply-adds per word.
+void multiply_block_vector(const uint32_t* a_block, int64_t rows, const uint32_t* b_panels,
+                           int64_t cols, int64_t pairs, float alpha, float beta, float* c,
+                           int64_t ldc) {
+  static thread_local WidePanels wide;
+  const int64_t panel_floats = pairs / kChunkPairs * kBf16WideChunkFloats;
+  const int64_t a_panels = ceil_div(rows, kTileRows);
+  float* wide_a = reserve(wide.a, wide.a_capacity, a_panels * panel_floats);
+  float* wide_b = reserve(wide.b, wide.b_capacity, panel_floats);
+  const Bf16Exponents a_exponents = bf16_exponents(a_block, a_panels * kTileRows * pairs);
+  bool a_widened = false;
+  for (int64_t j = 0; j < cols; j += kTileCols) {
+    const uint32_t* b_panel = b_panels + j / kTileCols * kTileCols * pairs;
+    const int64_t live_cols = std::min(kTileCols, cols - j);
+    if (!bf16_sums_stay_normal(a_exponents, bf16_exponents(b_panel, kTileCols * pairs))) {
+      g_portable_fallbacks.fetch_add(1, std::memory_order_relaxed);
+      for (int64_t i = 0; i < rows; i += kTileRows) {
+        tile_portable(pairs, a_block + i * pairs, b_panel, alpha, beta, c + i * ldc + j, ldc,
+                      std::min(kTileRows, rows - i), live_cols);
+      }
+      continue;
+    }
+    if (!a_widened) {
+      for (int64_t p = 0; p < a_panels; ++p) {
+        bf16_widen_a_panel(pairs, a_block + p * kTileRows * pairs, wide_a + p * panel_floats);
+      }
+      a_widened = true;
+    }
+    bf16_widen_b_panel(pairs, b_panel, wide_b);
+    for (int64_t i = 0; i < rows; i += kTileRows) {
+      alignas(64) float acc[kTileRows][kTileCols];
+      bf16_vector_tile_sums(pairs, wide_a + i / kTileRows * panel_floats, wide_b, &acc[0][0]);
+      store_tile(acc, alpha, beta, c + i * ldc + j, ldc, std::min(kTileRows, rows - i), live_cols);
+    }
+  }
+}
+
+// The micro-tiles a product runs on.
+enum class Tiles {
+  kAmx,
+  kVector,  // multiply_block_vector: the vector tile where the operands allow it, else portable
+  kPortable,
+};
+
+Tiles tiles_to_run() {
+  if (g_path == Bf16Path::kPortable) return Tiles::kPortable;
+  if (g_path == Bf16Path::kBest && gemm_bf16_amx_available()) return Tiles::kAmx;
+  return bf16_vector_tile_available() ? Tiles::kVector : Tiles::kPortable;
 }
 
 // The product into an fp32 C (k > 0, alpha != 0).
 void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha, ConstFloats a,
                 int64_t lda, ConstFloats b, int64_t ldb, float beta, float* c, int64_t ldc,
                 Workspace& ws) {
-  const TileFn tile = tile_function();
+  const Tiles tiles = tiles_to_run();
   const double fmas = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const int threads = omp_in_parallel() ? 1
                                         : static_cast<int>(std::clamp<double>(
@@ -294,10 +362,16 @@ void gemm_f32_c(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, float alpha
                                packed_block = block;
                              }
                              const int64_t j = j0 + q_begin * kTileCols;
-                             multiply_block(tile, a_block, rows,
-                                            b_panel + q_begin * kTileCols * pairs,
-                                            std::min(n - j, (q_end - q_begin) * kTileCols), pairs,
-                                            alpha, beta_block, c + i0 * ldc + j, ldc);
+                             const uint32_t* b_panels = b_panel + q_begin * kTileCols * pairs;
+                             const int64_t cols = std::min(n - j, (q_end - q_begin) * kTileCols);
+                             if (tiles == Tiles::kVector) {
+                               multiply_block_vector(a_block, rows, b_panels, cols, pairs, alpha,
+                                                     beta_block, c + i0 * ldc + j, ldc);
+                             } else {
+                               multiply_block(tiles == Tiles::kAmx ? &tile_amx : &tile_portable,
+                                              a_block, rows, b_panels, cols, pairs, alpha,
+                                              beta_block, c + i0 * ldc + j, ldc);
+                             }
                            });
         if (count > 1) {
 #pragma omp barrier
@@ -376,7 +450,20 @@ void set_gemm_bf16_path(Bf16Path path) { g_path = path; }
 bool gemm_bf16_amx_available() { return amx_bf16_usable(); }
 
 const char* gemm_bf16_kernel_name() {
-  return tile_function() == &tile_amx ? "amx_bf16" : "portable";
+  static const std::string vector = std::string("vector_exact_") + bf16_vector_tile_target();
+  switch (tiles_to_run()) {
+    case Tiles::kAmx:
+      return "amx_bf16";
+    case Tiles::kVector:
+      return vector.c_str();
+    case Tiles::kPortable:
+      break;
+  }
+  return "portable";
+}
+
+int64_t gemm_bf16_portable_fallbacks() {
+  return g_portable_fallbacks.load(std::memory_order_relaxed);
 }
 
 }  // namespace maxctx::kernels::cpu

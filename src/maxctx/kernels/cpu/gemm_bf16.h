@@ -15,9 +15,10 @@
 //   acc = acc + (even + odd)
 // A block's sum is stored as sgemm stores it (alpha · acc, or fma(acc, alpha, beta · c)). Threads
 // split C, never K, so the bits depend neither on the thread count nor on the CPU: one without
-// AMX runs the same sequence in portable code (about 50× slower than AMX; vdpbf16ps cannot
-// replay it), tested bit for bit against AMX. C is f32, or bf16 rounded once from the fp32 result
-// (beta then reads the bf16 C widened).
+// AMX runs the same sequence in vector FMAs where no intermediate can be subnormal (the operands'
+// exponents show it: gemm_bf16_tile.h), else in portable scalar code (about 50× slower than AMX;
+// vdpbf16ps cannot replay it); both tested bit for bit against AMX and each other. C is f32, or
+// bf16 rounded once from the fp32 result (beta then reads the bf16 C widened).
 //
 // Ours or oneDNN's (bench/kernels, bf16_gemm section, one pinned Sapphire Rapids core, the
 // maxctx-20m/100m training products at S = 2048): this kernel on AMX runs 3.1× the fp32 sgemm
@@ -53,14 +54,18 @@ void gemm_bf16(Transpose trans_a, Transpose trans_b, int64_t m, int64_t n, int64
                int64_t ldc);
 
 enum class Bf16Path {
-  kBest,      // AMX (tdpbf16ps) when the CPU has AMX-BF16 and Linux allows it, else portable
-  kPortable,  // the portable loops (tests compare the two)
+  kBest,      // AMX (tdpbf16ps) when the CPU has AMX-BF16 and Linux allows it, else kVector
+  kPortable,  // the portable loops everywhere (tests compare the paths)
+  kVector,    // never AMX: the vector tile where the operands allow it, else the portable loops
 };
 // The path gemm_bf16 takes from now on, for every thread (tests only; not thread-safe to change
 // while a product runs).
 void set_gemm_bf16_path(Bf16Path path);
 bool gemm_bf16_amx_available();
-// "amx_bf16" or "portable": what gemm_bf16 runs now.
+// "amx_bf16", "vector_exact_<Highway target>" or "portable": what gemm_bf16 runs now.
 const char* gemm_bf16_kernel_name();
+// How many times (A block × B micro-panel) the vector path has run the portable loops because an
+// intermediate could be subnormal, since the program started (tests).
+int64_t gemm_bf16_portable_fallbacks();
 
 }  // namespace maxctx::kernels::cpu
