@@ -80,7 +80,7 @@ TRAIN_CASES = [
 ]
 
 INFER = ["max_prefill_predict_length=1024", "max_target_length=1088",
-         "inference_microbenchmark_prefill_lengths=1024", "inference_microbenchmark_loop_iters=5",
+         "inference_microbenchmark_prefill_lengths=1024", "inference_microbenchmark_loop_iters=20",
          "quantization=int8", "quantize_kvcache=true"]
 INFER_CASES = [
     ("inference_ca1", 1, MODEL + INFER + ["per_device_batch_size=4",
