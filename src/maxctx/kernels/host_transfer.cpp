@@ -27,17 +27,18 @@ std::vector<float> download_floats(const Kernels& kernels, TensorView src) {
   return values;
 }
 
-HostFloats::HostFloats(const Kernels& kernels, TensorView src) {
+namespace {
+
+TensorView checked_f32(TensorView src) {
   MAXCTX_CHECK(src.dtype() == DType::kF32, "HostFloats reads f32 views, got {}",
                dtype_name(src.dtype()));
-  if (kernels.device() == Device::kCpu) {
-    span_ = src.span<float>();
-    return;
-  }
-  copy_.resize(static_cast<size_t>(src.numel()));
-  kernels.copy_to_host(copy_.data(), src.raw(), src.bytes());
-  span_ = copy_;
+  return src;
 }
+
+}  // namespace
+
+HostFloats::HostFloats(const Kernels& kernels, TensorView src)
+    : host_(kernels, checked_f32(src)), span_(host_.view().span<float>()) {}
 
 HostView::HostView(const Kernels& kernels, TensorView src) {
   if (kernels.device() == Device::kCpu) {

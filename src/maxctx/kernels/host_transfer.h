@@ -20,22 +20,6 @@ void upload_floats(const Kernels& kernels, TensorView dst, std::span<const float
 // The elements of `src` (any float dtype, the backend's memory) as f32 on the host.
 std::vector<float> download_floats(const Kernels& kernels, TensorView src);
 
-// An f32 view's elements readable on the host, for the step's readouts (token losses, the
-// accuracy's logits, the gradient norm): the memory itself where the backend's memory is the
-// host's (cpu: no copy in the step), a downloaded copy held here otherwise.
-class HostFloats {
- public:
-  HostFloats(const Kernels& kernels, TensorView src);
-  HostFloats(const HostFloats&) = delete;
-  HostFloats& operator=(const HostFloats&) = delete;
-  std::span<const float> span() const { return span_; }
-  float operator[](size_t i) const { return span_[i]; }
-
- private:
-  std::vector<float> copy_;  // empty when span_ is the backend's own memory
-  std::span<const float> span_;
-};
-
 // A view of `src` (any dtype) readable on the host: `src` itself where the backend's memory is
 // the host's, a downloaded copy held here otherwise. Checkpoint writes read the model through
 // it: on the cpu a copy would hold the whole state a second time.
@@ -49,6 +33,22 @@ class HostView {
  private:
   Tensor copy_;  // empty when view_ is the backend's own memory
   TensorView view_;
+};
+
+// An f32 view's elements readable on the host, for the step's readouts (token losses, the
+// accuracy's logits, the gradient norm): the memory itself where the backend's memory is the
+// host's (cpu: no copy in the step), a downloaded copy held here otherwise.
+class HostFloats {
+ public:
+  HostFloats(const Kernels& kernels, TensorView src);
+  HostFloats(const HostFloats&) = delete;
+  HostFloats& operator=(const HostFloats&) = delete;
+  std::span<const float> span() const { return span_; }
+  float operator[](size_t i) const { return span_[i]; }
+
+ private:
+  HostView host_;
+  std::span<const float> span_;
 };
 
 // A host tensor holding `src`'s elements (same dtype and shape), and the reverse: a tensor of

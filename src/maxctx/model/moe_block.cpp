@@ -8,18 +8,19 @@
 #include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::model {
+
+// `context`: the ranks each row of `seq` tokens here is one part of (moe_dropping.h).
+int64_t moe_dispatch_rows(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
+  if (c.sparse_matmul) return batch * seq * c.num_experts_per_tok;
+  return c.num_experts * batch *
+         dense_slots(seq, context, c.num_experts, c.num_experts_per_tok, c.capacity_factor);
+}
+
 namespace {
 
 // Rows [0, R) of a buffer that grew to at least R·cols elements, as (R, cols).
 TensorView leading_rows(const Tensor& buffer, int64_t R, int64_t cols) {
   return buffer.view().elements(0, R * cols).reshaped({R, cols});
-}
-
-// `context`: the ranks each row of `seq` tokens here is one part of (moe_dropping.h).
-int64_t rows_for(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
-  if (c.sparse_matmul) return batch * seq * c.num_experts_per_tok;
-  return c.num_experts * batch *
-         dense_slots(seq, context, c.num_experts, c.num_experts_per_tok, c.capacity_factor);
 }
 
 // One buffer of MoeBuffers or MoeGradBuffers at N tokens and R rows: the one list that the
@@ -286,24 +287,20 @@ double load_balance_sum(const float* stats, int64_t batch, int64_t local_seq, in
 MoeBuffers allocate_moe_buffers(const kernels::Kernels& k, const LlamaConfig& c, int64_t batch,
                                 int64_t seq, int64_t context) {
   MoeBuffers b;
-  reserve_rows(k, c, batch * seq, rows_for(c, batch, seq, context), b);
+  reserve_rows(k, c, batch * seq, moe_dispatch_rows(c, batch, seq, context), b);
   return b;
 }
 
 MoeGradBuffers allocate_moe_grad_buffers(const kernels::Kernels& k, const LlamaConfig& c,
                                          int64_t batch, int64_t seq, int64_t context) {
   MoeGradBuffers g;
-  reserve_grad_rows(k, c, batch * seq, rows_for(c, batch, seq, context), g);
+  reserve_grad_rows(k, c, batch * seq, moe_dispatch_rows(c, batch, seq, context), g);
   return g;
-}
-
-int64_t moe_dispatch_rows(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context) {
-  return rows_for(c, batch, seq, context);
 }
 
 int64_t moe_most_received_rows(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context,
                                int64_t expert_ranks) {
-  if (!c.sparse_matmul || expert_ranks <= 1) return rows_for(c, batch, seq, context);
+  if (!c.sparse_matmul || expert_ranks <= 1) return moe_dispatch_rows(c, batch, seq, context);
   const int64_t held = c.num_experts / expert_ranks;
   return expert_ranks * batch * seq * std::min(held, c.num_experts_per_tok);
 }
@@ -311,19 +308,19 @@ int64_t moe_most_received_rows(const LlamaConfig& c, int64_t batch, int64_t seq,
 MoeBufferBytes moe_buffer_bytes(const LlamaConfig& c, int64_t batch, int64_t seq, int64_t context,
                                 int64_t expert_ranks, int64_t received_rows) {
   const int64_t N = batch * seq;
-  const int64_t R = rows_for(c, batch, seq, context);
+  const int64_t R = moe_dispatch_rows(c, batch, seq, context);
   const int64_t statistics =
       c.load_balance_loss_weight > 0 ? batch * 2 * c.num_experts * int64_t{sizeof(float)} : 0;
-  if (expert_ranks <= 1) {
-    return {bytes_of(forward_fields(c, N, R)) + statistics, bytes_of(backward_fields(c, N, R))};
-  }
-  // moe_forward and moe_backward reserve every row buffer for the rows sent and those received.
-  const int64_t L = received_rows < 0 ? R : received_rows;
+  // Under the expert axis moe_forward and moe_backward reserve every row buffer for the rows
+  // sent and those received, and add the exchange's own buffers; without it L = R.
+  const bool exchange = expert_ranks > 1;
+  const int64_t L = exchange && received_rows >= 0 ? received_rows : R;
   const int64_t rows = std::max(R, L);
   const int64_t row_f32 = c.emb_dim * int64_t{sizeof(float)};
   const int64_t send_in = R * c.emb_dim * static_cast<int64_t>(dtype_size(c.dtype));
-  return {bytes_of(forward_fields(c, N, rows)) + statistics + send_in + L * row_f32,  // local_out
-          bytes_of(backward_fields(c, N, rows)) + 2 * L * row_f32};  // d_local, d_in_local
+  const int64_t local_out = L * row_f32, d_local_and_d_in_local = 2 * L * row_f32;
+  return {bytes_of(forward_fields(c, N, rows)) + statistics + (exchange ? send_in + local_out : 0),
+          bytes_of(backward_fields(c, N, rows)) + (exchange ? d_local_and_d_in_local : 0)};
 }
 
 void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayerWeights& w,
@@ -335,7 +332,7 @@ void moe_forward(const kernels::Kernels& k, const LlamaConfig& c, const MoeLayer
   MAXCTX_CHECK(x.numel() == N * E && out.numel() == N * E, "MoE input/output of {} tokens", N);
   // Dropping under context counts across the ranks' chunks; without dropping nothing needs it.
   const bool chunked = chunks != nullptr && !c.sparse_matmul && c.capacity_factor > 0;
-  reserve_rows(k, c, N, rows_for(c, batch, seq, chunked ? chunks->ranks() : 1), b);
+  reserve_rows(k, c, N, moe_dispatch_rows(c, batch, seq, chunked ? chunks->ranks() : 1), b);
   const TensorView logits = leading_rows(b.router_logits, N, X);
   const TensorView probs = leading_rows(b.router_probs, N, X);
   k.matmul_forward(logits, x.reshaped({N, E}), w.router);

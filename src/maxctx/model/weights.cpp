@@ -138,23 +138,7 @@ LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat)
 }
 
 void init_weights(const std::vector<WeightSpec>& specs, float* flat, uint64_t seed) {
-  for (const WeightSpec& s : specs) {
-    float* out = flat + s.offset;
-    if (s.init == WeightInit::kOnes) {
-      std::fill(out, out + s.numel(), 1.0f);
-      continue;
-    }
-    const uint64_t stream = rng::stream_id(s.name);
-    const float stddev = 1.0f / std::sqrt(static_cast<float>(s.global_cols));
-    // This rank's block starts at global (row0, col0); each local row is a contiguous run of
-    // global elements, so one fill per row reproduces the unsharded tensor exactly.
-    for (int64_t r = 0; r < s.rows; ++r) {
-      const int64_t global_row = s.row_offset + r;
-      const uint64_t first = static_cast<uint64_t>(global_row * s.global_cols + s.col_offset);
-      rng::fill_normal({out + r * s.cols, static_cast<size_t>(s.cols)}, seed, stream, first, 0.0f,
-                       stddev);
-    }
-  }
+  init_weight_range(specs, 0, {flat, static_cast<size_t>(total_numel(specs))}, seed);
 }
 
 void init_weight_range(const std::vector<WeightSpec>& specs, int64_t begin, std::span<float> out,
@@ -170,7 +154,9 @@ void init_weight_range(const std::vector<WeightSpec>& specs, int64_t begin, std:
     }
     const uint64_t stream = rng::stream_id(s.name);
     const float stddev = 1.0f / std::sqrt(static_cast<float>(s.global_cols));
-    // Row by row, as init_weights: a local row is a contiguous run of the global tensor's.
+    // This rank's block starts at global (row0, col0); each local row is a contiguous run of
+    // global elements, so one fill per row (or the part of it in the range) reproduces the
+    // unsharded tensor exactly.
     for (int64_t e = lo - s.offset; e < hi - s.offset;) {
       const int64_t r = e / s.cols, c = e % s.cols;
       const int64_t n = std::min(s.cols - c, hi - s.offset - e);
