@@ -7,9 +7,13 @@
 // other, so a config that does not describe the checkpoint is an error, not a silent partial
 // export. Writes <out>/config.json (LlamaConfig form, MistralConfig with a sliding window,
 // MixtralConfig for decoder_block mixtral) and
-// <out>/model.safetensors (F32, Hugging Face names), plus the tokenizer files when
-// tokenizer_path is set. What it writes loads back through llama_config_from_hf and
-// load_hf_weights bit-exactly. One process: it reads and writes whole files, nothing to shard.
+// <out>/model.safetensors (F32, Hugging Face names; above export_max_shard_size bytes, files
+// model-0000i-of-0000n.safetensors listed by model.safetensors.index.json, as transformers
+// writes them), plus the tokenizer files when tokenizer_path is set. What it writes loads back
+// through llama_config_from_hf and load_hf_weights bit-exactly. One process, streaming: each
+// tensor is assembled from the checkpoint's slices (whatever mesh saved it) just before it is
+// written, so the export holds one tensor at a time, not the model (quantization=int8 still
+// holds the model: its quantizer works on the whole weight list).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -21,7 +25,10 @@
 #include "cli/common.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/finite.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/io/sliced_tensors.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
@@ -42,7 +49,8 @@ constexpr const char* kUsage =
     "                     [tokenizer_path=<tokenizer file>] [quantization=int8] [model keys "
     "...]\n\n"
     "Writes a maxctx training checkpoint as a Hugging Face Llama directory <out>/: config.json,\n"
-    "model.safetensors (F32) and, with tokenizer_path, the tokenizer (tokenizer.model for\n"
+    "model.safetensors (F32; above export_max_shard_size bytes several files and\n"
+    "model.safetensors.index.json) and, with tokenizer_path, the tokenizer (tokenizer.model for\n"
     "SentencePiece; tokenizer.json and tokenizer_config.json, or GPT-2's vocab.json +\n"
     "merges.txt). <checkpoint> is <run>/checkpoints/<step> or a run directory (latest step).\n"
     "The model keys must be the ones the checkpoint was trained with (same config and\n"
@@ -55,14 +63,77 @@ fs::path resolve_checkpoint(const std::string& path_text) {
     fail("export needs load_parameters_path=<run>/checkpoints/<step> (or a run directory)");
   }
   const fs::path path(path_text);
-  if (fs::exists(path / "model.safetensors")) return path;
+  if (fs::exists(path / io::kSliceIndexName) || fs::exists(path / "model.safetensors")) {
+    return path;
+  }
   if (fs::is_directory(path / "checkpoints")) {
     const std::optional<int64_t> step = train::latest_checkpoint_step(path);
     if (!step) fail("load_parameters_path {}: the run has no complete checkpoint", path_text);
     return train::checkpoint_directory(path, *step);
   }
-  fail("load_parameters_path {}: neither a checkpoint (model.safetensors) nor a run directory",
-       path_text);
+  fail(
+      "load_parameters_path {}: neither a checkpoint (index.json or model.safetensors) nor a run "
+      "directory",
+      path_text);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!(out << text) || !out.flush()) fail("{}: cannot write", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+// The weights as Hugging Face safetensors: one file, or files of at most `max_file_bytes`
+// (a tensor larger than that alone in its file) listed by model.safetensors.index.json. Each
+// tensor is read from `tensors` into one reused buffer just before it is written.
+void write_hf_files(const io::SliceReader& tensors, const std::vector<model::WeightSpec>& specs,
+                    const fs::path& out, int64_t max_file_bytes) {
+  std::vector<std::vector<size_t>> files(1);
+  int64_t file_bytes = 0, total_bytes = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t bytes = specs[i].numel() * static_cast<int64_t>(sizeof(float));
+    if (!files.back().empty() && file_bytes + bytes > max_file_bytes) {
+      files.emplace_back();
+      file_bytes = 0;
+    }
+    files.back().push_back(i);
+    file_bytes += bytes;
+    total_bytes += bytes;
+  }
+  const auto file_name = [&](size_t f) {
+    return files.size() == 1 ? std::string("model.safetensors")
+                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1,
+                                           files.size());
+  };
+  std::vector<float> buffer;
+  json weight_map = json::object();
+  for (size_t f = 0; f < files.size(); ++f) {
+    std::vector<io::TensorHeader> headers;
+    for (const size_t i : files[f]) {
+      const model::WeightSpec& s = specs[i];
+      headers.push_back({s.name, io::StDType::kF32,
+                         s.cols == 1 ? std::vector<int64_t>{s.rows}
+                                     : std::vector<int64_t>{s.rows, s.cols}});
+      weight_map[s.name] = file_name(f);
+    }
+    io::write_safetensors_streamed(out / file_name(f), headers, {{"format", "pt"}}, [&](size_t k) {
+      const model::WeightSpec& s = specs[files[f][k]];
+      buffer.resize(static_cast<size_t>(s.numel()));
+      const TensorView view = TensorView::of(buffer.data(), s.numel());
+      tensors.read(s.name, io::Rect{0, 0, s.rows, s.cols}, view);
+      if (const std::optional<int64_t> bad = first_non_finite(view)) {
+        fail("tensor '{}' holds a non-finite value (NaN or Inf) at element {}", s.name, *bad);
+      }
+      return std::as_bytes(std::span<const float>(buffer));
+    });
+  }
+  if (files.size() > 1) {
+    const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+    write_text(out / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
 }
 
 json hf_config(const Config& c, const model::LlamaConfig& m,
@@ -140,14 +211,6 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(
   fail("tokenizer_path {}: cannot tell which files make up this tokenizer", path.string());
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!(out << text) || !out.flush()) fail("{}: cannot write", tmp.string());
-  }
-  fs::rename(tmp, path);
-}
 
 }  // namespace
 
@@ -169,10 +232,13 @@ int run_export(const Args& args) {
   const model::LlamaConfig m = model::llama_config_from(c);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m);
 
-  // Every tensor of the model, and nothing else, must be in the checkpoint.
-  const io::SafetensorsCheckpoint files(checkpoint);
+  // Every weight of the model, and no other weight, must be in the checkpoint (its optimizer
+  // moments are not exported).
+  const io::SliceReader tensors(io::open_tensor_index(checkpoint), checkpoint.string());
   std::set<std::string> extra;
-  for (const std::string& name : files.tensor_names()) extra.insert(name);
+  for (const auto& [name, t] : tensors.index()) {
+    if (!name.starts_with("adam_m.") && !name.starts_with("adam_v.")) extra.insert(name);
+  }
   for (const model::WeightSpec& s : specs) extra.erase(s.name);
   if (!extra.empty()) {
     fail(
@@ -180,8 +246,7 @@ int run_export(const Args& args) {
         "model keys must be the ones it was trained with",
         checkpoint.string(), extra.size(), *extra.begin());
   }
-  std::vector<float> params(model::total_numel(specs));
-  model::load_hf_weights(specs, params.data(), checkpoint);
+  model::check_weight_tensors(tensors, specs);
 
   std::unique_ptr<tokenizer::Tokenizer> tokenizer;
   if (!c.tokenizer_path.empty()) {
@@ -199,9 +264,12 @@ int run_export(const Args& args) {
       fail("export quantization=int8: a model with tied embeddings is not supported");
     }
     // The parameters are a host array: quantized by the cpu backend whatever `hardware` says.
+    std::vector<float> params(static_cast<size_t>(model::total_numel(specs)));
+    model::load_weights(kernels::backend(Device::kCpu), specs,
+                        TensorView::of(params.data(), model::total_numel(specs)), tensors);
     model::write_int8_checkpoint(kernels::backend(Device::kCpu), specs, params.data(), out);
   } else {
-    model::save_hf_weights(specs, params.data(), out / "model.safetensors");
+    write_hf_files(tensors, specs, out, c.export_max_shard_size);
   }
   write_text(out / "config.json", hf_config(c, m, tokenizer.get()).dump(2) + "\n");
   std::string copied;
@@ -211,8 +279,8 @@ int run_export(const Args& args) {
       copied += ", " + name;
     }
   }
-  log::info("exported {} ({} tensors, {} parameters) to {}: config.json, model.safetensors{}",
-            checkpoint.string(), specs.size(), params.size(), out.string(), copied);
+  log::info("exported {} ({} tensors, {} parameters) to {}: config.json, the weights{}",
+            checkpoint.string(), specs.size(), model::total_numel(specs), out.string(), copied);
   return 0;
 }
 

@@ -130,8 +130,9 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
             {"activations", m.activations},
             {"attention_staging", m.attention_staging},
             {"starting_state", m.starting_state},
-            {"resume_state", m.resume_state},
             {"checkpoint_state", m.checkpoint_state},
+            {"checkpoint_state_on_device", m.host_is_device},
+            {"async_checkpointing", m.async_checkpointing},
             {"expert_routing_skew", m.expert_routing_skew},
             {"step", m.step()},
             {"runtime", hw.runtime_bytes},
@@ -172,8 +173,9 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
   row("attention staging", m.attention_staging);
   row("step (all above)", m.step());
   row("starting state", m.starting_state);
-  if (m.resume_state > 0) row("resumed state", m.resume_state);
-  if (m.checkpoint_state > 0) row("checkpoint save", m.checkpoint_state);
+  if (m.checkpoint_state > 0) {
+    row(m.host_is_device ? "checkpoint staging" : "checkpoint staging (host)", m.checkpoint_state);
+  }
   row("runtime", static_cast<int64_t>(hw.runtime_bytes));
   const double peak = static_cast<double>(m.peak()) + hw.runtime_bytes;
   row("peak", static_cast<int64_t>(peak));
@@ -317,7 +319,8 @@ int run_plan(const Args& args) {
     print(o.json ? train::search_json(found).dump(2) + "\n" : train::search_table(found, hw));
     return 0;
   }
-  const train::TrainingPlan p = train::plan_training(config);
+  train::TrainingPlan p = train::plan_training(config);
+  p.memory.host_is_device = hw.host_memory;
   const train::StepTime t = train::predict_step_time(p, config, hw);
   print(o.json ? training_json(config, p, t, hw).dump(2) + "\n" : training_table(config, p, t, hw));
   return 0;

@@ -170,6 +170,7 @@ int run_probe_hardware(const Args& args) {
   const CacheLevel llc = last_level_cache();
   const int64_t caches = std::max<int64_t>(1, std::thread::hardware_concurrency() / llc.sharing);
   p.cache_bytes = llc.bytes / static_cast<double>(ceil_div(world.size(), caches));
+  p.host_memory = true;  // the cpu backend: host buffers are the device's
   probe_detail(k, world, p);
   p.flops_f32 = best(p.matmul_by_size.at("float32"));
   p.flops_bf16 = best(p.matmul_by_size.at("bfloat16"));

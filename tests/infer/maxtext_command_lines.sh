@@ -38,7 +38,7 @@ losses = [r["learning/loss"] for r in rows]
 assert len(losses) == 3 and all(math.isfinite(l) and 0 < l < 10 for l in losses), losses
 print("training line losses:", ", ".join(f"{l:.4f}" for l in losses))
 PY
-  [[ -f "$work/$run/checkpoints/3/model.safetensors" ]] || { echo "FAIL: no checkpoint"; exit 1; }
+  [[ -f "$work/$run/checkpoints/3/index.json" ]] || { echo "FAIL: no checkpoint"; exit 1; }
   [[ -s "$work/$run/trace.json" ]] || { echo "FAIL: profiler=xplane left no trace"; exit 1; }
 done
 

@@ -1,5 +1,6 @@
-// Training checkpoints: bit-exact round trips, Hugging Face compatibility of model.safetensors,
-// which directories count as checkpoints, and a one-line error naming the file for every way a
+// Training checkpoints: bit-exact round trips, the sharded layout (index.json, shard files a
+// Hugging Face loader reads through the index), the older unsharded format still loading, which
+// directories count as checkpoints, and a one-line error naming the file for every way a
 // checkpoint can be wrong (truncated, missing file or tensor, another model, bad state.json).
 //
 // Every test works in its own directory under the system temp dir, removed afterwards.
@@ -23,6 +24,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/rng.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/io/sliced_tensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/weights.h"
 
@@ -159,28 +161,33 @@ TEST_P(CheckpointRoundTrip, IsBitExact) {
 TEST_P(CheckpointRoundTrip, FilesHoldEveryTensorUnderItsNameAndGlobalShape) {
   const TrainingState saved(small_config(/*tied=*/GetParam()));
   write(saved, 3, 96);
-  const io::SafetensorsFile weights(dir(3) / "model.safetensors");
-  const io::SafetensorsFile moments(dir(3) / "optimizer.safetensors");
-  EXPECT_EQ(weights.metadata().at("format"), "pt");
-  ASSERT_EQ(weights.tensors().size(), saved.specs.size());
-  ASSERT_EQ(moments.tensors().size(), 2 * saved.specs.size());
-  EXPECT_EQ(weights.contains("lm_head.weight"), !GetParam());
+  // One process saves every tensor whole: one shard file, one slice per tensor in the index.
+  const io::SliceIndex index = io::read_slice_index_file(dir(3) / "index.json");
+  ASSERT_EQ(index.size(), 3 * saved.specs.size());
+  EXPECT_EQ(index.contains("lm_head.weight"), !GetParam());
+  const io::SafetensorsFile shard(dir(3) / "shard-00000.safetensors");
+  EXPECT_EQ(shard.metadata().at("format"), "maxctx-slices");
   for (const WeightSpec& spec : saved.specs) {
     const std::vector<int64_t> shape = spec.cols == 1 ? std::vector<int64_t>{spec.rows}
                                                       : std::vector<int64_t>{spec.rows, spec.cols};
-    EXPECT_EQ(weights.info(spec.name).shape, shape) << spec.name;
-    EXPECT_EQ(weights.info(spec.name).dtype, io::StDType::kF32) << spec.name;
-    EXPECT_EQ(moments.info("adam_m." + spec.name).shape, shape) << spec.name;
-    EXPECT_EQ(moments.info("adam_v." + spec.name).shape, shape) << spec.name;
-    const std::vector<float> m = moments.read_f32("adam_m." + spec.name, shape);
+    for (const std::string& name : {spec.name, "adam_m." + spec.name, "adam_v." + spec.name}) {
+      const io::SlicedTensor& t = index.at(name);
+      EXPECT_EQ(t.shape, shape) << name;
+      EXPECT_EQ(t.dtype, io::StDType::kF32) << name;
+      ASSERT_EQ(t.slices.size(), 1u) << name;
+      EXPECT_EQ(t.slices[0].file.filename(), "shard-00000.safetensors");
+      EXPECT_EQ(t.slices[0].byte_begin, shard.data_offset() + shard.info(name + "@0,0").begin);
+    }
+    const std::vector<float> m = shard.read_f32("adam_m." + spec.name + "@0,0", shape);
     EXPECT_EQ(std::memcmp(m.data(), saved.adam_m.data() + spec.offset, m.size() * sizeof(float)), 0)
         << spec.name;
   }
   std::ifstream state_file(dir(3) / "state.json");
   const nlohmann::json state = nlohmann::json::parse(state_file);
-  EXPECT_EQ(state.at("format"), "maxctx-checkpoint-v1");
+  EXPECT_EQ(state.at("format"), "maxctx-checkpoint-v2");
   EXPECT_EQ(state.at("step"), 3);
   EXPECT_EQ(state.at("data_position"), 96);
+  EXPECT_EQ(state.at("num_ranks"), 1);
   EXPECT_EQ(state.at("config"), "model_name: test");
 }
 
@@ -189,7 +196,7 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntied, CheckpointRoundTrip, testing::Bool(),
                            return p.param ? "Tied" : "Untied";
                          });
 
-TEST_F(CheckpointTest, ModelFileLoadsAsHuggingFaceWeights) {
+TEST_F(CheckpointTest, CheckpointLoadsAsWeightsThroughItsIndex) {
   const TrainingState saved(small_config());
   write(saved, 12);
   std::vector<float> loaded(saved.params.size(), 12345.0f);
@@ -240,15 +247,17 @@ TEST_F(CheckpointTest, LatestStepSkipsTemporaryAndIncompleteDirectories) {
   // A crashed write of step 30: complete files, but still under its temporary name.
   fs::copy(dir(20), root / "30.tmp-999", fs::copy_options::recursive);
   write_text(root / "30.tmp-999" / "state.json",
-             R"({"format": "maxctx-checkpoint-v1", "step": 30, "data_position": 0, "config": ""})");
-  // Step 40 lacks its safetensors files; step 50 has them but an unparseable state.json;
+             R"({"format": "maxctx-checkpoint-v2", "step": 30, "data_position": 0,
+                 "num_ranks": 1, "config": ""})");
+  // Step 40 lacks its index and shards; step 50 has them but an unparseable state.json;
   // "0070" is not a step name; a plain file named 80 is not a directory, nor is a dangling link
   // named 90.
   fs::create_directories(dir(40));
   write_text(dir(40) / "state.json",
-             R"({"format": "maxctx-checkpoint-v1", "step": 40, "data_position": 0, "config": ""})");
+             R"({"format": "maxctx-checkpoint-v2", "step": 40, "data_position": 0,
+                 "num_ranks": 1, "config": ""})");
   fs::copy(dir(20), dir(50), fs::copy_options::recursive);
-  write_text(dir(50) / "state.json", R"({"format": "maxctx-checkpoint-v1", "step": 5)");
+  write_text(dir(50) / "state.json", R"({"format": "maxctx-checkpoint-v2", "step": 5)");
   fs::copy(dir(20), root / "0070", fs::copy_options::recursive);
   write_text(root / "80", "not a checkpoint");
   fs::create_directory_symlink(root / "no_such_directory", root / "90");
@@ -266,7 +275,7 @@ TEST_F(CheckpointTest, LatestStepSkipsTemporaryAndIncompleteDirectories) {
   EXPECT_CONTAINS(latest_error(), (dir(50) / "state.json").string() + "' is not valid JSON");
   EXPECT_CONTAINS(latest_error(), "move it away to resume from checkpoint 20");
   fs::remove_all(dir(50));
-  EXPECT_CONTAINS(latest_error(), (dir(40) / "model.safetensors").string() + "' is missing");
+  EXPECT_CONTAINS(latest_error(), (dir(40) / "index.json").string());
   fs::remove_all(dir(40));
   EXPECT_EQ(latest_checkpoint_step(run_dir_), 20);
 
@@ -297,36 +306,37 @@ TEST_F(CheckpointTest, RemoveOldCheckpointsKeepsTheNewest) {
   EXPECT_EQ(latest_checkpoint_step(run_dir_), 8);
 }
 
-// A NaN or Inf in a weight or a moment is refused on resume, naming the file and tensor.
+// A NaN or Inf in a weight or a moment is refused on resume, naming the checkpoint and tensor.
 TEST_F(CheckpointTest, NonFiniteValuesAreAnError) {
   TrainingState s(small_config());
   s.adam_v[s.specs[1].offset + 3] = std::numeric_limits<float>::quiet_NaN();
   write(s, 10);
   std::string message = read_error(10);
-  EXPECT_CONTAINS(message, "optimizer.safetensors': tensor 'adam_v." + s.specs[1].name +
+  EXPECT_CONTAINS(message, dir(10).string() + "': tensor 'adam_v." + s.specs[1].name +
                                "' holds a non-finite value (NaN or Inf) at element 3");
   s.adam_v[s.specs[1].offset + 3] = 0.0f;
   s.params[s.specs[0].offset] = -std::numeric_limits<float>::infinity();
   write(s, 10);
   message = read_error(10);
-  EXPECT_CONTAINS(message, "model.safetensors': tensor '" + s.specs[0].name +
+  EXPECT_CONTAINS(message, dir(10).string() + "': tensor '" + s.specs[0].name +
                                "' holds a non-finite value (NaN or Inf) at element 0");
 }
 
-TEST_F(CheckpointTest, TruncatedModelFileIsAnError) {
+TEST_F(CheckpointTest, TruncatedShardFileIsAnError) {
   write(TrainingState(small_config()), 10);
-  const fs::path model_file = dir(10) / "model.safetensors";
-  fs::resize_file(model_file, fs::file_size(model_file) / 2);
+  const fs::path shard_file = dir(10) / "shard-00000.safetensors";
+  fs::resize_file(shard_file, fs::file_size(shard_file) / 2);
   const std::string message = read_error(10);
-  EXPECT_CONTAINS(message, model_file.string());
+  EXPECT_CONTAINS(message, shard_file.string());
   EXPECT_CONTAINS(message, "truncated");
+  EXPECT_THROW(latest_checkpoint_step(run_dir_), Error);  // damaged, not "no checkpoint"
 }
 
-TEST_F(CheckpointTest, MissingOptimizerFileIsAnError) {
+TEST_F(CheckpointTest, MissingShardFileIsAnError) {
   write(TrainingState(small_config()), 10);
-  fs::remove(dir(10) / "optimizer.safetensors");
+  fs::remove(dir(10) / "shard-00000.safetensors");
   const std::string message = read_error(10);
-  EXPECT_CONTAINS(message, (dir(10) / "optimizer.safetensors").string());
+  EXPECT_CONTAINS(message, (dir(10) / "shard-00000.safetensors").string());
   EXPECT_CONTAINS(message, "is missing");
   EXPECT_THROW(latest_checkpoint_step(run_dir_), Error);  // damaged, not "no checkpoint"
 }
@@ -340,17 +350,17 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelIsAnError) {
   const std::vector<Case> cases = {
       {"larger vocabulary",
        [](LlamaConfig& c) { c.vocab_size = 60; },
-       {"model.safetensors", "tensor 'model.embed_tokens.weight' has shape [60, 16]",
+       {"tensor 'model.embed_tokens.weight' has shape [60, 16]",
         "expects [50, 16]", "different model configuration"}},
       {"wider MLP",
        [](LlamaConfig& c) { c.mlp_dim = 32; },
        {"'model.layers.0.mlp.gate_proj.weight' has shape [32, 16]", "expects [24, 16]"}},
       {"one more layer",
        [](LlamaConfig& c) { c.num_layers = 3; },
-       {"model.safetensors", "holds tensor 'model.layers.2.", "does not have"}},
+       {"holds tensor 'model.layers.2.", "does not have"}},
       {"tied embeddings",
        [](LlamaConfig& c) { c.tie_embeddings = true; },
-       {"model.safetensors", "has no tensor 'lm_head.weight'"}},
+       {dir(10).string(), "has no tensor 'lm_head.weight'"}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -367,43 +377,58 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelIsAnError) {
   EXPECT_CONTAINS(read_error(10, small_config(/*tied=*/true)), "holds tensor 'lm_head.weight'");
 }
 
-// Rewrites optimizer.safetensors in `dir` with `edit` applied to its tensor list.
-void rewrite_optimizer(const fs::path& dir, const TrainingState& s,
-                       const std::function<void(std::vector<io::TensorToWrite>&)>& edit) {
-  std::vector<io::TensorToWrite> tensors;
+// Writes `s` as checkpoint `step` in the older, unsharded layout (maxctx-checkpoint-v1: whole
+// tensors in model.safetensors and optimizer.safetensors), the moments' list edited by `edit`.
+void write_unsharded(const fs::path& run_dir, int64_t step, const TrainingState& s,
+                     const std::function<void(std::vector<io::TensorToWrite>&)>& edit) {
+  const fs::path dir = checkpoint_directory(run_dir, step);
+  fs::create_directories(dir);
+  std::vector<io::TensorToWrite> weights, moments;
   for (const WeightSpec& spec : s.specs) {
     const std::vector<int64_t> shape = spec.cols == 1 ? std::vector<int64_t>{spec.rows}
                                                       : std::vector<int64_t>{spec.rows, spec.cols};
     const auto slice = [&](const std::vector<float>& flat) {
       return std::span<const float>(flat).subspan(spec.offset, spec.numel());
     };
-    tensors.push_back(
+    weights.push_back(io::tensor_to_write(spec.name, io::StDType::kF32, shape, slice(s.params)));
+    moments.push_back(
         io::tensor_to_write("adam_m." + spec.name, io::StDType::kF32, shape, slice(s.adam_m)));
-    tensors.push_back(
+    moments.push_back(
         io::tensor_to_write("adam_v." + spec.name, io::StDType::kF32, shape, slice(s.adam_v)));
   }
-  edit(tensors);
-  io::write_safetensors(dir / "optimizer.safetensors", tensors, {{"format", "pt"}});
+  edit(moments);
+  io::write_safetensors(dir / "model.safetensors", weights, {{"format", "pt"}});
+  io::write_safetensors(dir / "optimizer.safetensors", moments, {{"format", "pt"}});
+  write_text(dir / "state.json",
+             fmt::format(R"({{"format": "maxctx-checkpoint-v1", "step": {}, "data_position": 7,
+                             "config": "old"}})",
+                         step));
+}
+
+TEST_F(CheckpointTest, UnshardedCheckpointsStillLoad) {
+  const TrainingState s(small_config());
+  write_unsharded(run_dir_, 10, s, [](std::vector<io::TensorToWrite>&) {});
+  EXPECT_EQ(latest_checkpoint_step(run_dir_), 10);
+  TrainingState loaded = s.empty_like();
+  const CheckpointState state = read(loaded, 10);
+  EXPECT_FALSE(state.sharded);
+  EXPECT_EQ(state.data_position, 7);
+  EXPECT_TRUE(same_bits(loaded.params, s.params));
+  EXPECT_TRUE(same_bits(loaded.adam_m, s.adam_m));
+  EXPECT_TRUE(same_bits(loaded.adam_v, s.adam_v));
 }
 
 TEST_F(CheckpointTest, MissingOrNonF32OptimizerTensorIsAnError) {
   const TrainingState s(small_config());
-  write(s, 10);
-  // The unedited rewrite reads back: what follows fails only because of the edit.
-  rewrite_optimizer(dir(10), s, [](std::vector<io::TensorToWrite>&) {});
-  TrainingState loaded = s.empty_like();
-  read(loaded, 10);
-  EXPECT_TRUE(same_bits(loaded.adam_v, s.adam_v));
-
-  rewrite_optimizer(dir(10), s, [](std::vector<io::TensorToWrite>& tensors) {
+  write_unsharded(run_dir_, 10, s, [](std::vector<io::TensorToWrite>& tensors) {
     std::erase_if(tensors, [](const auto& t) { return t.name == "adam_m.model.norm.weight"; });
   });
   std::string message = read_error(10);
-  EXPECT_CONTAINS(message, (dir(10) / "optimizer.safetensors").string());
+  EXPECT_CONTAINS(message, dir(10).string());
   EXPECT_CONTAINS(message, "has no tensor 'adam_m.model.norm.weight'");
 
   const std::vector<uint16_t> bf16_ones(16, 0x3f80);
-  rewrite_optimizer(dir(10), s, [&](std::vector<io::TensorToWrite>& tensors) {
+  write_unsharded(run_dir_, 10, s, [&](std::vector<io::TensorToWrite>& tensors) {
     for (io::TensorToWrite& t : tensors) {
       if (t.name == "adam_v.model.norm.weight") {
         t = io::tensor_to_write(t.name, io::StDType::kBF16, {16}, std::span(bf16_ones));
@@ -411,7 +436,6 @@ TEST_F(CheckpointTest, MissingOrNonF32OptimizerTensorIsAnError) {
     }
   });
   message = read_error(10);
-  EXPECT_CONTAINS(message, "optimizer.safetensors");
   EXPECT_CONTAINS(message,
                   "tensor 'adam_v.model.norm.weight' is BF16, this run keeps its weights in F32");
 }
@@ -427,7 +451,7 @@ TEST_F(CheckpointTest, BadStateJsonIsAnError) {
       {R"({"format": "maxctx-checkpoint-v1", "data_position": 0, "config": ""})",
        "has no \"step\""},
       {R"({"format": "orbax", "step": 10, "data_position": 0, "config": ""})",
-       "has format \"orbax\", expected \"maxctx-checkpoint-v1\""},
+       "has format \"orbax\", expected \"maxctx-checkpoint-v2\""},
       {R"({"format": "maxctx-checkpoint-v1", "step": 10, "data_position": -4, "config": ""})",
        "\"data_position\" is -4, expected a non-negative integer"},
       {R"({"format": "maxctx-checkpoint-v1", "step": "10", "data_position": 0, "config": ""})",
@@ -491,7 +515,7 @@ TEST_F(CheckpointTest, ShardedSpecsAndWrongBufferSizesAreRejected) {
   EXPECT_CONTAINS(check_message([&] {
                     write_checkpoint(run_dir_, {}, shard, shard_buffer, shard_buffer, shard_buffer);
                   }),
-                  "is a 8x16 shard of 16x16: gather it first");
+                  "is a 8x16 block of 16x16");
   const std::vector<float> short_buffer(s.params.size() - 1);
   EXPECT_CONTAINS(check_message([&] {
                     write_checkpoint(run_dir_, {}, s.specs, s.params, short_buffer, s.adam_v);

@@ -54,7 +54,7 @@ TEST_P(TrainLoopResume, ReproducesTheUninterruptedRunExactly) {
     first_half.run(2);
     ASSERT_EQ(first_half.step(), 2);
   }
-  ASSERT_TRUE(fs::exists(dir.path() / "resumed" / "checkpoints" / "2" / "model.safetensors"));
+  ASSERT_TRUE(fs::exists(dir.path() / "resumed" / "checkpoints" / "2" / "index.json"));
   Trainer second_half(tiny_config(dir.path(), "resumed", keys), mesh,
                       maxctx::kernels::backend(maxctx::Device::kCpu));
   EXPECT_EQ(second_half.step(), 2);
@@ -103,14 +103,14 @@ TEST(TrainLoop, TruncatedCheckpointIsAClearError) {
                     maxctx::kernels::backend(maxctx::Device::kCpu));
     trainer.run();
   }
-  const fs::path model_file = dir.path() / "run" / "checkpoints" / "2" / "model.safetensors";
+  const fs::path model_file = dir.path() / "run" / "checkpoints" / "2" / "shard-00000.safetensors";
   ASSERT_TRUE(fs::exists(model_file));
   fs::resize_file(model_file, fs::file_size(model_file) / 2);
   const std::string error = error_of([&] {
     Trainer(tiny_config(dir.path(), "run", keys), mesh,
             maxctx::kernels::backend(maxctx::Device::kCpu));
   });
-  EXPECT_NE(error.find("model.safetensors"), std::string::npos) << error;
+  EXPECT_NE(error.find("shard-00000.safetensors"), std::string::npos) << error;
 }
 
 TEST(TrainLoop, MissingDatasetFileIsAClearError) {

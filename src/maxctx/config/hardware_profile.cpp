@@ -187,6 +187,13 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   p.ici = link_of(root, "ici", where);
   p.dcn = link_of(root, "dcn", where);
   if (root["cache_bytes"]) p.cache_bytes = positive_number(root, "cache_bytes", where);
+  if (root["host_memory"]) {
+    try {
+      p.host_memory = root["host_memory"].as<bool>();
+    } catch (const YAML::Exception&) {
+      fail("hardware profile {}: 'host_memory' must be true or false", where);
+    }
+  }
   p.matmul_by_size = rate_tables(root, "matmul_by_size", where);
   p.attention_by_head_dim = rate_tables(root, "attention_by_head_dim", where);
   p.vector_rates = named_numbers(root, "vector_rates", where);
@@ -196,6 +203,9 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
 
 std::string format_hardware_profile(const HardwareProfile& p) {
   std::string detail;
+  if (p.host_memory) {
+    detail += "host_memory: true  # the device's memory is the host's (host staging counts)\n";
+  }
   if (p.cache_bytes > 0) {
     detail += fmt::format(
         "cache_bytes: {:.6g}  # last-level cache per device (the CPU's over the ranks sharing "

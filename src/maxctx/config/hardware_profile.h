@@ -44,6 +44,10 @@ struct HardwareProfile {
   // it); 0 where unknown. A decode step whose weights and KV cache fit in it reads them from
   // there step after step, at the "_decode_cached" rates below.
   double cache_bytes = 0;
+  // Whether the device's memory is the host's (a CPU: probe-hardware writes true). On a GPU or
+  // TPU (spec-sheet profiles) buffers a run keeps in host memory, such as a checkpoint's staged
+  // copy, do not count against the device.
+  bool host_memory = false;
 
   // Measured detail (probe-hardware writes it; spec-sheet profiles leave it out): small
   // matmuls and attention with small heads run below the peak, and a step also spends time in

@@ -154,6 +154,13 @@ using StringList = std::vector<std::string>;
   X(std::string, run_name, "", "", "Run directory name under base_output_directory")           \
   X(bool, enable_checkpointing, true, "", "Write checkpoints")                                  \
   X(int64_t, checkpoint_period, 10000, "", "Steps between checkpoints")                         \
+  X(int64_t, export_max_shard_size, 5000000000, "",                                             \
+    "maxctx export: the largest safetensors file it writes, in bytes (transformers' "            \
+    "max_shard_size, 5GB); a larger model is split over files listed by "                       \
+    "model.safetensors.index.json")                                                             \
+  X(bool, async_checkpointing, true, "",                                                        \
+    "Write each rank's part of a checkpoint in the background from a staged copy while "        \
+    "training goes on (committed once every rank's part is written)")                           \
   X(int64_t, max_num_checkpoints_to_keep, 0, "",                                                \
     "Keep only the newest this many checkpoints, deleting the oldest once a new one is "        \
     "complete (0: keep all, MaxText's None)")                                                   \

@@ -31,8 +31,14 @@ FaultKind parse_kind(std::string_view value, const std::string& text) {
   if (value == "alloc") return FaultKind::kAlloc;
   if (value == "collective") return FaultKind::kCollective;
   if (value == "kill") return FaultKind::kKill;
-  fail("MAXCTX_FAULT = '{}': kind = '{}' is not one of write, alloc, collective, kill", text,
-       value);
+  if (value == "kill_save_start") return FaultKind::kKillSaveStart;
+  if (value == "kill_save_writing") return FaultKind::kKillSaveWriting;
+  if (value == "kill_save_written") return FaultKind::kKillSaveWritten;
+  if (value == "kill_save_commit") return FaultKind::kKillSaveCommit;
+  fail(
+      "MAXCTX_FAULT = '{}': kind = '{}' is not one of write, alloc, collective, kill, "
+      "kill_save_start, kill_save_writing, kill_save_written, kill_save_commit",
+      text, value);
 }
 
 }  // namespace
@@ -66,8 +72,9 @@ FaultPlan parse_fault_plan(const std::string& text) {
   if (!has_rank || !has_step || !has_kind) {
     fail("MAXCTX_FAULT = '{}' needs rank, step and kind (rank=1,step=3,kind=kill)", text);
   }
-  if (plan.kind == FaultKind::kWrite && plan.rank != 0) {
-    fail("MAXCTX_FAULT = '{}': kind=write strikes the checkpoint writer, which is rank 0", text);
+  if (plan.kind == FaultKind::kKillSaveCommit && plan.rank != 0) {
+    fail("MAXCTX_FAULT = '{}': kind=kill_save_commit strikes the committing rank, which is rank 0",
+         text);
   }
   return plan;
 }
@@ -93,6 +100,10 @@ void inject_fault(FaultKind kind, int64_t step) {
       log::rank_info("injected fault (MAXCTX_FAULT): stopping before step {}'s collectives", step);
       while (true) std::this_thread::sleep_for(std::chrono::seconds(1));
     case FaultKind::kKill:
+    case FaultKind::kKillSaveStart:
+    case FaultKind::kKillSaveWriting:
+    case FaultKind::kKillSaveWritten:
+    case FaultKind::kKillSaveCommit:
       std::raise(SIGKILL);
       break;
   }

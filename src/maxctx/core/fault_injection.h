@@ -1,11 +1,15 @@
 // Fault injection for the reliability tests: MAXCTX_FAULT="rank=R,step=K,kind=KIND" makes rank R
-// fail at training step K (0-based, as the step lines print it) in one of four ways:
-//   write       the checkpoint write of step K fails after model.safetensors is written (an I/O
-//               error mid-checkpoint); only rank 0 writes, so R must be 0;
+// fail at training step K (0-based, as the step lines print it) in one of these ways:
+//   write       rank R's part of the checkpoint of step K fails once its file is written (an
+//               I/O error mid-checkpoint);
 //   alloc       an allocation fails (std::bad_alloc) as step K begins;
 //   collective  the rank stops before step K's first collective (sleeps, as a stopped or
 //               hung process would), leaving its peers waiting: the collective watchdog's case;
-//   kill        the rank dies (SIGKILL) as step K begins.
+//   kill        the rank dies (SIGKILL) as step K begins;
+//   kill_save_start, kill_save_writing, kill_save_written, kill_save_commit: the rank dies
+//               during the checkpoint save of step K: before it writes anything, halfway
+//               through its file, once its file is complete, or (rank 0) with index.json
+//               written but the checkpoint not yet renamed into place.
 // The variable is read in this one place, once; a malformed value is a maxctx::Error. Unset (the
 // normal case), every injection point is one branch on a cached null.
 #pragma once
@@ -16,7 +20,16 @@
 
 namespace maxctx {
 
-enum class FaultKind { kWrite, kAlloc, kCollective, kKill };
+enum class FaultKind {
+  kWrite,
+  kAlloc,
+  kCollective,
+  kKill,
+  kKillSaveStart,
+  kKillSaveWriting,
+  kKillSaveWritten,
+  kKillSaveCommit
+};
 
 struct FaultPlan {
   int rank = 0;

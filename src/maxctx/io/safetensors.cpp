@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -619,13 +620,16 @@ std::vector<int32_t> SafetensorsFile::read_i32(std::string_view name,
   return out;
 }
 
-void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+void write_safetensors_streamed(
+    const std::filesystem::path& path, std::span<const TensorHeader> tensors,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<std::span<const std::byte>(size_t index)>& bytes_of) {
   const auto bad_write = [&](const std::string& what) {
     fail("cannot write safetensors file '{}': {}", path.string(), what);
   };
-  std::vector<const TensorToWrite*> order;
-  for (const TensorToWrite& tensor : tensors) {
+  std::vector<size_t> order;
+  std::vector<uint64_t> sizes;
+  for (const TensorHeader& tensor : tensors) {
     if (tensor.name == kMetadataKey)
       bad_write("'__metadata__' is reserved and cannot name a tensor");
     const std::optional<int64_t> numel = checked_numel(tensor.shape);
@@ -633,19 +637,14 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
       bad_write(fmt::format("tensor '{}' has an invalid shape {}", tensor.name,
                             shape_string(tensor.shape)));
     }
-    const uint64_t expected = static_cast<uint64_t>(*numel) * element_size(tensor.dtype);
-    if (tensor.data.size() != expected) {
-      bad_write(fmt::format("tensor '{}' ({} {}) needs {} bytes, got {}", tensor.name,
-                            st_dtype_name(tensor.dtype), shape_string(tensor.shape), expected,
-                            tensor.data.size()));
-    }
-    order.push_back(&tensor);
+    sizes.push_back(static_cast<uint64_t>(*numel) * element_size(tensor.dtype));
+    order.push_back(order.size());
   }
   std::sort(order.begin(), order.end(),
-            [](const TensorToWrite* a, const TensorToWrite* b) { return a->name < b->name; });
+            [&](size_t a, size_t b) { return tensors[a].name < tensors[b].name; });
   for (size_t i = 1; i < order.size(); ++i) {
-    if (order[i]->name == order[i - 1]->name) {
-      bad_write(fmt::format("tensor name '{}' is given twice", order[i]->name));
+    if (tensors[order[i]].name == tensors[order[i - 1]].name) {
+      bad_write(fmt::format("tensor name '{}' is given twice", tensors[order[i]].name));
     }
   }
 
@@ -653,11 +652,11 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   uint64_t offset = 0;
-  for (const TensorToWrite* tensor : order) {
-    header[tensor->name] = {{"dtype", st_dtype_name(tensor->dtype)},
-                            {"shape", tensor->shape},
-                            {"data_offsets", {offset, offset + tensor->data.size()}}};
-    offset += tensor->data.size();
+  for (const size_t i : order) {
+    header[tensors[i].name] = {{"dtype", st_dtype_name(tensors[i].dtype)},
+                               {"shape", tensors[i].shape},
+                               {"data_offsets", {offset, offset + sizes[i]}}};
+    offset += sizes[i];
   }
   std::string header_text;
   try {
@@ -673,26 +672,51 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   tmp += ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) bad_write(fmt::format("cannot create '{}': {}", tmp.string(), errno_text()));
-  bool ok =
-      write_all(fd, reinterpret_cast<const std::byte*>(&header_size), sizeof(header_size)) &&
-      write_all(fd, reinterpret_cast<const std::byte*>(header_text.data()), header_text.size());
-  for (size_t i = 0; ok && i < order.size(); ++i) {
-    ok = write_all(fd, order[i]->data.data(), order[i]->data.size());
+  std::string reason;
+  bool ok = true;
+  try {
+    ok = write_all(fd, reinterpret_cast<const std::byte*>(&header_size), sizeof(header_size)) &&
+         write_all(fd, reinterpret_cast<const std::byte*>(header_text.data()),
+                   header_text.size());
+    for (size_t k = 0; ok && k < order.size(); ++k) {
+      const std::span<const std::byte> data = bytes_of(order[k]);
+      if (data.size() != sizes[order[k]]) {
+        reason = fmt::format("tensor '{}' ({} {}) needs {} bytes, got {}", tensors[order[k]].name,
+                             st_dtype_name(tensors[order[k]].dtype),
+                             shape_string(tensors[order[k]].shape), sizes[order[k]], data.size());
+        break;
+      }
+      ok = write_all(fd, data.data(), data.size());
+    }
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
   }
-  ok = ok && ::fsync(fd) == 0;
-  std::string reason = ok ? "" : errno_text();
-  if (::close(fd) != 0 && ok) {
-    ok = false;
+  if (ok && reason.empty()) {
+    ok = ::fsync(fd) == 0;
+    if (!ok) reason = errno_text();
+  } else if (!ok) {
     reason = errno_text();
   }
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ok = false;
+  if (::close(fd) != 0 && reason.empty()) reason = errno_text();
+  if (reason.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     reason = fmt::format("cannot rename '{}' into place: {}", tmp.string(), errno_text());
   }
-  if (!ok) {
+  if (!reason.empty()) {
     ::unlink(tmp.c_str());
     bad_write(reason);
   }
+}
+
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<TensorHeader> headers;
+  for (const TensorToWrite& tensor : tensors) {
+    headers.push_back({tensor.name, tensor.dtype, tensor.shape});
+  }
+  write_safetensors_streamed(path, headers, metadata,
+                             [&](size_t i) { return tensors[i].data; });
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) : origin_(path) {

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -87,6 +88,8 @@ class SafetensorsFile {
   const std::filesystem::path& path() const { return path_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }  // sorted by name
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Where the data section starts in the file: a tensor's bytes are at data_offset() + begin.
+  uint64_t data_offset() const { return static_cast<uint64_t>(data_ - map_); }
 
   const TensorInfo* find(std::string_view name) const;  // nullptr when absent
   bool contains(std::string_view name) const { return find(name) != nullptr; }
@@ -154,6 +157,20 @@ TensorToWrite tensor_to_write(std::string name, StDType dtype, std::vector<int64
 // an I/O failure (the .tmp file is removed).
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A tensor's entry in the header, without its bytes.
+struct TensorHeader {
+  std::string name;
+  StDType dtype = StDType::kF32;
+  std::vector<int64_t> shape;
+};
+// The same file, written tensor by tensor: `bytes_of(i)` gives tensors[i]'s bytes just before
+// they are written (the span need only live until the next call), so a writer holds one tensor
+// at a time (`maxctx export` of a model larger than memory). Same checks, same atomic rename.
+void write_safetensors_streamed(
+    const std::filesystem::path& path, std::span<const TensorHeader> tensors,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<std::span<const std::byte>(size_t index)>& bytes_of);
 
 // A checkpoint as Hugging Face ships it: one model.safetensors, or shards listed by
 // model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor: shard file}}). Shards

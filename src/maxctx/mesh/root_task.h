@@ -16,6 +16,14 @@ namespace maxctx {
 // for rank 0's outcome, as a barrier would.
 void run_on_root(const Communicator& comm, const std::function<void()>& task);
 
+// Collective over `comm`: every rank runs `task`; if it throws on any rank, every rank throws
+// maxctx::Error with the message of the lowest failing rank, prefixed "rank R: " (so rank 0,
+// which prints, names it), else every rank returns. Work every rank does on its own files (a
+// checkpoint's shards), whose failure on one rank must not leave the others waiting.
+void run_on_every_rank(const Communicator& comm, const std::function<void()>& task);
+// The same outcome for a failure already caught: `error` empty where this rank succeeded.
+void agree_on_errors(const Communicator& comm, const std::string& error);
+
 // What a successful run_on_root sends: one broadcast of the outcome (failed, message size).
 inline constexpr int64_t kRootTaskBroadcastBytes = 2 * sizeof(int64_t);
 

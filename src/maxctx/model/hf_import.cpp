@@ -15,6 +15,7 @@
 #include "maxctx/core/finite.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/io/sliced_tensors.h"
 
 namespace maxctx::model {
 namespace {
@@ -226,67 +227,64 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
   return m;
 }
 
-// NaN or Inf in a weight would decode garbage with exit 0: refused, naming the tensor.
-void check_finite(const TensorView& values, const std::string& name, const fs::path& dir) {
-  if (const std::optional<int64_t> bad = first_non_finite(values)) {
-    fail(
-        "{}: tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
-        "damaged",
-        dir.string(), name, *bad);
-  }
-}
-
 }  // namespace
 
-void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
-                     const fs::path& checkpoint_dir) {
-  const io::SafetensorsCheckpoint checkpoint(checkpoint_dir);
-  std::vector<float> full;
+void check_weight_tensors(const io::SliceReader& tensors, const std::vector<WeightSpec>& specs) {
   for (const WeightSpec& s : specs) {
+    const io::SlicedTensor& t = tensors.tensor(s.name);
     const std::vector<int64_t> shape = s.global_cols == 1
                                            ? std::vector<int64_t>{s.global_rows}
                                            : std::vector<int64_t>{s.global_rows, s.global_cols};
-    full = checkpoint.read_f32(s.name, shape);
-    check_finite(TensorView::of(full.data(), static_cast<int64_t>(full.size())), s.name,
-                 checkpoint_dir);
-    float* out = flat + s.offset;
-    for (int64_t r = 0; r < s.rows; ++r) {
-      const float* row = full.data() + (s.row_offset + r) * s.global_cols + s.col_offset;
-      std::copy(row, row + s.cols, out + r * s.cols);
+    if (t.shape != shape) {
+      fail("tensor '{}' has shape {}, this model expects {}; the checkpoint is of a different "
+           "model configuration",
+           s.name, io::shape_string(t.shape), io::shape_string(shape));
     }
+    if (t.dtype != io::StDType::kF32 && t.dtype != io::StDType::kBF16 &&
+        t.dtype != io::StDType::kF16) {
+      fail("tensor '{}' is {}; weights load from F32, BF16 or F16", s.name,
+           io::st_dtype_name(t.dtype));
+    }
+  }
+}
+
+void load_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
+                  TensorView flat, const io::SliceReader& tensors) {
+  MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
+  check_weight_tensors(tensors, specs);
+  const bool host_memory = kernels.device() == Device::kCpu;
+  Tensor staging;  // one block on the host, for a backend whose memory is not the host's
+  for (const WeightSpec& s : specs) {
+    if (s.numel() == 0) continue;  // another expert rank's expert: not read from disk
+    const TensorView out = flat.elements(s.offset, s.numel());
+    TensorView host = out;
+    if (!host_memory) {
+      if (staging.numel() < out.numel() || staging.dtype() != out.dtype()) {
+        staging = Tensor({out.numel()}, out.dtype());
+      }
+      host = staging.view().elements(0, out.numel());
+    }
+    // This rank's block only: its rows and columns of the tensor, nothing else is read.
+    tensors.read(s.name, io::Rect{s.row_offset, s.col_offset, s.rows, s.cols}, host);
+    if (const std::optional<int64_t> bad = first_non_finite(host)) {
+      fail("tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
+           "damaged",
+           s.name, *bad);
+    }
+    if (!host_memory) kernels.copy_from_host(out.raw(), host.raw(), out.bytes());
   }
 }
 
 void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
                      TensorView flat, const fs::path& checkpoint_dir) {
-  MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
-  const io::SafetensorsCheckpoint checkpoint(checkpoint_dir);
-  // Each tensor is read and checked on the host, then its rows of this rank's block cross into
-  // the backend's memory (one copy for a whole tensor).
-  Tensor full;  // on the host, flat's dtype
-  for (const WeightSpec& s : specs) {
-    if (s.numel() == 0) continue;  // another expert rank's expert: not read from disk
-    const Shape shape =
-        s.global_cols == 1 ? Shape{s.global_rows} : Shape{s.global_rows, s.global_cols};
-    const TensorView out = flat.elements(s.offset, s.numel());
-    if (full.numel() < shape.numel() || full.dtype() != flat.dtype()) {
-      full = Tensor({shape.numel()}, flat.dtype());
-    }
-    const TensorView whole = full.view().elements(0, shape.numel());
-    checkpoint.read_into(s.name, whole.reshaped(shape));
-    check_finite(whole, s.name, checkpoint_dir);
-    if (s.rows == s.global_rows && s.cols == s.global_cols) {
-      kernels.copy_from_host(out.raw(), whole.raw(), out.bytes());
-      continue;
-    }
-    for (int64_t r = 0; r < s.rows; ++r) {
-      const TensorView row = out.elements(r * s.cols, s.cols);
-      kernels.copy_from_host(
-          row.raw(),
-          whole.elements((s.row_offset + r) * s.global_cols + s.col_offset, s.cols).raw(),
-          row.bytes());
-    }
-  }
+  load_weights(kernels, specs, flat,
+               io::SliceReader(io::open_tensor_index(checkpoint_dir), checkpoint_dir.string()));
+}
+
+void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
+                     const fs::path& checkpoint_dir) {
+  load_hf_weights(kernels::backend(Device::kCpu), specs,
+                  TensorView::of(flat, total_numel(specs)), checkpoint_dir);
 }
 
 void save_hf_weights(const std::vector<WeightSpec>& specs, const float* flat, const fs::path& path,

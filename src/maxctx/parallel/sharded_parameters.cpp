@@ -121,26 +121,6 @@ void ShardedParameters::add_grad_norm_traffic(Traffic& traffic, const std::strin
   traffic.add(tensor_axis, CollectiveKind::kAllReduce, sizeof(double));
 }
 
-void ShardedParameters::set_from_full(TensorView full_params, TensorView full_m,
-                                      TensorView full_v) {
-  MAXCTX_CHECK_EQ(full_params.numel(), full_size(), "full parameter buffer size");
-  if (full_m.empty()) {
-    kernels_.fill_zero(adam_m_.view());
-    kernels_.fill_zero(adam_v_.view());
-  }
-  for (const Unit& u : units_) {
-    const auto shard = [&](const Tensor& t) {
-      return t.view().elements(u.shard_offset, u.shard_count);
-    };
-    kernels_.copy(shard(master_), full_params.elements(u.shard_begin, u.shard_count));
-    if (!full_m.empty()) {
-      kernels_.copy(shard(adam_m_), full_m.elements(u.shard_begin, u.shard_count));
-      kernels_.copy(shard(adam_v_), full_v.elements(u.shard_begin, u.shard_count));
-    }
-  }
-  std::fill(gathered_.begin(), gathered_.end(), false);
-}
-
 void ShardedParameters::initialise_shard(
     const std::function<void(int64_t begin, std::span<float> out)>& values) {
   kernels_.fill_zero(adam_m_.view());

@@ -105,9 +105,8 @@ class ShardedParameters final : public WeightPlan {
   TensorView adam_m() const { return adam_m_.view(); }
   TensorView adam_v() const { return adam_v_.view(); }
 
-  // Sets the master shard from a full buffer of this tensor rank's weights (initialisation,
-  // checkpoint load; empty moments: zero); every rank passes the same full buffer.
-  void set_from_full(TensorView full_params, TensorView full_m, TensorView full_v);
+  // This rank's part of each unit: what it owns, and so what it saves and restores.
+  const std::vector<Unit>& units() const { return units_; }
   // Sets the master shard to `values(begin, out)`: the f32 values of full-buffer elements
   // [begin, begin + out.size()), rounded to weight_dtype; zero moments. An initialisation that
   // never holds more than one unit's shard on the host (model::init_weight_range).

@@ -83,4 +83,37 @@ std::vector<FlatRange> weight_units(const std::vector<WeightSpec>& specs) {
   return units;
 }
 
+std::vector<FlatSlice> flat_slices(const std::vector<WeightSpec>& specs, int64_t begin,
+                                   int64_t end) {
+  std::vector<FlatSlice> slices;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec& s = specs[i];
+    const int64_t first = std::max(begin, s.offset) - s.offset;
+    const int64_t last = std::min(end, s.offset + s.numel()) - s.offset;
+    // Walk the block's elements [first, last): a row's tail, whole rows, a row's head.
+    for (int64_t at = first; at < last;) {
+      const int64_t r = at / s.cols;
+      const int64_t c = at % s.cols;
+      if (c != 0 || last - at < s.cols) {
+        const int64_t n = std::min(s.cols - c, last - at);
+        slices.push_back(
+            {static_cast<int>(i), s.row_offset + r, s.col_offset + c, 1, n, s.offset + at});
+        at += n;
+      } else {
+        const int64_t rows = (last - at) / s.cols;
+        slices.push_back(
+            {static_cast<int>(i), s.row_offset + r, s.col_offset, rows, s.cols, s.offset + at});
+        at += rows * s.cols;
+      }
+    }
+  }
+  return slices;
+}
+
+bool saves_copy(const WeightSpec& spec, const ReplicaPosition& at) {
+  if (at.data != 0 || at.context != 0) return false;
+  if (spec.split == TensorSplit::kReplicated && at.tensor != 0) return false;
+  return spec.expert_weight() || at.expert == 0;
+}
+
 }  // namespace maxctx::parallel

@@ -99,4 +99,29 @@ FlatRange layer_range(const std::vector<WeightSpec>& specs, int layer);
 // [embedding, layer 0, ..., layer L-1, final norm + lm_head]. fsdp shards unit by unit.
 std::vector<FlatRange> weight_units(const std::vector<WeightSpec>& specs);
 
+// Part of one weight tensor that is contiguous in a flat buffer: rows x cols elements of the
+// unsharded tensor from (row, col), row-major from flat element `flat_begin`. What sharded
+// checkpoints store and read: any flat range maps to such parts, whatever the tensor split.
+struct FlatSlice {
+  int spec;  // index in the spec list
+  int64_t row, col;
+  int64_t rows, cols;
+  int64_t flat_begin;
+  int64_t numel() const { return rows * cols; }
+};
+// The parts of the tensors that elements [begin, end) of the flat buffer laid out by `specs`
+// hold, in flat order: per tensor at most three (a partial first row of its block, whole rows,
+// a partial last row).
+std::vector<FlatSlice> flat_slices(const std::vector<WeightSpec>& specs, int64_t begin,
+                                   int64_t end);
+
+// Where a rank sits among the copies of the weights, for deciding which copy a checkpoint
+// saves: every element is written by exactly one rank. Copies over data and context are the
+// same, as are a replicated tensor's over `tensor` and the non-expert weights over `expert`.
+struct ReplicaPosition {
+  int64_t data = 0, context = 0, tensor = 0, expert = 0;  // this rank's mesh coordinates
+};
+// Whether the rank at `at` saves its copy of `spec` (of its fsdp shard of it).
+bool saves_copy(const WeightSpec& spec, const ReplicaPosition& at);
+
 }  // namespace maxctx::parallel

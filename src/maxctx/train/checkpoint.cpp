@@ -1,30 +1,38 @@
-// Checkpoint directories: write to a temporary directory, sync, rename; read back with every
-// tensor's name, dtype and shape checked against the model's weight specs before a byte is copied.
+// Checkpoint directories: sharded writes committed by a rename, reads through the slice index,
+// and the directory bookkeeping (latest step, retention, debris of interrupted saves).
 //
-// Durability order: each safetensors file is synced by write_safetensors, state.json here, then
-// the temporary directory (its entries), then, after the rename, the checkpoints directory (the
-// new name). A reader that sees <step>/ therefore sees all three files whole.
+// Durability order of a save: each rank's shard file is synced by write_safetensors before the
+// ranks agree that all are written; then rank 0 writes and syncs index.json and state.json,
+// syncs the temporary directory (its entries), renames it to <step> and syncs the checkpoints
+// directory (the new name). A reader that sees <step>/ therefore sees every file whole.
 #include "maxctx/train/checkpoint.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
+#include <thread>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/fault_injection.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/json_checks.h"
+#include "maxctx/core/log.h"
+#include "maxctx/io/durable_file.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/mesh/root_task.h"
 
 namespace maxctx::train {
 namespace {
@@ -33,32 +41,24 @@ namespace fs = std::filesystem;
 using model::WeightSpec;
 
 constexpr std::string_view kCheckpointsDir = "checkpoints";
+constexpr std::string_view kStateFile = "state.json";
+// The unsharded (v1) checkpoint's files.
 constexpr std::string_view kModelFile = "model.safetensors";
 constexpr std::string_view kOptimizerFile = "optimizer.safetensors";
-constexpr std::string_view kStateFile = "state.json";
 // Any directory entry whose name holds this is a write in progress or the debris of one.
 constexpr std::string_view kTemporaryMarker = ".tmp-";
+// The tag of the index parts' messages to rank 0 (no other point-to-point traffic is in flight
+// on the world communicator between steps).
+constexpr int kIndexPartTag = 31001;
 
 std::string errno_text() { return std::strerror(errno); }
+
+std::string shard_file_name(int rank) { return fmt::format("shard-{:05d}.safetensors", rank); }
 
 // The shape Hugging Face stores: vectors (norm scales) are 1-D.
 std::vector<int64_t> global_shape(const WeightSpec& spec) {
   if (spec.global_cols == 1) return {spec.global_rows};
   return {spec.global_rows, spec.global_cols};
-}
-
-void check_layout(const std::vector<WeightSpec>& specs, size_t buffer_size, const char* what) {
-  for (const WeightSpec& spec : specs) {
-    MAXCTX_CHECK(spec.rows == spec.global_rows && spec.cols == spec.global_cols,
-                 "checkpoints hold whole tensors; '{}' is a {}x{} shard of {}x{}: gather it first",
-                 spec.name, spec.rows, spec.cols, spec.global_rows, spec.global_cols);
-    MAXCTX_CHECK(
-        spec.offset >= 0 && spec.offset + spec.numel() <= static_cast<int64_t>(buffer_size),
-        "'{}' at [{}, {}) lies outside the {} buffer of {} elements", spec.name, spec.offset,
-        spec.offset + spec.numel(), what, buffer_size);
-  }
-  MAXCTX_CHECK_EQ(static_cast<int64_t>(buffer_size), model::total_numel(specs),
-                  "the {} buffer must hold exactly the specs' elements", what);
 }
 
 // A canonical step name ("0", "120"; not "012" or "+5"), so that a step maps to one directory.
@@ -70,42 +70,9 @@ std::optional<int64_t> parse_step_name(std::string_view name) {
   return step;
 }
 
-void sync_path(const fs::path& path, bool directory) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0));
-  if (fd < 0) fail("cannot open '{}' to sync it: {}", path.string(), errno_text());
-  const bool ok = ::fsync(fd) == 0;
-  const std::string reason = ok ? "" : errno_text();
-  ::close(fd);
-  if (!ok) fail("cannot sync '{}': {}", path.string(), reason);
-}
-
-void write_synced_text(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("cannot create '{}': {}", path.string(), errno_text());
-  const char* data = text.data();
-  size_t left = text.size();
-  bool ok = true;
-  while (ok && left > 0) {
-    const ssize_t written = ::write(fd, data, left);
-    if (written < 0 && errno == EINTR) continue;
-    ok = written >= 0;
-    if (ok) {
-      data += written;
-      left -= static_cast<size_t>(written);
-    }
-  }
-  ok = ok && ::fsync(fd) == 0;
-  std::string reason = ok ? "" : errno_text();
-  if (::close(fd) != 0 && ok) {
-    ok = false;
-    reason = errno_text();
-  }
-  if (!ok) fail("cannot write '{}': {}", path.string(), reason);
-}
-
-// Debris of an interrupted write (or of a replaced checkpoint) is removed; there is one writer
-// per run directory, so no temporary directory here belongs to a live write.
-void remove_temporaries(const fs::path& root) {
+// Debris of interrupted saves (or of a replaced checkpoint). Called only between saves, by the
+// one rank that commits, so no temporary directory here belongs to a live write.
+std::vector<std::string> remove_temporaries(const fs::path& root) {
   std::error_code ec;
   std::vector<fs::path> stale;
   for (auto it = fs::directory_iterator(root, ec); !ec && it != fs::directory_iterator();
@@ -115,10 +82,13 @@ void remove_temporaries(const fs::path& root) {
     }
   }
   if (ec) fail("cannot list checkpoint directory '{}': {}", root.string(), ec.message());
+  std::vector<std::string> names;
   for (const fs::path& path : stale) {
     fs::remove_all(path, ec);
     if (ec) fail("cannot remove stale temporary '{}': {}", path.string(), ec.message());
+    names.push_back(path.filename().string());
   }
+  return names;
 }
 
 // Moves the finished temporary directory to `final_dir`. An existing checkpoint of the same step
@@ -150,13 +120,25 @@ std::string brief(const nlohmann::json& value) {
   return text;
 }
 
-// Parses and validates state.json of the checkpoint directory for `step`.
+// Parses and validates state.json of the checkpoint directory for `step` (either format).
 CheckpointState parse_state(const fs::path& path, int64_t step) {
   std::ifstream in(path);
   if (!in) fail("checkpoint state '{}' cannot be read: {}", path.string(), errno_text());
+  // A state.json is a few KB; its config string is the largest part. Bounded before parsing,
+  // and its nesting checked, so a hostile file cannot exhaust memory or the stack.
+  constexpr std::streamsize kMaxStateBytes = 64 << 20;
+  std::string text(static_cast<size_t>(kMaxStateBytes) + 1, '\0');
+  in.read(text.data(), kMaxStateBytes + 1);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (static_cast<std::streamsize>(text.size()) > kMaxStateBytes) {
+    fail("checkpoint state '{}' is larger than 64 MiB; it is not a maxctx state.json",
+         path.string());
+  }
+  const JsonCheck check = check_json(text);
+  if (check.error) fail("checkpoint state '{}' is not valid JSON ({})", path.string(), *check.error);
   nlohmann::json state;
   try {
-    state = nlohmann::json::parse(in);
+    state = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("checkpoint state '{}' is not valid JSON ({})", path.string(), e.what());
   }
@@ -182,13 +164,16 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
     return value.get<int64_t>();
   };
   const nlohmann::json& format = field("format");
-  if (!format.is_string() || format.get<std::string>() != kCheckpointFormat) {
-    fail("checkpoint state '{}' has format {}, expected \"{}\"", path.string(), brief(format),
-         kCheckpointFormat);
-  }
   CheckpointState result;
+  if (format == kUnshardedCheckpointFormat) {
+    result.sharded = false;
+  } else if (format != kCheckpointFormat) {
+    fail("checkpoint state '{}' has format {}, expected \"{}\" (or the older \"{}\")",
+         path.string(), brief(format), kCheckpointFormat, kUnshardedCheckpointFormat);
+  }
   result.step = integer("step");
   result.data_position = integer("data_position");
+  if (result.sharded) result.num_ranks = integer("num_ranks");
   const nlohmann::json& config = field("config");
   if (!config.is_string()) {
     fail("checkpoint state '{}': \"config\" is {}, expected a string", path.string(),
@@ -202,16 +187,45 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
   return result;
 }
 
-// Why the checkpoint directory of `step` is not complete, or nullopt when it is.
-std::optional<std::string> incompleteness(const fs::path& dir, int64_t step) {
-  std::error_code ec;
-  for (const std::string_view file : {kModelFile, kOptimizerFile}) {
-    if (!fs::is_regular_file(dir / file, ec)) {
-      return fmt::format("'{}' is missing", (dir / file).string());
+// The tensors of checkpoint directory `dir` whose state is `state`: its index (sharded), or its
+// two whole-tensor files (v1).
+io::SliceIndex checkpoint_index(const fs::path& dir, const CheckpointState& state) {
+  if (state.sharded) return io::read_slice_index_file(dir / io::kSliceIndexName);
+  io::SliceIndex index;
+  for (const std::string_view name : {kModelFile, kOptimizerFile}) {
+    std::error_code ec;
+    if (!fs::is_regular_file(dir / name, ec)) {
+      fail("checkpoint file '{}' is missing; an unsharded checkpoint holds {}, {} and {}",
+           (dir / name).string(), kModelFile, kOptimizerFile, kStateFile);
     }
+    io::add_whole_tensors(io::SafetensorsFile(dir / name), index);
   }
+  return index;
+}
+
+// Why the checkpoint directory of `step` is not complete, or nullopt when it is: state.json and
+// the index parse, and every file the index names exists and is long enough.
+std::optional<std::string> incompleteness(const fs::path& dir, int64_t step) {
   try {
-    parse_state(dir / kStateFile, step);
+    const CheckpointState state = parse_state(dir / kStateFile, step);
+    const io::SliceIndex index = checkpoint_index(dir, state);
+    std::map<fs::path, uint64_t> needed;
+    for (const auto& [name, t] : index) {
+      for (const io::SliceLocation& s : t.slices) {
+        uint64_t& end = needed[s.file];
+        end = std::max(end, s.byte_begin + static_cast<uint64_t>(s.rect.numel()) *
+                                               io::element_size(t.dtype));
+      }
+    }
+    for (const auto& [file, end] : needed) {
+      std::error_code ec;
+      const uintmax_t size = fs::file_size(file, ec);
+      if (ec) return fmt::format("'{}' is missing", file.string());
+      if (size < end) {
+        return fmt::format("'{}' is {} bytes, shorter than its index says ({}); it is truncated",
+                           file.string(), size, end);
+      }
+    }
   } catch (const Error& e) {
     return e.what();
   }
@@ -249,74 +263,54 @@ std::vector<int64_t> complete_steps(const fs::path& run_dir) {
   return steps;
 }
 
-struct TensorTarget {
-  std::string name;
-  std::vector<int64_t> shape;
-  TensorView out;  // in the weights' dtype: the file must hold the same
-};
+// The temporary directory of a save: rank 0's pid tells concurrent jobs' debris apart.
+fs::path temporary_directory(const fs::path& run_dir, int64_t step, int64_t id) {
+  return run_dir / kCheckpointsDir / fmt::format("{}{}{}", step, kTemporaryMarker, id);
+}
 
-// Weights are written in their own dtype (f32 or bf16: the run's weight_dtype).
-io::StDType file_dtype(DType dtype) { return io::st_dtype_of(dtype); }
+// Makes `tmp_dir` the checkpoint of `state.step`: index, state, sync, rename (rank 0's part).
+void commit_directory(const fs::path& run_dir, const fs::path& tmp_dir,
+                      const CheckpointState& state, const io::SliceIndex& index) {
+  io::write_slice_index_file(tmp_dir / io::kSliceIndexName, index);
+  const nlohmann::ordered_json state_json = {{"format", kCheckpointFormat},
+                                             {"step", state.step},
+                                             {"data_position", state.data_position},
+                                             {"num_ranks", state.num_ranks},
+                                             {"config", state.config_text}};
+  io::write_synced_text(tmp_dir / kStateFile, state_json.dump(2) + "\n");
+  io::sync_path(tmp_dir, /*directory=*/true);
+  inject_fault(FaultKind::kKillSaveCommit, state.step);
+  install_directory(tmp_dir, checkpoint_directory(run_dir, state.step));
+  io::sync_path(run_dir / kCheckpointsDir, /*directory=*/true);
+}
 
-// Validates every tensor of the file against `targets` (present, F32, right shape, nothing
-// extra) and only then copies them.
-void read_tensors(const fs::path& path, const std::vector<TensorTarget>& targets) {
+// Creates the checkpoints directory and an empty temporary directory for a save.
+void create_temporary(const fs::path& run_dir, const fs::path& tmp_dir) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) {
-    fail("checkpoint file '{}' is missing; a checkpoint directory holds {}, {} and {}",
-         path.string(), kModelFile, kOptimizerFile, kStateFile);
+  fs::create_directories(run_dir / kCheckpointsDir, ec);
+  if (ec) {
+    fail("cannot create checkpoint directory '{}': {}", (run_dir / kCheckpointsDir).string(),
+         ec.message());
   }
-  const io::SafetensorsFile file(path);
-  std::set<std::string_view> expected;
-  for (const TensorTarget& target : targets) {
-    expected.insert(target.name);
-    const io::TensorInfo* info = file.find(target.name);
-    if (info == nullptr) {
-      fail(
-          "checkpoint file '{}' has no tensor '{}' ({} tensors, this model needs {}); the "
-          "checkpoint is of a different model configuration",
-          path.string(), target.name, file.tensors().size(), targets.size());
-    }
-    if (info->dtype != file_dtype(target.out.dtype())) {
-      fail(
-          "checkpoint file '{}': tensor '{}' is {}, this run keeps its weights in {} "
-          "(weight_dtype); resume with the weight_dtype the checkpoint was written with",
-          path.string(), target.name, io::st_dtype_name(info->dtype),
-          io::st_dtype_name(file_dtype(target.out.dtype())));
-    }
-    if (info->shape != target.shape) {
-      fail(
-          "checkpoint file '{}': tensor '{}' has shape {}, this model expects {}; the checkpoint "
-          "is of a different model configuration",
-          path.string(), target.name, io::shape_string(info->shape),
-          io::shape_string(target.shape));
-    }
-  }
-  for (const io::TensorInfo& info : file.tensors()) {
-    if (!expected.contains(info.name)) {
-      fail(
-          "checkpoint file '{}' holds tensor '{}', which this model does not have; the "
-          "checkpoint is of a different model configuration",
-          path.string(), info.name);
-    }
-  }
-  for (const TensorTarget& target : targets) {
-    file.read_into(target.name, target.out);
-    if (const std::optional<int64_t> bad = first_non_finite(target.out)) {
-      fail(
-          "checkpoint file '{}': tensor '{}' holds a non-finite value (NaN or Inf) at element "
-          "{}; the file is damaged or the run had diverged when it was saved",
-          path.string(), target.name, *bad);
-    }
-  }
+  remove_temporaries(run_dir / kCheckpointsDir);
+  fs::create_directory(tmp_dir, ec);
+  if (ec) fail("cannot create '{}': {}", tmp_dir.string(), ec.message());
 }
 
-Shape shape_of(const std::vector<int64_t>& dims) {
-  return dims.size() == 1 ? Shape{dims[0]} : Shape{dims[0], dims[1]};
-}
-
-std::string moment_name(std::string_view moment, const WeightSpec& spec) {
-  return fmt::format("{}.{}", moment, spec.name);
+// This rank's file of a save; the fault injection points of a save's middle.
+io::SliceIndex write_shard(const fs::path& tmp_dir, int rank, const CheckpointState& state,
+                           const StagedSlices& staged) {
+  inject_fault(FaultKind::kKillSaveStart, state.step);
+  io::SliceIndex written;
+  if (!staged.slices.empty()) {
+    const size_t halfway = staged.slices.size() / 2;
+    written = io::write_slice_file(tmp_dir / shard_file_name(rank), staged.slices, [&](size_t i) {
+      if (i == halfway) inject_fault(FaultKind::kKillSaveWriting, state.step);
+    });
+  }
+  inject_fault(FaultKind::kWrite, state.step);  // tests: an I/O error mid-checkpoint
+  inject_fault(FaultKind::kKillSaveWritten, state.step);
+  return written;
 }
 
 }  // namespace
@@ -325,67 +319,8 @@ fs::path checkpoint_directory(const fs::path& run_dir, int64_t step) {
   return run_dir / kCheckpointsDir / std::to_string(step);
 }
 
-void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
-                      const std::vector<WeightSpec>& specs, std::span<const float> params,
-                      std::span<const float> adam_m, std::span<const float> adam_v) {
-  const auto view = [](std::span<const float> v) {
-    return TensorView::of(v.data(), static_cast<int64_t>(v.size()));
-  };
-  write_checkpoint(run_dir, state, specs, view(params), view(adam_m), view(adam_v));
-}
-
-void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
-                      const std::vector<WeightSpec>& specs, TensorView params, TensorView adam_m,
-                      TensorView adam_v) {
-  check_layout(specs, params.numel(), "parameter");
-  check_layout(specs, adam_m.numel(), "adam_m");
-  check_layout(specs, adam_v.numel(), "adam_v");
-  MAXCTX_CHECK(adam_m.dtype() == params.dtype() && adam_v.dtype() == params.dtype(),
-               "parameters and moments of one dtype");
-  const io::StDType dtype = file_dtype(params.dtype());
-  MAXCTX_CHECK(state.step >= 0 && state.data_position >= 0, "step {} and data position {}",
-               state.step, state.data_position);
-
-  const fs::path root = run_dir / kCheckpointsDir;
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  if (ec) fail("cannot create checkpoint directory '{}': {}", root.string(), ec.message());
-  remove_temporaries(root);
-  const fs::path final_dir = checkpoint_directory(run_dir, state.step);
-  const fs::path tmp_dir =
-      root / fmt::format("{}{}{}", state.step, kTemporaryMarker, static_cast<int64_t>(::getpid()));
-  fs::create_directory(tmp_dir, ec);
-  if (ec) fail("cannot create '{}': {}", tmp_dir.string(), ec.message());
-
-  try {
-    std::vector<io::TensorToWrite> weights;
-    std::vector<io::TensorToWrite> moments;
-    for (const WeightSpec& spec : specs) {
-      const auto slice = [&](TensorView flat) {
-        const TensorView part = flat.elements(spec.offset, spec.numel());
-        return std::span<const std::byte>(static_cast<const std::byte*>(part.raw()), part.bytes());
-      };
-      weights.push_back({spec.name, dtype, global_shape(spec), slice(params)});
-      moments.push_back({moment_name("adam_m", spec), dtype, global_shape(spec), slice(adam_m)});
-      moments.push_back({moment_name("adam_v", spec), dtype, global_shape(spec), slice(adam_v)});
-    }
-    // "pt" is what transformers' safetensors loader asks for.
-    const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-    io::write_safetensors(tmp_dir / kModelFile, weights, metadata);
-    inject_fault(FaultKind::kWrite, state.step);  // tests: an I/O error mid-checkpoint
-    io::write_safetensors(tmp_dir / kOptimizerFile, moments, metadata);
-    const nlohmann::ordered_json state_json = {{"format", kCheckpointFormat},
-                                               {"step", state.step},
-                                               {"data_position", state.data_position},
-                                               {"config", state.config_text}};
-    write_synced_text(tmp_dir / kStateFile, state_json.dump(2) + "\n");
-    sync_path(tmp_dir, /*directory=*/true);
-    install_directory(tmp_dir, final_dir);
-    sync_path(root, /*directory=*/true);
-  } catch (...) {
-    fs::remove_all(tmp_dir, ec);
-    throw;
-  }
+std::string moment_name(std::string_view moment, std::string_view weight) {
+  return fmt::format("{}.{}", moment, weight);
 }
 
 std::optional<int64_t> latest_checkpoint_step(const fs::path& run_dir) {
@@ -424,21 +359,13 @@ void remove_old_checkpoints(const fs::path& run_dir, int64_t keep) {
   }
 }
 
-CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
-                                const std::vector<WeightSpec>& specs, std::span<float> params,
-                                std::span<float> adam_m, std::span<float> adam_v) {
-  const auto view = [](std::span<float> v) {
-    return TensorView::of(v.data(), static_cast<int64_t>(v.size()));
-  };
-  return read_checkpoint(run_dir, step, specs, view(params), view(adam_m), view(adam_v));
+std::vector<std::string> remove_partial_checkpoints(const fs::path& run_dir) {
+  std::error_code ec;
+  if (!fs::is_directory(run_dir / kCheckpointsDir, ec)) return {};
+  return remove_temporaries(run_dir / kCheckpointsDir);
 }
 
-CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
-                                const std::vector<WeightSpec>& specs, TensorView params,
-                                TensorView adam_m, TensorView adam_v) {
-  check_layout(specs, params.numel(), "parameter");
-  check_layout(specs, adam_m.numel(), "adam_m");
-  check_layout(specs, adam_v.numel(), "adam_v");
+OpenCheckpoint open_checkpoint(const fs::path& run_dir, int64_t step) {
   const fs::path dir = checkpoint_directory(run_dir, step);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
@@ -449,24 +376,268 @@ CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
   }
   const fs::path state_path = dir / kStateFile;
   if (!fs::is_regular_file(state_path, ec)) {
-    fail("checkpoint file '{}' is missing; a checkpoint directory holds {}, {} and {}",
-         state_path.string(), kModelFile, kOptimizerFile, kStateFile);
+    fail("checkpoint file '{}' is missing; a checkpoint directory holds {}, {} and its shards",
+         state_path.string(), kStateFile, io::kSliceIndexName);
   }
-  const CheckpointState state = parse_state(state_path, step);
+  CheckpointState state = parse_state(state_path, step);
+  io::SliceIndex index = checkpoint_index(dir, state);
+  return {std::move(state), io::SliceReader(std::move(index), dir.string())};
+}
 
-  std::vector<TensorTarget> weights;
-  std::vector<TensorTarget> moments;
+void check_full_state(const io::SliceReader& tensors, const std::vector<WeightSpec>& specs,
+                      DType weight_dtype) {
+  std::set<std::string, std::less<>> expected;
+  const io::StDType dtype = io::st_dtype_of(weight_dtype);
   for (const WeightSpec& spec : specs) {
-    const auto slice = [&](TensorView flat) {
-      return flat.elements(spec.offset, spec.numel()).reshaped(shape_of(global_shape(spec)));
-    };
-    weights.push_back({spec.name, global_shape(spec), slice(params)});
-    moments.push_back({moment_name("adam_m", spec), global_shape(spec), slice(adam_m)});
-    moments.push_back({moment_name("adam_v", spec), global_shape(spec), slice(adam_v)});
+    for (const std::string& name :
+         {spec.name, moment_name("adam_m", spec.name), moment_name("adam_v", spec.name)}) {
+      expected.insert(name);
+      const io::SlicedTensor& t = tensors.tensor(name);
+      if (t.dtype != dtype) {
+        fail(
+            "checkpoint: tensor '{}' is {}, this run keeps its weights in {} (weight_dtype); "
+            "resume with the weight_dtype the checkpoint was written with",
+            name, io::st_dtype_name(t.dtype), io::st_dtype_name(dtype));
+      }
+      if (t.shape != global_shape(spec)) {
+        fail(
+            "checkpoint: tensor '{}' has shape {}, this model expects {}; the checkpoint is of a "
+            "different model configuration",
+            name, io::shape_string(t.shape), io::shape_string(global_shape(spec)));
+      }
+    }
   }
-  read_tensors(dir / kModelFile, weights);
-  read_tensors(dir / kOptimizerFile, moments);
-  return state;
+  // A weight the model lacks is named before its moments (the clearer of the two).
+  std::optional<std::string> extra;
+  for (const auto& [name, t] : tensors.index()) {
+    if (expected.contains(name)) continue;
+    const bool moment = name.starts_with("adam_m.") || name.starts_with("adam_v.");
+    if (!extra || !moment) extra = name;
+    if (!moment) break;
+  }
+  if (extra) {
+    fail(
+        "checkpoint holds tensor '{}', which this model does not have; the checkpoint is of a "
+        "different model configuration",
+        *extra);
+  }
+}
+
+// ---- Saving -----------------------------------------------------------------------------
+
+struct CheckpointSaver::Pending {
+  CheckpointState state;
+  fs::path tmp_dir;
+  StagedSlices staged;
+  std::thread writer;
+  std::atomic<bool> done{false};
+  std::string error;       // set before done
+  io::SliceIndex written;  // this rank's slices, set before done
+};
+
+CheckpointSaver::CheckpointSaver(const Communicator& world, Options options,
+                                 std::function<void()> before_commit)
+    : world_(world), options_(std::move(options)), before_commit_(std::move(before_commit)) {}
+
+CheckpointSaver::~CheckpointSaver() {
+  if (pending_ && pending_->writer.joinable()) pending_->writer.join();
+}
+
+int64_t CheckpointSaver::staged_bytes() const { return pending_ ? pending_->staged.size : 0; }
+
+void CheckpointSaver::save(const CheckpointState& state, StagedSlices staged) {
+  finish();
+  auto pending = std::make_unique<Pending>();
+  pending->state = state;
+  pending->state.num_ranks = world_.size();
+  pending->staged = std::move(staged);
+  int64_t id = static_cast<int64_t>(::getpid());
+  world_.broadcast(std::span<int64_t>(&id, 1), 0);
+  pending->tmp_dir = temporary_directory(options_.run_dir, state.step, id);
+  run_on_root(world_, [&] { create_temporary(options_.run_dir, pending->tmp_dir); });
+  Pending* p = pending.get();
+  const int rank = world_.rank();
+  const auto write = [p, rank] {
+    try {
+      p->written = write_shard(p->tmp_dir, rank, p->state, p->staged);
+    } catch (const std::exception& e) {
+      p->error = e.what();
+    }
+    p->done.store(true, std::memory_order_release);
+  };
+  pending_ = std::move(pending);
+  if (options_.async) {
+    pending_->writer = std::thread([write] {
+      // The step loop is the job's critical path: the writer yields the core to it.
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+      write();
+    });
+  } else {
+    write();
+  }
+  poll();
+}
+
+void CheckpointSaver::poll() {
+  if (!pending_) return;
+  // Whether every rank's file is written (a failed write counts as done: its error is agreed on
+  // below, once nobody is still writing).
+  int64_t writing = pending_->done.load(std::memory_order_acquire) ? 0 : 1;
+  world_.all_reduce(std::span<int64_t>(&writing, 1), ReduceOp::kMax);
+  if (writing != 0) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  const std::unique_ptr<Pending> done = std::move(pending_);  // ends here, committed or not
+  try {
+    agree_on_errors(world_, done->error);
+  } catch (const Error&) {
+    // Nothing half-written stays behind: the failed save's directory goes (rank 0 alone).
+    std::error_code ec;
+    if (world_.rank() == 0) fs::remove_all(done->tmp_dir, ec);
+    throw;
+  }
+  commit(*done);
+}
+
+void CheckpointSaver::finish() {
+  if (!pending_) return;
+  if (pending_->writer.joinable()) pending_->writer.join();
+  poll();
+}
+
+void CheckpointSaver::commit(const Pending& p) {
+  // Every rank's part of the index to rank 0: sizes to all, then the texts point to point.
+  const std::string part = io::slice_index_json(p.written);
+  const int64_t size = static_cast<int64_t>(part.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(world_.size()));
+  world_.all_gather(std::span<const int64_t>(&size, 1), std::span<int64_t>(sizes));
+  std::vector<std::string> parts;
+  if (world_.rank() == 0) {
+    parts.push_back(part);
+    for (int r = 1; r < world_.size(); ++r) {
+      std::string text(static_cast<size_t>(sizes[static_cast<size_t>(r)]), '\0');
+      world_.send_recv(std::span<const uint8_t>(), kNoPeer,
+                       std::span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()), text.size()),
+                       r, kIndexPartTag);
+      parts.push_back(std::move(text));
+    }
+  } else {
+    world_.send_recv(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(part.data()), part.size()), 0,
+        std::span<uint8_t>(), kNoPeer, kIndexPartTag);
+  }
+  run_on_root(world_, [&] {
+    io::SliceIndex index;
+    for (const std::string& text : parts) {
+      io::merge_slice_index(index, io::parse_slice_index(text, p.tmp_dir, p.tmp_dir.string()));
+    }
+    if (before_commit_) before_commit_();
+    commit_directory(options_.run_dir, p.tmp_dir, p.state, index);
+    remove_old_checkpoints(options_.run_dir, options_.keep);
+    log::info("saved checkpoint {} in {}", p.state.step, (options_.run_dir / kCheckpointsDir).string());
+  });
+}
+
+// ---- One process, whole tensors ------------------------------------------------------------
+
+namespace {
+
+void check_whole_layout(const std::vector<WeightSpec>& specs, TensorView flat, const char* what) {
+  for (const WeightSpec& spec : specs) {
+    MAXCTX_CHECK(spec.rows == spec.global_rows && spec.cols == spec.global_cols,
+                 "a whole state holds whole tensors; '{}' is a {}x{} block of {}x{}", spec.name,
+                 spec.rows, spec.cols, spec.global_rows, spec.global_cols);
+  }
+  MAXCTX_CHECK_EQ(flat.numel(), model::total_numel(specs),
+                  "the {} buffer must hold exactly the specs' elements", what);
+}
+
+// The three buffers' views of each tensor, under the names the checkpoint stores them by.
+struct NamedTensor {
+  std::string name;
+  const WeightSpec* spec;
+  TensorView view;
+};
+std::vector<NamedTensor> named_tensors(const std::vector<WeightSpec>& specs, TensorView params,
+                                       TensorView adam_m, TensorView adam_v) {
+  std::vector<NamedTensor> named;
+  for (const WeightSpec& spec : specs) {
+    const auto part = [&](TensorView flat) { return flat.elements(spec.offset, spec.numel()); };
+    named.push_back({spec.name, &spec, part(params)});
+    named.push_back({moment_name("adam_m", spec.name), &spec, part(adam_m)});
+    named.push_back({moment_name("adam_v", spec.name), &spec, part(adam_v)});
+  }
+  return named;
+}
+
+TensorView flat_view(std::span<const float> values) {
+  return TensorView::of(const_cast<float*>(values.data()), static_cast<int64_t>(values.size()));
+}
+
+}  // namespace
+
+void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
+                      const std::vector<WeightSpec>& specs, TensorView params, TensorView adam_m,
+                      TensorView adam_v) {
+  check_whole_layout(specs, params, "parameter");
+  check_whole_layout(specs, adam_m, "adam_m");
+  check_whole_layout(specs, adam_v, "adam_v");
+  MAXCTX_CHECK(adam_m.dtype() == params.dtype() && adam_v.dtype() == params.dtype(),
+               "parameters and moments of one dtype");
+  MAXCTX_CHECK(state.step >= 0 && state.data_position >= 0, "step {} and data position {}",
+               state.step, state.data_position);
+  StagedSlices whole;  // borrowed: the buffers outlive the write
+  for (const NamedTensor& t : named_tensors(specs, params, adam_m, adam_v)) {
+    whole.slices.push_back(
+        {t.name, io::st_dtype_of(params.dtype()), global_shape(*t.spec),
+         io::Rect{0, 0, t.spec->global_rows, t.spec->global_cols},
+         std::span<const std::byte>(static_cast<const std::byte*>(t.view.raw()), t.view.bytes())});
+  }
+  CheckpointState one_rank = state;
+  one_rank.num_ranks = 1;
+  const fs::path tmp_dir = temporary_directory(run_dir, state.step, ::getpid());
+  create_temporary(run_dir, tmp_dir);
+  try {
+    const io::SliceIndex written = write_shard(tmp_dir, 0, one_rank, whole);
+    commit_directory(run_dir, tmp_dir, one_rank, written);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+    throw;
+  }
+}
+
+void write_checkpoint(const fs::path& run_dir, const CheckpointState& state,
+                      const std::vector<WeightSpec>& specs, std::span<const float> params,
+                      std::span<const float> adam_m, std::span<const float> adam_v) {
+  write_checkpoint(run_dir, state, specs, flat_view(params), flat_view(adam_m), flat_view(adam_v));
+}
+
+CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
+                                const std::vector<WeightSpec>& specs, TensorView params,
+                                TensorView adam_m, TensorView adam_v) {
+  check_whole_layout(specs, params, "parameter");
+  check_whole_layout(specs, adam_m, "adam_m");
+  check_whole_layout(specs, adam_v, "adam_v");
+  const OpenCheckpoint checkpoint = open_checkpoint(run_dir, step);
+  check_full_state(checkpoint.tensors, specs, params.dtype());
+  for (const NamedTensor& t : named_tensors(specs, params, adam_m, adam_v)) {
+    checkpoint.tensors.read(t.name, io::Rect{0, 0, t.spec->global_rows, t.spec->global_cols},
+                            t.view);
+    if (const std::optional<int64_t> bad = first_non_finite(t.view)) {
+      fail(
+          "checkpoint '{}': tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the "
+          "file is damaged or the run had diverged when it was saved",
+          checkpoint_directory(run_dir, step).string(), t.name, *bad);
+    }
+  }
+  return checkpoint.state;
+}
+
+CheckpointState read_checkpoint(const fs::path& run_dir, int64_t step,
+                                const std::vector<WeightSpec>& specs, std::span<float> params,
+                                std::span<float> adam_m, std::span<float> adam_v) {
+  return read_checkpoint(run_dir, step, specs, flat_view(params), flat_view(adam_m),
+                         flat_view(adam_v));
 }
 
 }  // namespace maxctx::train

@@ -1,79 +1,153 @@
-// Training checkpoints: the parameters, both AdamW moments and the position in the data stream,
-// so that a resumed run continues exactly where the saved one stopped.
+// Training checkpoints, sharded: every rank writes the parts of the training state it owns, in
+// parallel, and a run on any mesh reads back just the parts it needs (Orbax and PyTorch
+// Distributed Checkpoint are the anchors). Nobody ever holds a whole tensor it does not own.
 //
 // One checkpoint is one directory <run_dir>/checkpoints/<step>/ holding
-//   model.safetensors      every weight under its Hugging Face name, F32 (BF16 when the run's
-//                          weight_dtype is bfloat16), global shape
-//                          ([rows, cols], or [rows] for a vector), metadata {"format": "pt"},
-//                          so the file loads as Hugging Face Llama weights as it is;
-//   optimizer.safetensors  "adam_m.<name>" and "adam_v.<name>" for every weight, same shapes;
-//   state.json             {"format": "maxctx-checkpoint-v1", "step", "data_position", "config"}.
-// Invariant: a directory named <step> is always complete. It is written under
-// <step>.tmp-<pid>/, synced, and renamed into place; a crash leaves only a .tmp directory, which
-// readers ignore and the next write removes. One writer per run directory (rank 0).
-// This is not a sharded format: the buffers are the whole model; gathering and scattering the
-// shards is the trainer's job.
+//   shard-<rank>.safetensors  one per rank that saves anything: its slices of the weights, under
+//                             "<name>@<row>,<col>", and of both AdamW moments, under
+//                             "adam_m.<name>@..." / "adam_v.<name>@...", in weight_dtype;
+//   index.json                every tensor (Hugging Face weight names, the moments as
+//                             "adam_m.<name>" / "adam_v.<name>") with its dtype, global shape and
+//                             slices: file, rectangle, byte range (io/sliced_tensors.h);
+//   state.json                {"format": "maxctx-checkpoint-v2", "step", "data_position",
+//                              "num_ranks", "config"}.
+// Which rank saves which copy is parallel::saves_copy (each element exactly once); what it
+// saves is the part of its fsdp shard the copy covers (parallel::flat_slices).
+//
+// Commit: the ranks write into <step>.tmp-<id>/; once every rank's file is complete and synced
+// (a collective), rank 0 writes index.json and state.json, syncs, and renames the directory to
+// <step>: the rename is the commit. A crash or kill at any point leaves the previous checkpoints
+// as they were and a .tmp directory that readers ignore and the next save (or start) removes.
+// A save can run in the background (async_checkpointing): see CheckpointSaver.
+//
+// Older checkpoints (maxctx-checkpoint-v1: whole tensors in model.safetensors and
+// optimizer.safetensors) are still read, through the same slice reader.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "maxctx/io/sliced_tensors.h"
+#include "maxctx/mesh/communicator.h"
 #include "maxctx/model/weights.h"
 
 namespace maxctx::train {
 
-inline constexpr std::string_view kCheckpointFormat = "maxctx-checkpoint-v1";
+inline constexpr std::string_view kCheckpointFormat = "maxctx-checkpoint-v2";
+inline constexpr std::string_view kUnshardedCheckpointFormat = "maxctx-checkpoint-v1";
 
 struct CheckpointState {
   int64_t step = 0;           // optimizer steps completed
   int64_t data_position = 0;  // rows of the global batch stream consumed (resume continues here)
   std::string config_text;    // the resolved config (printed form), for provenance
+  int64_t num_ranks = 1;      // the mesh that saved it (provenance: any mesh restores it)
+  bool sharded = true;        // false: an older, unsharded (v1) checkpoint
 };
 
 // <run_dir>/checkpoints/<step>
 std::filesystem::path checkpoint_directory(const std::filesystem::path& run_dir, int64_t step);
+// The name a moment of `weight` is stored under: "adam_m.<weight>", "adam_v.<weight>".
+std::string moment_name(std::string_view moment, std::string_view weight);
 
-// Writes checkpoint `state.step` atomically (see the file comment); an existing checkpoint of the
-// same step is replaced. `params`, `adam_m`, `adam_v` are full flat buffers laid out by `specs`,
-// which must be unsharded (rows == global_rows, cols == global_cols: checked). I/O failures are
-// a maxctx::Error naming the path.
-void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointState& state,
-                      const std::vector<model::WeightSpec>& specs, std::span<const float> params,
-                      std::span<const float> adam_m, std::span<const float> adam_v);
-
-// The largest step with a complete checkpoint directory (state.json present and parseable, both
-// safetensors files present); nullopt when there is none. Temporary directories are ignored.
-// When the newest <step>/ directory is not complete (damaged after it was written: a corrupt
-// state.json, a deleted file), a maxctx::Error names it and why, rather than resuming silently
-// from an older checkpoint (what an Orbax user expects: the latest step or an error).
+// The largest step with a complete checkpoint directory; nullopt when there is none. Temporary
+// directories are ignored. When the newest <step>/ directory is not complete (damaged after it
+// was written: a corrupt state.json, a deleted or truncated file), a maxctx::Error names it and
+// why, rather than resuming silently from an older checkpoint.
 std::optional<int64_t> latest_checkpoint_step(const std::filesystem::path& run_dir);
 
 // max_num_checkpoints_to_keep: deletes the oldest complete checkpoints until `keep` remain
-// (keep <= 0: keeps all). Called after a new checkpoint is complete, by its writer.
+// (keep <= 0: keeps all). Only committed checkpoints are counted or deleted.
 void remove_old_checkpoints(const std::filesystem::path& run_dir, int64_t keep);
+// Removes the debris of interrupted saves (.tmp directories); returns their names.
+std::vector<std::string> remove_partial_checkpoints(const std::filesystem::path& run_dir);
 
-// The same on host views of f32 or bf16 (the weights' dtype, written as F32 or BF16 tensors).
+// A checkpoint opened for reading: its state, and its tensors (weights and moments) by name.
+struct OpenCheckpoint {
+  CheckpointState state;
+  io::SliceReader tensors;
+};
+// Opens checkpoint `step` of `run_dir` (sharded or v1). A missing directory (listing the steps
+// that exist), a missing or truncated file, or a bad state.json or index is a one-line
+// maxctx::Error naming the file.
+OpenCheckpoint open_checkpoint(const std::filesystem::path& run_dir, int64_t step);
+
+// Checks that `tensors` is a full training state of the model `specs` (unsharded specs): every
+// weight and both its moments, nothing else, global shapes, all in the weights' dtype (a
+// checkpoint written with another weight_dtype is an error naming it).
+void check_full_state(const io::SliceReader& tensors, const std::vector<model::WeightSpec>& specs,
+                      DType weight_dtype);
+
+// This rank's part of a save, copied to host memory (the step loop may change the state while
+// it is written): slices whose data point into `bytes`.
+struct StagedSlices {
+  std::vector<io::SliceToWrite> slices;
+  std::unique_ptr<std::byte[]> bytes;
+  int64_t size = 0;  // bytes
+};
+
+// Writes checkpoints collectively over `world` (every rank calls every method, in the same
+// order). A save stages this rank's slices, then this rank's file is written: on a background
+// thread with `async` (MaxText's async_checkpointing; the step loop goes on while it is written)
+// or before save() returns. The commit needs every rank's file: poll() (after each step) commits
+// as soon as all are written, and finish() waits for them. A second save waits for the first.
+// A write that fails on any rank ends the job on every rank with that rank's message (the next
+// poll, save or finish throws maxctx::Error everywhere). Host memory: the staged slices of one
+// save, at most this rank's shard of the weights and both moments.
+class CheckpointSaver {
+ public:
+  struct Options {
+    std::filesystem::path run_dir;
+    bool async = true;
+    int64_t keep = 0;  // max_num_checkpoints_to_keep
+  };
+  // `before_commit` runs on rank 0 just before a checkpoint becomes visible (the metrics of the
+  // steps it covers reach the disk first).
+  CheckpointSaver(const Communicator& world, Options options,
+                  std::function<void()> before_commit = {});
+  ~CheckpointSaver();  // joins a write in flight; it is not committed
+  CheckpointSaver(const CheckpointSaver&) = delete;
+  CheckpointSaver& operator=(const CheckpointSaver&) = delete;
+
+  void save(const CheckpointState& state, StagedSlices staged);
+  void poll();
+  void finish();
+  bool in_flight() const { return pending_ != nullptr; }
+  // The staged bytes of the save in flight (0 without one).
+  int64_t staged_bytes() const;
+
+ private:
+  struct Pending;
+  void commit(const Pending& pending);
+  const Communicator& world_;
+  Options options_;
+  std::function<void()> before_commit_;
+  std::unique_ptr<Pending> pending_;
+};
+
+// One process's save of a whole, unsharded state (tools and tests): the checkpoint a 1-rank run
+// writes. `params`, `adam_m`, `adam_v`: flat host buffers laid out by the unsharded `specs`
+// (rows == global_rows, checked), f32 or bf16, one dtype.
 void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointState& state,
                       const std::vector<model::WeightSpec>& specs, TensorView params,
                       TensorView adam_m, TensorView adam_v);
-// Reads checkpoint `step` into the three flat buffers and returns its state. Every problem is a
-// one-line maxctx::Error naming the file and what is wrong: a missing directory (listing the steps
-// that exist) or file, a truncated or corrupt safetensors file, a missing, extra, wrongly shaped
-// or non-F32 tensor (a checkpoint of another model), a bad state.json. On error the buffers'
-// contents are unspecified.
+void write_checkpoint(const std::filesystem::path& run_dir, const CheckpointState& state,
+                      const std::vector<model::WeightSpec>& specs, std::span<const float> params,
+                      std::span<const float> adam_m, std::span<const float> adam_v);
+// Reads checkpoint `step` (any mesh's) whole into three such buffers, checked as
+// check_full_state does, and returns its state.
+CheckpointState read_checkpoint(const std::filesystem::path& run_dir, int64_t step,
+                                const std::vector<model::WeightSpec>& specs, TensorView params,
+                                TensorView adam_m, TensorView adam_v);
 CheckpointState read_checkpoint(const std::filesystem::path& run_dir, int64_t step,
                                 const std::vector<model::WeightSpec>& specs,
                                 std::span<float> params, std::span<float> adam_m,
                                 std::span<float> adam_v);
-// The same into host views; the file's tensors must hold the views' dtype (a checkpoint written
-// with another weight_dtype is an error naming it).
-CheckpointState read_checkpoint(const std::filesystem::path& run_dir, int64_t step,
-                                const std::vector<model::WeightSpec>& specs, TensorView params,
-                                TensorView adam_m, TensorView adam_v);
 
 }  // namespace maxctx::train

@@ -8,7 +8,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
-#include "maxctx/kernels/host_transfer.h"
+#include "maxctx/mesh/root_task.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/train/checkpoint.h"
 
@@ -119,64 +119,68 @@ Config with_model_dimensions(Config c, const model::LlamaConfig& m) {
 
 StartingState load_starting_state(const Config& c, const fs::path& run_dir,
                                   const std::vector<model::WeightSpec>& global_specs,
-                                  const kernels::Kernels& kernels, DType weight_dtype) {
+                                  DType weight_dtype, const Communicator& world) {
   if (!c.load_parameters_path.empty() && !c.load_full_state_path.empty()) {
     fail(
         "load_parameters_path ('{}') and load_full_state_path ('{}') are both set; set one "
         "(parameters only, or the full training state)",
         c.load_parameters_path, c.load_full_state_path);
   }
-  const int64_t numel = model::total_numel(global_specs);
-  StartingState s;
-  const auto read_full_state = [&](const fs::path& from_run, int64_t step) {
-    // Straight into the backend's memory where it is the host's; else read on the host, then
-    // one copy each into the backend's memory.
-    const bool host = kernels.device() == Device::kCpu;
-    const auto buffer = [&] {
-      return host ? kernels.empty({numel}, weight_dtype) : Tensor({numel}, weight_dtype);
-    };
-    Tensor params = buffer(), m = buffer(), v = buffer();
-    const CheckpointState state =
-        read_checkpoint(from_run, step, global_specs, params.view(), m.view(), v.view());
-    s.params = host ? std::move(params) : kernels::to_backend(kernels, params.view());
-    s.adam_m = host ? std::move(m) : kernels::to_backend(kernels, m.view());
-    s.adam_v = host ? std::move(v) : kernels::to_backend(kernels, v.view());
-    s.step = state.step;
-    s.data_position = state.data_position;
-  };
-
-  std::optional<int64_t> latest;
-  if (c.enable_checkpointing) latest = latest_checkpoint_step(run_dir);
-  if (latest) {
-    read_full_state(run_dir, *latest);
-    s.resumed = true;
-    s.source =
-        fmt::format("resuming from checkpoint {} (data position {})", s.step, s.data_position);
-  } else if (!c.load_full_state_path.empty()) {
-    const auto [from_run, step] = locate_checkpoint("load_full_state_path", c.load_full_state_path);
-    read_full_state(from_run, step);
-    s.source = fmt::format("starting from the full state of {} (step {}, data position {})",
-                           checkpoint_directory(from_run, step).string(), s.step, s.data_position);
-  } else if (!c.load_parameters_path.empty()) {
-    s.params = kernels.empty({numel}, weight_dtype);
-    const fs::path dir = without_trailing_separator(c.load_parameters_path);
-    if (!fs::is_directory(dir)) {
-      fail(
-          "load_parameters_path = '{}' is not a directory: give a Hugging Face directory "
-          "(config.json + safetensors) or a checkpoint directory <run>/checkpoints/<step>",
-          c.load_parameters_path);
-    }
-    model::load_hf_weights(kernels, global_specs, s.params.view(), dir);
-    s.source = fmt::format(
-        "starting from the parameters of {} ({}; fresh optimizer, step 0)", dir.string(),
-        hf_config_json(c).empty() ? "model from the config's keys" : "model from its config.json");
-  } else {
-    // Nothing to read: each rank generates its own shard's values (model::init_weight_range),
-    // the same bits as initialising the whole model and cutting the shard out of it.
-    s.initialise = true;
-    s.source = fmt::format("starting from initialised weights (init_weights_seed {})",
-                           c.init_weights_seed);
+  // Rank 0 alone looks at the run directory: every rank resumes from the step it names, or
+  // none does (a rank seeing another directory must not start fresh beside the others).
+  int64_t latest = -1;
+  if (c.enable_checkpointing) {
+    run_on_root(world, [&] {
+      for (const std::string& name : remove_partial_checkpoints(run_dir)) {
+        log::info("removed the partial checkpoint {} (a save that did not complete)", name);
+      }
+      latest = latest_checkpoint_step(run_dir).value_or(-1);
+    });
+    world.broadcast(std::span<int64_t>(&latest, 1), 0);
   }
+  StartingState s;
+  run_on_every_rank(world, [&] {
+    const auto open_full_state = [&](const fs::path& from_run, int64_t step) {
+      OpenCheckpoint checkpoint = open_checkpoint(from_run, step);
+      check_full_state(checkpoint.tensors, global_specs, weight_dtype);
+      s.step = checkpoint.state.step;
+      s.data_position = checkpoint.state.data_position;
+      s.tensors = std::move(checkpoint.tensors);
+      s.with_moments = true;
+    };
+    if (latest >= 0) {
+      open_full_state(run_dir, latest);
+      s.resumed = true;
+      s.source =
+          fmt::format("resuming from checkpoint {} (data position {})", s.step, s.data_position);
+    } else if (!c.load_full_state_path.empty()) {
+      const auto [from_run, step] =
+          locate_checkpoint("load_full_state_path", c.load_full_state_path);
+      open_full_state(from_run, step);
+      s.source = fmt::format("starting from the full state of {} (step {}, data position {})",
+                             checkpoint_directory(from_run, step).string(), s.step,
+                             s.data_position);
+    } else if (!c.load_parameters_path.empty()) {
+      const fs::path dir = without_trailing_separator(c.load_parameters_path);
+      if (!fs::is_directory(dir)) {
+        fail(
+            "load_parameters_path = '{}' is not a directory: give a Hugging Face directory "
+            "(config.json + safetensors) or a checkpoint directory <run>/checkpoints/<step>",
+            c.load_parameters_path);
+      }
+      s.tensors.emplace(io::open_tensor_index(dir), dir.string());
+      model::check_weight_tensors(*s.tensors, global_specs);
+      s.source = fmt::format("starting from the parameters of {} ({}; fresh optimizer, step 0)",
+                             dir.string(),
+                             hf_config_json(c).empty() ? "model from the config's keys"
+                                                       : "model from its config.json");
+    } else {
+      // Nothing to read: each rank generates its own shard's values (model::init_weight_range),
+      // the same bits as initialising the whole model and cutting the shard out of it.
+      s.source = fmt::format("starting from initialised weights (init_weights_seed {})",
+                             c.init_weights_seed);
+    }
+  });
   return s;
 }
 

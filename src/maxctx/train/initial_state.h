@@ -9,8 +9,9 @@
 //     only; the moments start at zero, the step and the data position at 0. Setting both is an
 //     error (MaxText's rule).
 //  3. Neither: the counter-based initialisation (init_weights_seed).
-// The buffers returned are the whole model (unsharded, weight_dtype); every rank reads them and
-// keeps its own shard (the trainer's job), so any training mesh can load any checkpoint.
+// Nothing is read here: the state is opened (its index checked against the model), and each
+// rank then reads only its own shard of it (train/checkpoint_shards.h), so any training mesh can
+// load any checkpoint and no rank holds the whole model.
 //
 // The model: from the config's model keys, except when load_parameters_path holds a Hugging Face
 // config.json, which then gives the dimensions, norm epsilon, tied head, sliding window and RoPE
@@ -23,12 +24,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/tensor.h"
-#include "maxctx/kernels/kernels.h"
+#include "maxctx/io/sliced_tensors.h"
+#include "maxctx/mesh/communicator.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
 
@@ -45,18 +48,22 @@ Config with_model_dimensions(Config config, const model::LlamaConfig& model);
 struct StartingState {
   int64_t step = 0;
   int64_t data_position = 0;
-  Tensor params;            // whole model, weight_dtype, global_specs layout; empty when
-                            // `initialise` (each rank then initialises its shard alone)
-  Tensor adam_m, adam_v;    // empty: fresh optimizer (zero moments)
-  bool initialise = false;  // no state to read: the counter-based initialisation of the seed
-  bool resumed = false;     // from the run's own checkpoint (metrics append)
-  std::string source;       // for the log
+  // The tensors to read each rank's shard from (a checkpoint or a Hugging Face directory), with
+  // global names and shapes; nullopt: the counter-based initialisation of the seed, each rank
+  // generating its own shard.
+  std::optional<io::SliceReader> tensors;
+  bool with_moments = false;  // `tensors` is a full training state (weights and both moments)
+  bool resumed = false;       // from the run's own checkpoint (metrics append)
+  std::string source;         // for the log
 };
 
-// Reads (or initialises) the state the run starts from; maxctx::Error, one line, for a missing
-// or mismatched checkpoint.
+// Decides where the run starts (see the file comment) and opens it, collectively over `world`:
+// rank 0 finds the run's latest checkpoint (and removes the debris of interrupted saves) and
+// every rank opens the step it names, so that no rank resumes alone. Any rank's problem (a
+// missing or mismatched checkpoint, an unreadable file) is a one-line maxctx::Error on every
+// rank.
 StartingState load_starting_state(const Config& config, const std::filesystem::path& run_dir,
                                   const std::vector<model::WeightSpec>& global_specs,
-                                  const kernels::Kernels& kernels, DType weight_dtype);
+                                  DType weight_dtype, const Communicator& world);
 
 }  // namespace maxctx::train

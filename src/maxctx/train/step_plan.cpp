@@ -14,6 +14,7 @@
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/sequence_chunks.h"
 #include "maxctx/parallel/sharded_parameters.h"
+#include "maxctx/train/checkpoint_shards.h"
 #include "maxctx/train/initial_state.h"
 
 namespace maxctx::train {
@@ -174,22 +175,21 @@ TrainingPlan plan_training(const Config& config) {
   p.memory.gradients = shard * f32 * (c.gradient_accumulation_steps > 1 ? 2 : 1);
   // fsdp = 1 gathers nothing: the full buffers are the shard (ShardedParameters::full_is_shard).
   p.memory.gathered_units = p.dims.fsdp > 1 ? largest_unit * (weight_size(m) + f32) : 0;
-  // The trainer's starting state and checkpoint saves (Trainer: load_starting_state, local_of,
-  // save_checkpoint's gather_full and global_of): whole tensors, plus this rank's blocks of one
-  // tensor while it is cut out or assembled when its weight list is not the whole model's. A
-  // fresh initialisation generates each unit's shard alone, through one f32 host buffer.
-  const int64_t whole = model::total_numel(model::llama_weight_specs(m));
-  const int64_t blocks = tp * ep > 1 ? model::total_numel(specs) : 0;
+  // The trainer's starting state and checkpoint saves (train/checkpoint_shards.h): a fresh
+  // initialisation generates each unit's shard alone, through one f32 host buffer; a load or a
+  // resume reads each rank's shard straight into place; a save stages rank 0's share (its whole
+  // shard: it holds the first copy of everything it has).
   int64_t largest_shard = 0;
   for (const ShardedParameters::Unit& u : units)
     largest_shard = std::max(largest_shard, u.shard_count);
   p.memory.starting_state =
-      c.load_parameters_path.empty() ? largest_shard * f32 : (whole + blocks) * weight_size(m);
-  const int64_t full_state = (3 * whole + blocks) * weight_size(m);
-  if (c.enable_checkpointing || !c.load_full_state_path.empty()) {
-    p.memory.resume_state = full_state;
+      c.load_parameters_path.empty() ? largest_shard * f32 : io::kSliceConversionBytes;
+  p.memory.can_resume = c.enable_checkpointing || !c.load_full_state_path.empty();
+  if (c.enable_checkpointing) {
+    p.memory.checkpoint_state =
+        staged_checkpoint_bytes(specs, units, parallel::ReplicaPosition{}, m.weight_dtype);
   }
-  if (c.enable_checkpointing) p.memory.checkpoint_state = full_state;
+  p.memory.async_checkpointing = c.async_checkpointing;
   const int64_t tokens = p.rows * p.local_seq;
   const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
   p.memory.activations = (act.layers_per_token + act.other_per_token) * tokens;

@@ -42,17 +42,22 @@ struct TrainingMemory {           // bytes on one rank
   int64_t activations = 0;        // saved activations and workspace under the remat policy
   int64_t attention_staging = 0;  // context-parallel K/V all-gather or ring buffers
   // Before the first step, beside the shards: a fresh initialisation's one unit shard of f32
-  // values at a time; load_parameters_path's unsharded weights (every rank reads the whole model)
-  // and, under a tensor or expert split, this rank's copy of its blocks.
+  // values at a time; load_parameters_path's conversion buffer (each rank reads its own shard of
+  // the file's tensors straight into place, converting dtype through a bounded buffer).
   int64_t starting_state = 0;
-  // A start from a full training state (a resume of the run's own checkpoint, which
-  // enable_checkpointing allows, or load_full_state_path) reads the weights and both moments
-  // unsharded: three whole copies, and under a split one rank's blocks of one of them at a time.
-  // 0 when the run cannot start so.
-  int64_t resume_state = 0;
-  // A checkpoint save assembles the same three whole tensors (each rank: the gather is
-  // collective) beside the step's buffers; 0 without checkpointing.
+  // A start from a full training state (a resume of the run's own checkpoint, or
+  // load_full_state_path) is possible: each rank then reads its shard of the weights and both
+  // moments straight into place (train/checkpoint_shards.h), holding nothing beyond the shards.
+  bool can_resume = false;
+  // A checkpoint save stages this rank's share of the state (its saved parts of the weights and
+  // both moments: rank 0 saves its whole shard) in host memory while it is written; with
+  // async_checkpointing that copy lives on through the following steps. 0 without
+  // checkpointing.
   int64_t checkpoint_state = 0;
+  bool async_checkpointing = true;
+  // Whether the device's memory is the host's (a cpu run): only then do the host staging
+  // buffers above count against the device. Set from the hardware profile.
+  bool host_is_device = true;
   // Sparse dispatch under the expert axis: the rows a rank's experts run on are the router's
   // choice, and the counts above are at their mean over the ranks. This is what the expert
   // buffers add (to activations, and to the peak) when every token's choices that this rank's
@@ -66,11 +71,15 @@ struct TrainingMemory {           // bytes on one rank
   int64_t between_steps() const {
     return parameters + optimizer + gradients + activations + attention_staging;
   }
-  // The most the run holds at once: the step, the start (shards with the starting or resumed
-  // state), or a checkpoint save between steps.
+  // The most the run holds at once: the step, the start (shards with the starting state), or a
+  // checkpoint save (its staging beside the next steps' buffers, or beside the buffers kept
+  // between steps when the save is written before training goes on).
   int64_t peak() const {
-    return std::max({step(), parameters + optimizer + std::max(starting_state, resume_state),
-                     checkpoint_state > 0 ? between_steps() + checkpoint_state : 0});
+    const int64_t staging = host_is_device ? checkpoint_state : 0;
+    const int64_t save =
+        staging > 0 ? (async_checkpointing ? step() : between_steps()) + staging : 0;
+    return std::max(
+        {step(), parameters + optimizer + (host_is_device ? starting_state : 0), save});
   }
 };
 

@@ -23,6 +23,7 @@
 #include "maxctx/parallel/parallelize.h"
 #include "maxctx/parallel/tensor_parallel.h"
 #include "maxctx/train/checkpoint.h"
+#include "maxctx/train/checkpoint_shards.h"
 #include "maxctx/train/data.h"
 #include "maxctx/train/evaluation.h"
 #include "maxctx/train/initial_state.h"
@@ -71,6 +72,7 @@ struct Trainer::State {
   LearningRateSchedule schedule;
   std::unique_ptr<MetricLogger> metrics;
   std::unique_ptr<StepProfiler> profiler;
+  std::unique_ptr<CheckpointSaver> saver;
   fs::path run_dir;
   int64_t step = 0;
   std::vector<StepRecord> history;
@@ -100,25 +102,15 @@ struct Trainer::State {
             plans,        batch_group(), config.derived.global_batch_size_to_train_on};
   }
 
+  // Stages this rank's share of the state and hands it to the saver (written in the
+  // background with async_checkpointing, committed once every rank's file is written).
   void save_checkpoint() {
     const trace::Span span("checkpoint", trace::Category::kIo);
-    Tensor params, m, v;
-    plans.parameters->gather_full(params, m, v);
-    params = global_of(std::move(params));
-    m = global_of(std::move(m));
-    v = global_of(std::move(v));
-    // Rank 0 writes; a failure there (disk full) ends every rank with its message.
-    // The metrics of the steps so far reach the disk first: a kill after the checkpoint loses
-    // no logged step it covers. Old checkpoints go only once the new one is complete.
-    run_on_root(mesh.world(), [&] {
-      metrics->flush();
-      write_checkpoint(run_dir, {step, loader->position(), format_config(config)}, global_specs,
-                       kernels::HostView(kernels, params.view()).view(),
-                       kernels::HostView(kernels, m.view()).view(),
-                       kernels::HostView(kernels, v.view()).view());
-      remove_old_checkpoints(run_dir, config.max_num_checkpoints_to_keep);
-      log::info("saved checkpoint {} in {}", step, (run_dir / "checkpoints").string());
-    });
+    const parallel::ReplicaPosition position{mesh.coord(Axis::kData), mesh.coord(Axis::kContext),
+                                             mesh.coord(Axis::kTensor),
+                                             mesh.coord(Axis::kExpert)};
+    saver->save({step, loader->position(), format_config(config)},
+                stage_checkpoint_slices(kernels, specs, *plans.parameters, position));
   }
 };
 
@@ -162,31 +154,23 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   shard.load_balance = c.context_parallel_load_balance;
 
   // The run's own checkpoint, else load_full_state_path / load_parameters_path, else the
-  // counter-based initialisation (every rank reads or generates the unsharded tensors' bytes,
-  // so every mesh starts identically), then each rank keeps its shard.
-  StartingState start =
-      load_starting_state(c, s.run_dir, s.global_specs, s.kernels, s.model_config.weight_dtype);
+  // counter-based initialisation; each rank reads (or generates) only its own shard, so every
+  // mesh starts from the same values and no rank holds the whole model.
+  StartingState start = load_starting_state(c, s.run_dir, s.global_specs,
+                                            s.model_config.weight_dtype, mesh.world());
   s.step = start.step;
   log::info("{}", start.source);
-  const auto local_of = [&](Tensor& global) {
-    if (s.holds_whole_model()) return std::move(global);
-    Tensor local = global.view().empty()
-                       ? Tensor()
-                       : parallel::local_blocks(s.kernels, global.view(), s.global_specs, s.specs);
-    global = Tensor();
-    return local;
-  };
-  if (start.initialise) {
+  if (start.tensors) {
+    run_on_every_rank(mesh.world(), [&] {
+      restore_shard(s.kernels, *start.tensors, s.specs, *s.plans.parameters, start.with_moments);
+    });
+  } else {
     const auto seed = static_cast<uint64_t>(c.init_weights_seed);
     s.plans.parameters->initialise_shard([&](int64_t begin, std::span<float> out) {
       model::init_weight_range(s.specs, begin, out, seed);
     });
-  } else {
-    const Tensor local = local_of(start.params);
-    const Tensor local_m = local_of(start.adam_m);
-    const Tensor local_v = local_of(start.adam_v);
-    s.plans.parameters->set_from_full(local.view(), local_m.view(), local_v.view());
   }
+  start.tensors.reset();  // the files are closed before the first step
   std::shared_ptr<const DataSource> source;
   if (c.dataset_type == "hf") {
     source = open_text_source(text_corpus_from(c, false), s.run_dir / "tokenized", "train", c,
@@ -222,6 +206,12 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     s.metrics = std::make_unique<MetricLogger>(options);
   });
   if (!s.metrics) s.metrics = std::make_unique<MetricLogger>(options);  // ranks > 0: no file
+  // The metrics of the steps a checkpoint covers reach the disk before it is committed: a kill
+  // after the commit loses no logged step. Old checkpoints go only once the new one is complete.
+  s.saver = std::make_unique<CheckpointSaver>(
+      mesh.world(),
+      CheckpointSaver::Options{s.run_dir, c.async_checkpointing, c.max_num_checkpoints_to_keep},
+      [&s] { s.metrics->flush(); });
   log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={} expert={}",
             s.model_config.num_parameters(), s.loader->source().describe(), s.axes.data,
             s.axes.fsdp, s.axes.context, s.axes.tensor, s.axes.expert);
@@ -313,10 +303,13 @@ void Trainer::run(int64_t max_new_steps) {
     previous = now + eval_elapsed;
     if (c.enable_checkpointing && (s.step % c.checkpoint_period == 0 || s.step == c.steps)) {
       s.save_checkpoint();
+    } else {
+      s.saver->poll();  // commits a background save once every rank has written its part
     }
     step_span.finish();
     s.profiler->after_step(record.step);
   }
+  s.saver->finish();
   if (s.step == c.steps) s.profiler->finish();  // a run ending inside the window
   run_on_root(s.mesh.world(), [&] { s.metrics->flush(); });
 }
