@@ -123,10 +123,6 @@ METRICS = [  # (metrics.jsonl key, kind)
 ]
 
 
-def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
-
-
 def train(run_dir, out):
     lines = []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -147,12 +143,38 @@ def train(run_dir, out):
     state = json.load(open(os.path.join(ckpt, "state.json")))
     lines.append(("exact", "checkpoint.step", str(state["step"])))
     lines.append(("exact", "checkpoint.data_position", str(state["data_position"])))
-    # The safetensors headers hold names, shapes, offsets and {"format": "pt"}: no timestamps or
-    # paths, so the whole file is hashed (state.json holds the config with paths: not hashed).
-    for name in sorted(os.listdir(ckpt)):
-        if name.endswith(".safetensors"):
-            lines.append(("bits", "checkpoint." + name + ".sha256", sha256(os.path.join(ckpt, name))))
+    # The state itself, whatever mesh saved it: every tensor of index.json assembled from its
+    # slices and hashed with its name, dtype and shape (state.json holds the config with paths:
+    # not hashed). The same training state on two meshes gives the same hash.
+    lines.append(("bits", "checkpoint.state.sha256", checkpoint_state_sha256(ckpt)))
     write_lines(out, lines)
+
+
+ELEMENT_SIZE = {"F32": 4, "BF16": 2, "F16": 2, "I8": 1}
+
+
+def checkpoint_state_sha256(ckpt):
+    index = json.load(open(os.path.join(ckpt, "index.json")))["tensors"]
+    digest = hashlib.sha256()
+    for name in sorted(index):
+        t = index[name]
+        shape = t["shape"]
+        rows, cols = shape[0], (shape[1] if len(shape) > 1 else 1)
+        size = ELEMENT_SIZE[t["dtype"]]
+        whole = bytearray(rows * cols * size)
+        for s in t["slices"]:
+            offset, extent = s["offset"], s["shape"]
+            r0, c0 = offset[0], (offset[1] if len(offset) > 1 else 0)
+            nr, nc = extent[0], (extent[1] if len(extent) > 1 else 1)
+            with open(os.path.join(ckpt, s["file"]), "rb") as f:
+                f.seek(s["byte_range"][0])
+                data = f.read(s["byte_range"][1] - s["byte_range"][0])
+            for r in range(nr):
+                dst = ((r0 + r) * cols + c0) * size
+                whole[dst:dst + nc * size] = data[r * nc * size:(r + 1) * nc * size]
+        digest.update(("%s %s %s\n" % (name, t["dtype"], shape)).encode())
+        digest.update(bytes(whole))
+    return digest.hexdigest()
 
 
 def check_logits(log, out):
