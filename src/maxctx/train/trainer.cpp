@@ -73,6 +73,7 @@ struct Trainer::State {
   std::unique_ptr<MetricLogger> metrics;
   std::unique_ptr<StepProfiler> profiler;
   std::unique_ptr<CheckpointSaver> saver;
+  int64_t last_staged_bytes = 0;
   fs::path run_dir;
   int64_t step = 0;
   std::vector<StepRecord> history;
@@ -109,8 +110,9 @@ struct Trainer::State {
     const parallel::ReplicaPosition position{mesh.coord(Axis::kData), mesh.coord(Axis::kContext),
                                              mesh.coord(Axis::kTensor),
                                              mesh.coord(Axis::kExpert)};
-    saver->save({step, loader->position(), format_config(config)},
-                stage_checkpoint_slices(kernels, specs, *plans.parameters, position));
+    StagedSlices staged = stage_checkpoint_slices(kernels, specs, *plans.parameters, position);
+    last_staged_bytes = staged.size;
+    saver->save({step, loader->position(), format_config(config)}, std::move(staged));
   }
 };
 
@@ -321,6 +323,19 @@ const std::vector<StepRecord>& Trainer::history() const { return state_->history
 kernels::AttentionStats Trainer::attention_stats() const {
   return state_->plans.attention->stats();
 }
+
+Trainer::GatheredState Trainer::gather_state() {
+  State& s = *state_;
+  Tensor params, m, v;
+  s.plans.parameters->gather_full(params, m, v);
+  GatheredState out;
+  out.params = kernels::download_floats(s.kernels, s.global_of(std::move(params)).view());
+  out.adam_m = kernels::download_floats(s.kernels, s.global_of(std::move(m)).view());
+  out.adam_v = kernels::download_floats(s.kernels, s.global_of(std::move(v)).view());
+  return out;
+}
+
+int64_t Trainer::last_checkpoint_staged_bytes() const { return state_->last_staged_bytes; }
 
 std::vector<float> Trainer::gather_parameters() {
   State& s = *state_;

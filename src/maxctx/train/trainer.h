@@ -73,6 +73,14 @@ class Trainer {
   kernels::AttentionStats attention_stats() const;
   // The whole model's parameters in the unsharded Hugging Face layout (collective).
   std::vector<float> gather_parameters();
+  // The same for the whole training state: weights and both AdamW moments, as f32 (collective).
+  struct GatheredState {
+    std::vector<float> params, adam_m, adam_v;
+  };
+  GatheredState gather_state();
+  // The bytes the last checkpoint save staged on this rank (0 before any): what `maxctx plan`
+  // counts as checkpoint_state.
+  int64_t last_checkpoint_staged_bytes() const;
   std::filesystem::path run_directory() const;
   // Measure the gathered units' resident memory from now on (off by default: it walks the full
   // buffers' pages each time a unit is freed); parameter_memory's peak_unit_bytes is 0 without.
