@@ -74,7 +74,8 @@ TEST(FaultPlan, MalformedValuesAreOneLineErrors) {
             std::string::npos);
   EXPECT_NE(fault_error("rank=1,step,kind=kill").find("'step' is not key=value"),
             std::string::npos);
-  EXPECT_NE(fault_error("rank=1,step=3,kind=write").find("which is rank 0"), std::string::npos);
+  EXPECT_NE(fault_error("rank=1,step=3,kind=kill_save_commit").find("which is rank 0"),
+            std::string::npos);
 }
 
 // Unset, no injection point strikes.

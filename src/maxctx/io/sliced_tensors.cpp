@@ -87,8 +87,7 @@ void convert(StDType src_dtype, const std::byte* src, DType dst_dtype, std::byte
 }
 
 bool convertible(StDType from, DType to) {
-  const bool float_in = from == StDType::kF32 || from == StDType::kBF16 || from == StDType::kF16;
-  return float_in && (to == DType::kF32 || to == DType::kBF16);
+  return is_float_dtype(from) && (to == DType::kF32 || to == DType::kBF16);
 }
 
 }  // namespace
@@ -175,10 +174,9 @@ SliceIndex parse_tensors(const json& root, const fs::path& dir, const std::strin
     if (t.rows() * t.cols() > kMaxNumel) bad("the shape is too large");
     for (const json& s : entry["slices"]) {
       if (!s.is_object() || !s.contains("file") || !s["file"].is_string() ||
-          !s.contains("byte_range") || !s["byte_range"].is_array() ||
-          s["byte_range"].size() != 2 || !s["byte_range"][0].is_number_unsigned() ||
-          !s["byte_range"][1].is_number_unsigned() || !s.contains("offset") ||
-          !s.contains("shape")) {
+          !s.contains("byte_range") || !s["byte_range"].is_array() || s["byte_range"].size() != 2 ||
+          !s["byte_range"][0].is_number_unsigned() || !s["byte_range"][1].is_number_unsigned() ||
+          !s.contains("offset") || !s.contains("shape")) {
         bad("a slice must be {\"file\", \"offset\", \"shape\", \"byte_range\": [begin, end]}");
       }
       const std::string file = s["file"].get<std::string>();
@@ -242,9 +240,10 @@ void check_slices_cover(const SliceIndex& index, const std::string& origin) {
     int64_t area = 0;
     for (const SliceLocation& s : t.slices) area += s.rect.numel();
     if (area != t.rows() * t.cols()) {
-      fail("'{}': the slices of tensor '{}' cover {} of its {} elements; the checkpoint is "
-           "incomplete or damaged",
-           origin, name, area, t.rows() * t.cols());
+      fail(
+          "'{}': the slices of tensor '{}' cover {} of its {} elements; the checkpoint is "
+          "incomplete or damaged",
+          origin, name, area, t.rows() * t.cols());
     }
   }
 }
@@ -329,8 +328,8 @@ SliceReader::SliceReader(SliceIndex index, std::string origin)
   for (const auto& [name, t] : index_) {
     for (const SliceLocation& s : t.slices) {
       uint64_t& needed = needed_sizes_[s.file];
-      needed = std::max(needed, s.byte_begin + static_cast<uint64_t>(s.rect.numel()) *
-                                                   element_size(t.dtype));
+      needed = std::max(
+          needed, s.byte_begin + static_cast<uint64_t>(s.rect.numel()) * element_size(t.dtype));
     }
   }
 }
@@ -361,9 +360,10 @@ SliceReader& SliceReader::operator=(SliceReader&& other) noexcept {
 const SlicedTensor& SliceReader::tensor(std::string_view name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) {
-    fail("'{}' has no tensor '{}' ({} tensors); the checkpoint is of a different model "
-         "configuration",
-         origin_, name, index_.size());
+    fail(
+        "'{}' has no tensor '{}' ({} tensors); the checkpoint is of a different model "
+        "configuration",
+        origin_, name, index_.size());
   }
   return it->second;
 }
@@ -381,9 +381,10 @@ int SliceReader::file_descriptor(const fs::path& file) const {
   const uint64_t needed = needed_sizes_[file];
   if (static_cast<uint64_t>(st.st_size) < needed) {
     ::close(fd);
-    fail("'{}' is {} bytes, but the index of '{}' places data up to byte {}; the file is "
-         "truncated",
-         file.string(), st.st_size, origin_, needed);
+    fail(
+        "'{}' is {} bytes, but the index of '{}' places data up to byte {}; the file is "
+        "truncated",
+        file.string(), st.st_size, origin_, needed);
   }
   open_files_[file] = fd;
   return fd;
@@ -435,8 +436,8 @@ void SliceReader::read(std::string_view name, const Rect& rect, const TensorView
       staging.resize(static_cast<size_t>(n) * src_size);
       read_bytes(fd, s.file, staging.data(), staging.size(),
                  offset + static_cast<uint64_t>(done) * src_size);
-      convert(t.dtype, staging.data(), out.dtype(),
-              into + static_cast<uint64_t>(done) * dst_size, n);
+      convert(t.dtype, staging.data(), out.dtype(), into + static_cast<uint64_t>(done) * dst_size,
+              n);
     }
   };
 
@@ -462,10 +463,11 @@ void SliceReader::read(std::string_view name, const Rect& rect, const TensorView
     }
   }
   if (covered != rect.numel()) {
-    fail("'{}': the stored slices of tensor '{}' cover {} of the {} elements of rows [{}, {}) x "
-         "columns [{}, {}); the checkpoint is incomplete or damaged",
-         origin_, name, covered, rect.numel(), rect.row, rect.row + rect.rows, rect.col,
-         rect.col + rect.cols);
+    fail(
+        "'{}': the stored slices of tensor '{}' cover {} of the {} elements of rows [{}, {}) x "
+        "columns [{}, {}); the checkpoint is incomplete or damaged",
+        origin_, name, covered, rect.numel(), rect.row, rect.row + rect.rows, rect.col,
+        rect.col + rect.cols);
   }
 }
 

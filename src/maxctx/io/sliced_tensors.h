@@ -99,9 +99,13 @@ struct SliceToWrite {
 // shape [rows, cols], or [rows] for a vector's), synced; returns their index entries, the file
 // named by its file name alone. Throws maxctx::Error on an I/O failure.
 // `before_slice(i)` (optional) runs before slice i's bytes are written (fault injection).
-SliceIndex write_slice_file(const std::filesystem::path& path,
-                            std::span<const SliceToWrite> slices,
+SliceIndex write_slice_file(const std::filesystem::path& path, std::span<const SliceToWrite> slices,
                             const std::function<void(size_t)>& before_slice = {});
+
+// Whether a SliceReader converts tensors of this dtype into f32 or bf16 (F32, BF16, F16).
+inline bool is_float_dtype(StDType dtype) {
+  return dtype == StDType::kF32 || dtype == StDType::kBF16 || dtype == StDType::kF16;
+}
 
 // The most a read that converts dtype holds at once beside its destination (a chunk of the
 // file's bytes).

@@ -236,12 +236,12 @@ void check_weight_tensors(const io::SliceReader& tensors, const std::vector<Weig
                                            ? std::vector<int64_t>{s.global_rows}
                                            : std::vector<int64_t>{s.global_rows, s.global_cols};
     if (t.shape != shape) {
-      fail("tensor '{}' has shape {}, this model expects {}; the checkpoint is of a different "
-           "model configuration",
-           s.name, io::shape_string(t.shape), io::shape_string(shape));
+      fail(
+          "tensor '{}' has shape {}, this model expects {}; the checkpoint is of a different "
+          "model configuration",
+          s.name, io::shape_string(t.shape), io::shape_string(shape));
     }
-    if (t.dtype != io::StDType::kF32 && t.dtype != io::StDType::kBF16 &&
-        t.dtype != io::StDType::kF16) {
+    if (!io::is_float_dtype(t.dtype)) {
       fail("tensor '{}' is {}; weights load from F32, BF16 or F16", s.name,
            io::st_dtype_name(t.dtype));
     }
@@ -267,9 +267,10 @@ void load_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>
     // This rank's block only: its rows and columns of the tensor, nothing else is read.
     tensors.read(s.name, io::Rect{s.row_offset, s.col_offset, s.rows, s.cols}, host);
     if (const std::optional<int64_t> bad = first_non_finite(host)) {
-      fail("tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
-           "damaged",
-           s.name, *bad);
+      fail(
+          "tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
+          "damaged",
+          s.name, *bad);
     }
     if (!host_memory) kernels.copy_from_host(out.raw(), host.raw(), out.bytes());
   }
@@ -283,8 +284,8 @@ void load_hf_weights(const kernels::Kernels& kernels, const std::vector<WeightSp
 
 void load_hf_weights(const std::vector<WeightSpec>& specs, float* flat,
                      const fs::path& checkpoint_dir) {
-  load_hf_weights(kernels::backend(Device::kCpu), specs,
-                  TensorView::of(flat, total_numel(specs)), checkpoint_dir);
+  load_hf_weights(kernels::backend(Device::kCpu), specs, TensorView::of(flat, total_numel(specs)),
+                  checkpoint_dir);
 }
 
 void save_hf_weights(const std::vector<WeightSpec>& specs, const float* flat, const fs::path& path,

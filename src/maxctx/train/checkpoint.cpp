@@ -18,10 +18,11 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
 
@@ -135,7 +136,8 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
          path.string());
   }
   const JsonCheck check = check_json(text);
-  if (check.error) fail("checkpoint state '{}' is not valid JSON ({})", path.string(), *check.error);
+  if (check.error)
+    fail("checkpoint state '{}' is not valid JSON ({})", path.string(), *check.error);
   nlohmann::json state;
   try {
     state = nlohmann::json::parse(text);
@@ -213,8 +215,8 @@ std::optional<std::string> incompleteness(const fs::path& dir, int64_t step) {
     for (const auto& [name, t] : index) {
       for (const io::SliceLocation& s : t.slices) {
         uint64_t& end = needed[s.file];
-        end = std::max(end, s.byte_begin + static_cast<uint64_t>(s.rect.numel()) *
-                                               io::element_size(t.dtype));
+        end = std::max(
+            end, s.byte_begin + static_cast<uint64_t>(s.rect.numel()) * io::element_size(t.dtype));
       }
     }
     for (const auto& [file, end] : needed) {
@@ -427,6 +429,7 @@ void check_full_state(const io::SliceReader& tensors, const std::vector<WeightSp
 
 struct CheckpointSaver::Pending {
   CheckpointState state;
+  std::chrono::steady_clock::time_point began;
   fs::path tmp_dir;
   StagedSlices staged;
   std::thread writer;
@@ -451,6 +454,7 @@ void CheckpointSaver::save(const CheckpointState& state, StagedSlices staged) {
   pending->state = state;
   pending->state.num_ranks = world_.size();
   pending->staged = std::move(staged);
+  pending->began = std::chrono::steady_clock::now();
   int64_t id = static_cast<int64_t>(::getpid());
   world_.broadcast(std::span<int64_t>(&id, 1), 0);
   pending->tmp_dir = temporary_directory(options_.run_dir, state.step, id);
@@ -516,8 +520,8 @@ void CheckpointSaver::commit(const Pending& p) {
     for (int r = 1; r < world_.size(); ++r) {
       std::string text(static_cast<size_t>(sizes[static_cast<size_t>(r)]), '\0');
       world_.send_recv(std::span<const uint8_t>(), kNoPeer,
-                       std::span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()), text.size()),
-                       r, kIndexPartTag);
+                       std::span<uint8_t>(reinterpret_cast<uint8_t*>(text.data()), text.size()), r,
+                       kIndexPartTag);
       parts.push_back(std::move(text));
     }
   } else {
@@ -533,7 +537,11 @@ void CheckpointSaver::commit(const Pending& p) {
     if (before_commit_) before_commit_();
     commit_directory(options_.run_dir, p.tmp_dir, p.state, index);
     remove_old_checkpoints(options_.run_dir, options_.keep);
-    log::info("saved checkpoint {} in {}", p.state.step, (options_.run_dir / kCheckpointsDir).string());
+    log::info(
+        "saved checkpoint {} in {} ({} bytes staged on rank 0, committed {:.3f} s after "
+        "the save began)",
+        p.state.step, (options_.run_dir / kCheckpointsDir).string(), p.staged.size,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p.began).count());
   });
 }
 
