@@ -2,7 +2,8 @@
 //  [max_kl_div=...] [atol=...] [rtol=...]`: MaxText's forward_pass_logit_checker.
 //
 // Builds the model from load_parameters_path (a Hugging Face directory: its config.json gives the
-// model; without config.json, a maxctx checkpoint directory read with the config's model keys),
+// model; without config.json, a maxctx checkpoint directory read with the config's model keys;
+// either in one file or many, each rank reading only its own blocks),
 // runs one forward per golden prompt on the mesh at hand and compares the logits (io/
 // golden_logits.h: allclose with atol + rtol·|golden|, and max per-token KL(golden‖model)).
 // Under context parallelism the prompt is sharded over `context` exactly as training does (dual
@@ -42,8 +43,9 @@ constexpr const char* kUsage =
     "golden_logits_path=<golden.jsonl>\n"
     "                           [max_kl_div=1e-4] [atol=0.1] [rtol=0.1] [mesh keys ...]\n\n"
     "MaxText's forward_pass_logit_checker. <dir> is a Hugging Face checkpoint (config.json +\n"
-    "safetensors), or a maxctx checkpoint directory (model.safetensors, model from the config's\n"
-    "keys). The golden file is JSONL: {\"prompt\", \"tokens\", \"logits\" [seq][vocab]} per line.\n"
+    "safetensors, one file or several with model.safetensors.index.json), or a maxctx checkpoint\n"
+    "directory (sharded, saved on any mesh; the model from the config's keys). The golden file\n"
+    "is JSONL: {\"prompt\", \"tokens\", \"logits\" [seq][vocab]} per line.\n"
     "Runs one forward per prompt on the mesh (context, tensor, expert, data, fsdp axes; e.g.\n"
     "`mpirun -np 4 maxctx check-logits ... ici_context_parallelism=4`) and prints the max\n"
     "|model - golden| and the max per-token KL(golden||model). Fails (exit 1) when any logit has\n"

@@ -3,10 +3,13 @@
 // within 1e-5 on one rank and with context = 2 and 4 (all_gather and ring, balanced or not, the
 // 10- and 12-token prompts padded where they do not split), also with tensor parallelism and
 // data replicas; the Mixtral fixture (tests/fixtures/tiny_mixtral) likewise with context and
-// with expert; and copies of the golden file with perturbed logits fail, each on the bound it
-// breaks.
+// with expert; the same fixture saved by transformers in two files with
+// model.safetensors.index.json (tests/fixtures/tiny_llama_two_files) loads the same weights bit
+// for bit and passes the same check on every mesh; and copies of the golden file with perturbed
+// logits fail, each on the bound it breaks.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +17,8 @@
 #include "maxctx/core/check.h"
 #include "maxctx/io/golden_logits.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/model/weights.h"
 
 namespace maxctx::cli {
 using Args = std::vector<std::string>;
@@ -51,6 +56,33 @@ TEST(CheckLogits, TorchFixtureOnEveryContextSize) {
   if (world_size() == 1) return;
   EXPECT_EQ(check(kGolden, with(kTight, {cp, "context_parallel_strategy=ring"})), 0);
   EXPECT_EQ(check(kGolden, with(kTight, {cp, "context_parallel_load_balance=false"})), 0);
+}
+
+// A Hugging Face checkpoint in two files with an index (transformers' save_pretrained with a
+// max_shard_size, tools/reference/transformers_checks.py) loads the very weights of the single
+// file, and its logits pass the tight check on 1, 2 and 4 ranks: context over every rank, and on
+// 2 and 4 ranks tensor = 2 (each rank reading only its heads' rows from both files).
+TEST(CheckLogits, TwoFileCheckpointLoadsAsTheSingleFile) {
+  const std::string two_files = std::string(MAXCTX_TEST_FIXTURES) + "/tiny_llama_two_files";
+  const model::LlamaConfig config = model::llama_config_from_hf(fs::path(kFixture) / "config.json");
+  const std::vector<model::WeightSpec> specs = model::llama_weight_specs(config);
+  std::vector<float> one(model::total_numel(specs)), two(one.size(), -1.0f);
+  model::load_hf_weights(specs, one.data(), kFixture);
+  model::load_hf_weights(specs, two.data(), two_files);
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), one.size() * sizeof(float)), 0);
+
+  auto check_two_files = [&](std::vector<std::string> mesh) {
+    cli::Args args = {std::string(MAXCTX_SOURCE_DIR) + "/configs/base.yml",
+                      "load_parameters_path=" + two_files, "golden_logits_path=" + kGolden};
+    args.insert(args.end(), mesh.begin(), mesh.end());
+    args.insert(args.end(), kTight.begin(), kTight.end());
+    return cli::run_check_logits(args);
+  };
+  EXPECT_EQ(check_two_files({"ici_context_parallelism=" + std::to_string(world_size())}), 0);
+  if (world_size() == 1) return;
+  EXPECT_EQ(check_two_files({"ici_tensor_parallelism=2",
+                             "ici_context_parallelism=" + std::to_string(world_size() / 2)}),
+            0);
 }
 
 // The Mixtral fixture (tiny_mixtral: 4 experts, 2 per token) through the Hugging Face
