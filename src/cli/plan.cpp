@@ -300,6 +300,9 @@ int run_plan(const Args& args) {
   }
   PlanOptions o;
   const Args overrides = take_plan_options(Args(args.begin() + 1, args.end()), o);
+  // --json's stdout is one JSON document: lines logged while planning (a Hugging Face config
+  // read for the model) go to stderr.
+  if (o.json) log::set_info_to_stderr(true);
   const Config config = load_config(args[0], overrides, *o.num_devices);
   const std::string config_dir = std::filesystem::path(args[0]).parent_path().string();
   const HardwareProfile hw = load_hardware_profile(o.hardware_profile, config_dir);

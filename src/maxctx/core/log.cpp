@@ -1,5 +1,6 @@
 #include "maxctx/core/log.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -25,12 +26,18 @@ void set_rank(int rank_id, int size) {
 int rank() { return g_rank; }
 int world_size() { return g_world_size; }
 
+namespace {
+std::atomic<bool> g_info_to_stderr{false};
+}  // namespace
+
+void set_info_to_stderr(bool to_stderr) { g_info_to_stderr = to_stderr; }
+
 void write_line(bool to_stderr, bool every_rank, const std::string& line) {
   const bool all = every_rank || all_ranks_requested();
   if (!all && g_rank != 0) return;
   std::string text =
       all && g_world_size > 1 ? fmt::format("[rank {}] {}\n", g_rank, line) : line + "\n";
-  FILE* stream = to_stderr ? stderr : stdout;
+  FILE* stream = to_stderr || g_info_to_stderr ? stderr : stdout;
   std::fwrite(text.data(), 1, text.size(), stream);
   std::fflush(stream);
 }

@@ -19,6 +19,9 @@ int rank();
 int world_size();
 
 void write_line(bool to_stderr, bool every_rank, const std::string& line);
+// Sends `info` and `rank_info` lines to stderr instead of stdout: for a command whose stdout is a
+// machine-read document (`maxctx plan --json`), so progress lines cannot corrupt it.
+void set_info_to_stderr(bool to_stderr);
 
 template <typename... Args>
 void info(fmt::format_string<Args...> format, Args&&... args) {
