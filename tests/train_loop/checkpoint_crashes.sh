@@ -46,4 +46,33 @@ for ranks in 2 4; do
       "bit-identical to the uninterrupted run"
   done
 done
+
+# Ranks that see different run directories (node-local disks, a lagging network filesystem;
+# issue #34 N1): rank 0 decides the step every rank resumes from, and every rank checks that what
+# it read equals rank 0's. Rank 1 sees an empty directory, then one whose latest checkpoint holds
+# another data position: each time the job ends with one line naming rank 1.
+seen=$work/np2/reference
+train2=(train "$src/configs/base.yml" model_name=maxctx-tiny max_target_length=64 steps=8
+  per_device_batch_size=1 ici_fsdp_parallelism=2 checkpoint_period=2 run_name=reference)
+for case in empty other_data_position; do
+  mkdir -p "$work/$case/rank0" "$work/$case/rank1"
+  cp -r "$seen" "$work/$case/rank0/reference"
+  if [[ $case == other_data_position ]]; then
+    cp -r "$seen" "$work/$case/rank1/reference"
+    sed -i -E 's/"data_position": ?[0-9]+/"data_position": 5/' \
+      "$work/$case/rank1/reference/checkpoints/6/state.json"
+    grep -q '"data_position": 5' "$work/$case/rank1/reference/checkpoints/6/state.json" ||
+      { echo "FAIL: could not edit the copy's state.json"; exit 1; }
+    expected="the starting state this rank read (resuming from checkpoint 6 (data position 5)) differs from rank 0's"
+  else
+    expected="checkpoint step 6 does not exist"
+  fi
+  expect_failure "$work/$case.log" 10 "rank 1: $expected" \
+    timeout 60 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+    -np 1 "$maxctx" "${train2[@]}" base_output_directory="$work/$case/rank0" : \
+    -np 1 "$maxctx" "${train2[@]}" base_output_directory="$work/$case/rank1"
+  if [[ -e $work/$case/rank0/reference/checkpoints/8 || -e $work/$case/rank1/reference/checkpoints/8 ]]; then
+    echo "FAIL: $case: a checkpoint was written by ranks that disagree"; exit 1
+  fi
+done
 echo "checkpoint_crashes: OK"

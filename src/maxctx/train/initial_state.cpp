@@ -17,6 +17,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// FNV-1a over what a rank is about to start from: the step, the data position and every tensor's
+// index entry (file, rectangle, byte range). Equal on every rank that reads the same checkpoint.
+int64_t starting_state_digest(const StartingState& s) {
+  std::string text = fmt::format("{} {} {}\n", s.step, s.data_position, s.with_moments);
+  if (s.tensors) text += io::slice_index_json(s.tensors->index());
+  uint64_t hash = 14695981039346656037ull;
+  for (const char c : text) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  }
+  return static_cast<int64_t>(hash);
+}
+
 bool set_explicitly(const Config& c, std::string_view key) {
   return std::find(c.explicit_keys.begin(), c.explicit_keys.end(), key) != c.explicit_keys.end();
 }
@@ -157,9 +169,9 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
       const auto [from_run, step] =
           locate_checkpoint("load_full_state_path", c.load_full_state_path);
       open_full_state(from_run, step);
-      s.source = fmt::format("starting from the full state of {} (step {}, data position {})",
-                             checkpoint_directory(from_run, step).string(), s.step,
-                             s.data_position);
+      s.source =
+          fmt::format("starting from the full state of {} (step {}, data position {})",
+                      checkpoint_directory(from_run, step).string(), s.step, s.data_position);
     } else if (!c.load_parameters_path.empty()) {
       const fs::path dir = without_trailing_separator(c.load_parameters_path);
       if (!fs::is_directory(dir)) {
@@ -181,6 +193,20 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
                              c.init_weights_seed);
     }
   });
+  // Every rank must start from what rank 0 starts from: a rank whose copy of the run directory
+  // or checkpoint differs (node-local disk, a lagging network filesystem) would train a diverging
+  // replica beside the others. Rank 0's digest against each rank's own.
+  const int64_t digest = starting_state_digest(s);
+  int64_t root_digest = digest;
+  world.broadcast(std::span<int64_t>(&root_digest, 1), 0);
+  agree_on_errors(
+      world,
+      digest == root_digest
+          ? std::string()
+          : fmt::format("the starting state this rank read ({}) differs from rank 0's: the run "
+                        "directory '{}' and the checkpoints must be on storage every rank sees "
+                        "alike",
+                        s.source, run_dir.string()));
   return s;
 }
 
