@@ -41,6 +41,12 @@ for ranks in 2 4; do
       cmp "$reference/$file" "$work/np$ranks/$name/checkpoints/6/$file" ||
         { echo "FAIL: $name resumed to different bits in $file"; exit 1; }
     done
+    # Each step's metrics row once (issue #34 N14): the rows the killed run logged past
+    # checkpoint 2 are dropped at the restart, which logs those steps again.
+    steps_logged=$(grep -o '"step": *[0-9]*' "$work/np$ranks/$name/metrics.jsonl" |
+      grep -o '[0-9]*$' | tr '\n' ' ')
+    [[ $steps_logged == "0 1 2 3 4 5 " ]] ||
+      { echo "FAIL: $name: metrics rows of steps '$steps_logged', expected 0 to 5 once"; exit 1; }
     partial=$(grep -c "removed the partial checkpoint" "$work/$name.resume.log" || true)
     echo "$name: resumed from checkpoint 2 (partial checkpoints removed: $partial), step 6" \
       "bit-identical to the uninterrupted run"

@@ -6,11 +6,14 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
+#include "maxctx/io/durable_file.h"
 #include "maxctx/io/tensorboard.h"
 
 namespace maxctx {
@@ -122,11 +125,42 @@ bool started_by_mpi_launcher() {
   return false;
 }
 
+// Rewrites the metrics file without the rows of step >= `step` and without a last line a crash
+// cut short (it does not parse): written beside it, synced and renamed over it.
+void drop_rows_from_step(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;  // no file yet: nothing logged
+  std::string kept, line;
+  int64_t dropped = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const bool keep = row.is_object() && (!row.contains("step") || !row["step"].is_number() ||
+                                          row["step"].get<int64_t>() < step);
+    if (keep) {
+      kept += line;
+      kept += '\n';
+    } else {
+      ++dropped;
+    }
+  }
+  if (dropped == 0) return;
+  const std::string tmp = path + ".tmp";
+  io::write_synced_text(tmp, kept);
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) fail("cannot replace the metrics file {}: {}", path, ec.message());
+  log::info("metrics: dropped {} rows of steps from {} on (logged after the checkpoint resumed)",
+            dropped, step);
+}
+
 }  // namespace
 
 MetricLogger::MetricLogger(const MetricLoggerOptions& options)
     : options_(options), jsonl_(nullptr, &std::fclose) {
   if (log::rank() != 0) return;
+  if (!options_.jsonl_path.empty() && options_.append && options_.resumed_at_step >= 0) {
+    drop_rows_from_step(options_.jsonl_path, options_.resumed_at_step);
+  }
   if (!options_.jsonl_path.empty()) {
     jsonl_.reset(std::fopen(options_.jsonl_path.c_str(), options_.append ? "a" : "w"));
     if (!jsonl_) {

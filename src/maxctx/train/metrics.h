@@ -96,6 +96,9 @@ struct MetricLoggerOptions {
   int64_t flush_period = 100;      // log_period: step lines and flushes every this many steps
   std::string tensorboard_dir;     // "" writes no event file
   bool append = true;              // false truncates the file (a fresh run)
+  // With append, a resumed run's step count: rows of steps at or after it (logged before a crash
+  // by a run that had gone past its last checkpoint) are dropped, so every step appears once.
+  int64_t resumed_at_step = -1;
 };
 
 // Rank 0 prints and writes; on other ranks log_step does nothing.

@@ -108,8 +108,7 @@ struct Trainer::State {
   void save_checkpoint() {
     const trace::Span span("checkpoint", trace::Category::kIo);
     const parallel::ReplicaPosition position{mesh.coord(Axis::kData), mesh.coord(Axis::kContext),
-                                             mesh.coord(Axis::kTensor),
-                                             mesh.coord(Axis::kExpert)};
+                                             mesh.coord(Axis::kTensor), mesh.coord(Axis::kExpert)};
     StagedSlices staged = stage_checkpoint_slices(kernels, specs, *plans.parameters, position);
     last_staged_bytes = staged.size;
     saver->save({step, loader->position(), format_config(config)}, std::move(staged));
@@ -158,8 +157,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   // The run's own checkpoint, else load_full_state_path / load_parameters_path, else the
   // counter-based initialisation; each rank reads (or generates) only its own shard, so every
   // mesh starts from the same values and no rank holds the whole model.
-  StartingState start = load_starting_state(c, s.run_dir, s.global_specs,
-                                            s.model_config.weight_dtype, mesh.world());
+  StartingState start =
+      load_starting_state(c, s.run_dir, s.global_specs, s.model_config.weight_dtype, mesh.world());
   s.step = start.step;
   log::info("{}", start.source);
   if (start.tensors) {
@@ -201,6 +200,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
       c.per_device_batch_size, c.max_target_length, c.gradient_accumulation_steps);
   options.flush_period = c.log_period;
   options.append = start.resumed;  // the metrics of the steps before the checkpoint stay
+  if (start.resumed) options.resumed_at_step = start.step;
   if (c.enable_tensorboard) options.tensorboard_dir = (s.run_dir / "tensorboard").string();
   // Rank 0 creates the run directory and the metrics file; every rank learns whether it could.
   run_on_root(mesh.world(), [&] {
