@@ -17,6 +17,16 @@ expect_failure "$work/metrics_file.log" 60 "cannot open the metrics file" \
   "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \
   base_output_directory="$work/metrics_dir" run_name=run
 
+# metrics.jsonl is a symlink (issue #34 N7): refused, its target left as it was.
+mkdir -p "$work/metrics_link/run"
+echo "precious" > "$work/precious.txt"
+ln -s "$work/precious.txt" "$work/metrics_link/run/metrics.jsonl"
+expect_failure "$work/metrics_link.log" 60 "it is a symlink" \
+  "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \
+  base_output_directory="$work/metrics_link" run_name=run
+[[ $(cat "$work/precious.txt") == precious ]] ||
+  { echo "FAIL: the metrics symlink's target was written"; exit 1; }
+
 # The run directory cannot be created (a std::filesystem error on rank 0 only).
 expect_failure "$work/run_directory.log" 60 "cannot create directories" \
   "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \

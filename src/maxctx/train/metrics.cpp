@@ -1,5 +1,6 @@
 #include "maxctx/train/metrics.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -162,9 +163,17 @@ MetricLogger::MetricLogger(const MetricLoggerOptions& options)
     drop_rows_from_step(options_.jsonl_path, options_.resumed_at_step);
   }
   if (!options_.jsonl_path.empty()) {
-    jsonl_.reset(std::fopen(options_.jsonl_path.c_str(), options_.append ? "a" : "w"));
+    // O_NOFOLLOW: a symlink planted at metrics.jsonl must not make the run truncate or append
+    // to its target (issue #34 N7).
+    const int flags =
+        O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (options_.append ? O_APPEND : O_TRUNC);
+    const int fd = ::open(options_.jsonl_path.c_str(), flags, 0644);
+    if (fd >= 0) jsonl_.reset(::fdopen(fd, options_.append ? "a" : "w"));
     if (!jsonl_) {
-      fail("cannot open the metrics file {}: {}", options_.jsonl_path, std::strerror(errno));
+      const int error = errno;
+      if (fd >= 0) ::close(fd);
+      fail("cannot open the metrics file {}: {}{}", options_.jsonl_path, std::strerror(error),
+           error == ELOOP ? " (it is a symlink; maxctx does not write through one)" : "");
     }
   }
   if (!options_.tensorboard_dir.empty()) {
