@@ -86,8 +86,13 @@ std::pair<fs::path, int64_t> locate_checkpoint(const std::string& key, const std
 
 model::LlamaConfig training_model_config(const Config& c) {
   const fs::path json = hf_config_json(c);
-  if (json.empty()) return model::llama_config_from(c);
+  if (json.empty()) {
+    model::LlamaConfig m = model::llama_config_from(c);
+    m.vocab_tiles = c.num_vocab_tiling;
+    return m;
+  }
   model::LlamaConfig m = model::llama_config_from_hf(json);
+  m.vocab_tiles = c.num_vocab_tiling;
   model::apply_precision(c, m);
   const kernels::RopeParams from_json = m.rope;
   apply_explicit_rope_keys(c, m);
@@ -157,9 +162,9 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
       const auto [from_run, step] =
           locate_checkpoint("load_full_state_path", c.load_full_state_path);
       open_full_state(from_run, step);
-      s.source = fmt::format("starting from the full state of {} (step {}, data position {})",
-                             checkpoint_directory(from_run, step).string(), s.step,
-                             s.data_position);
+      s.source =
+          fmt::format("starting from the full state of {} (step {}, data position {})",
+                      checkpoint_directory(from_run, step).string(), s.step, s.data_position);
     } else if (!c.load_parameters_path.empty()) {
       const fs::path dir = without_trailing_separator(c.load_parameters_path);
       if (!fs::is_directory(dir)) {
