@@ -269,8 +269,9 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   at_most(c.sliding_window_size, limits::kMaxSequence, "sliding_window_size");
   positive(c.gradient_accumulation_steps, "gradient_accumulation_steps");
   positive(c.num_vocab_tiling, "num_vocab_tiling");
-  {
-    // MaxText's rule (pyconfig): the per-device tokens split into whole tiles.
+  if (c.num_vocab_tiling > 1) {
+    // MaxText's rule (pyconfig): the per-device tokens split into whole tiles. (Untiled, a
+    // fractional product is left to the global batch's own check.)
     const double tokens = c.per_device_batch_size * static_cast<double>(c.max_target_length);
     require(std::fmod(tokens, static_cast<double>(c.num_vocab_tiling)) == 0.0,
             fmt::format("num_vocab_tiling = {} must divide per_device_batch_size x "
