@@ -208,8 +208,10 @@ json remat_section(const Options& o, const char* self) {
     const auto [intercept, slope] = fit_line(xs, ys);
     const maxctx::model::ActivationBytes formula =
         maxctx::model::activation_bytes_per_token(model, maxctx::model::remat_policy_from(policy));
+    // Untiled (num_vocab_tiling 1): every token's logits row counts.
+    const int64_t other_per_token = formula.other_per_token + formula.logits_per_row;
     const double formula_per_token =
-        static_cast<double>(formula.layers_per_token + formula.other_per_token);
+        static_cast<double>(formula.layers_per_token + other_per_token);
     longest[policy] = (budget - intercept) / slope;
     // Process CPU time: on one rank it counts only the time this process ran, so neighbours on
     // the shared cores do not tilt the ratio.
@@ -220,7 +222,7 @@ json remat_section(const Options& o, const char* self) {
         {"measured_fixed_bytes", intercept},
         {"formula_bytes_per_token", formula_per_token},
         {"formula_layers_bytes_per_token", formula.layers_per_token},
-        {"formula_other_bytes_per_token", formula.other_per_token},
+        {"formula_other_bytes_per_token", other_per_token},
         {"measured_over_formula", slope / formula_per_token},
         {"predicted_longest_seq_in_budget", longest[policy]},
         {"step_at_seq", o.seqs.back()},

@@ -27,3 +27,7 @@ rm -rf "$run_dir"
 "$build_dir/bench/memory_bench" --config "$here/../../configs/base.yml" \
   --remat-prefix "${pin[*]}" --run-dir "$run_dir" --out "$build_dir/bench/train_memory.json"
 rm -rf "$run_dir"
+# The loss in vocabulary tiles: num_vocab_tiling = 1, 8, 16 (one rank each, pinned).
+"$build_dir/bench/vocab_tiling_bench" --config "$here/../../configs/base.yml" \
+  --prefix "${pin[*]}" --run-dir "$run_dir" --out "$build_dir/bench/train_vocab_tiling.json"
+rm -rf "$run_dir"

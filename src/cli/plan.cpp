@@ -118,6 +118,7 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
           {"mesh", mesh_text(p.dims)},
           {"num_devices", c.derived.num_devices},
           {"remat_policy", c.remat_policy},
+          {"num_vocab_tiling", c.num_vocab_tiling},
           {"dtype", c.dtype},
           {"weight_dtype", c.weight_dtype},
           {"rows_per_rank", p.rows},
@@ -128,6 +129,7 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
             {"gradients", m.gradients},
             {"gathered_units", m.gathered_units},
             {"activations", m.activations},
+            {"logits_in_activations", m.logits},
             {"attention_staging", m.attention_staging},
             {"starting_state", m.starting_state},
             {"checkpoint_state", m.checkpoint_state},
@@ -170,6 +172,8 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
   row("gradients", m.gradients);
   row("gathered units", m.gathered_units);
   row("activations", m.activations);
+  s += fmt::format("  {:<22}{:>14}  (num_vocab_tiling = {})\n", "  of which logits",
+                   gib(static_cast<double>(m.logits)), c.num_vocab_tiling);
   row("attention staging", m.attention_staging);
   row("step (all above)", m.step());
   row("starting state", m.starting_state);

@@ -165,7 +165,7 @@ TEST(Remat, BytesPerTokenFollowTheDocsTable) {
         const int64_t B = 2, S = 12;
         const LlamaActivations acts =
             allocate_activations(kernels::backend(Device::kCpu), c, B, S, tensor_size, r);
-        EXPECT_EQ(formula.other_per_token * B * S, allocated_other_bytes(acts));
+        EXPECT_EQ(formula.other_bytes(B * S, c.vocab_tiles), allocated_other_bytes(acts));
       }
     }
   }

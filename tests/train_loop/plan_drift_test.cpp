@@ -31,6 +31,12 @@ std::vector<DriftCase> drift_cases() {
   const std::string ring = "context_parallel_strategy=ring";
   return {
       {"single_full", 1, {"remat_policy=full"}},
+      // num_vocab_tiling: the logits buffer of one tile; on fsdp the head (and the tied
+      // embedding it reads) gathered once per micro-batch, the tiles' backward run in the forward.
+      {"single_vocab_tiles4", 1, {"num_vocab_tiling=4"}},
+      {"fsdp2_vocab_tiles2_tied",
+       2,
+       {"ici_fsdp_parallelism=2", "num_vocab_tiling=2", "logits_via_embedding=true"}},
       {"single_bf16", 1, {"dtype=bfloat16", "weight_dtype=bfloat16", "remat_policy=minimal"}},
       {"mixtral_single",
        1,

@@ -268,6 +268,16 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   at_most(c.max_prefill_predict_length, limits::kMaxSequence, "max_prefill_predict_length");
   at_most(c.sliding_window_size, limits::kMaxSequence, "sliding_window_size");
   positive(c.gradient_accumulation_steps, "gradient_accumulation_steps");
+  positive(c.num_vocab_tiling, "num_vocab_tiling");
+  if (c.num_vocab_tiling > 1) {
+    // MaxText's rule (pyconfig): the per-device tokens split into whole tiles. (Untiled, a
+    // fractional product is left to the global batch's own check.)
+    const double tokens = c.per_device_batch_size * static_cast<double>(c.max_target_length);
+    require(std::fmod(tokens, static_cast<double>(c.num_vocab_tiling)) == 0.0,
+            fmt::format("num_vocab_tiling = {} must divide per_device_batch_size x "
+                        "max_target_length = {} x {} = {} (the tokens each device tiles)",
+                        c.num_vocab_tiling, c.per_device_batch_size, c.max_target_length, tokens));
+  }
   positive(c.checkpoint_period, "checkpoint_period");
   positive(c.log_period, "log_period");
   require(

@@ -120,6 +120,11 @@ using StringList = std::vector<std::string>;
   X(double, adam_weight_decay, 0.1, "", "AdamW decoupled weight decay")                         \
   X(double, gradient_clipping_threshold, 1.0, "", "Global-norm gradient clipping (0: off)")    \
   X(int64_t, gradient_accumulation_steps, 1, "", "Micro-batches per optimizer step")            \
+  X(int64_t, num_vocab_tiling, 1, "",                                                           \
+    "Training's output head and loss in this many tiles of each device's batch x sequence "     \
+    "tokens (MaxText's key: logits and their gradient are held for one tile at a time, never "  \
+    "[tokens, vocab]); 1: untiled. per_device_batch_size x max_target_length must be a "        \
+    "multiple of it")                                                                           \
   X(std::string, dataset_type, "synthetic", "synthetic|tokens|recall|hf",                       \
     "synthetic: random tokens; tokens: a binary token file; recall: long-range key-value "      \
     "recall; hf: local JSON Lines or text files (hf_path, hf_train_files), tokenized and packed")\

@@ -1,5 +1,7 @@
 #include "maxctx/model/activations.h"
 
+#include "maxctx/core/check.h"
+
 namespace maxctx::model {
 namespace {
 
@@ -46,6 +48,15 @@ int64_t bytes_of(const Shape& shape, DType dtype) {
 
 }  // namespace
 
+int64_t logit_rows(int64_t tokens, int64_t vocab_tiles) {
+  MAXCTX_CHECK(vocab_tiles >= 1, "num_vocab_tiling = {} must be at least 1", vocab_tiles);
+  return (tokens + vocab_tiles - 1) / vocab_tiles;
+}
+
+int64_t ActivationBytes::other_bytes(int64_t tokens, int64_t vocab_tiles) const {
+  return other_per_token * tokens + logits_per_row * logit_rows(tokens, vocab_tiles);
+}
+
 LocalDims local_dims(const LlamaConfig& c, int64_t batch, int64_t seq, int tensor_size) {
   return {batch * seq,
           c.emb_dim,
@@ -84,7 +95,7 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   }
   a.final_norm_rstd = k.empty({N});
   a.final_norm_out = k.empty({N, E}, dt);
-  a.logits = k.empty({N, c.vocab_size});
+  a.logits = k.empty({logit_rows(N, c.vocab_tiles), c.vocab_size});
   a.xent_lse = k.empty({N});
   a.token_loss = k.empty({N});
   a.proj = k.empty({N, E});
@@ -145,14 +156,15 @@ ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPoli
   const auto [N, E, Hq, Hkv, D, F] = local_dims(c, 1, 1, tensor_size);
   const int64_t q_dim = Hq * D;
   const int64_t kv_dim = Hkv * D;
-  b.other_per_token = (c.num_layers + 1) * E * act    // residual stream, every layer's input
-                      + c.head_dim * f32              // RoPE cos and sin
-                      + f32 + E * act                 // final norm
-                      + c.vocab_size * f32 + 2 * f32  // logits, xent lse, token loss
-                      + E * f32                       // proj
-                      + 3 * E * f32                   // d_residual, d_normed, d_x
-                      + 2 * (q_dim + kv_dim) * f32    // d_q, d_k, d_v, d_attn
-                      + (c.moe ? 0 : 3 * F * f32);    // d_gate, d_up, d_swiglu
+  b.other_per_token = (c.num_layers + 1) * E * act  // residual stream, every layer's input
+                      + c.head_dim * f32            // RoPE cos and sin
+                      + f32 + E * act               // final norm
+                      + 2 * f32                     // xent lse, token loss
+                      + E * f32                     // proj
+                      + 3 * E * f32                 // d_residual, d_normed, d_x
+                      + 2 * (q_dim + kv_dim) * f32  // d_q, d_k, d_v, d_attn
+                      + (c.moe ? 0 : 3 * F * f32);  // d_gate, d_up, d_swiglu
+  b.logits_per_row = c.vocab_size * f32;
   return b;
 }
 

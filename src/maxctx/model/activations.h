@@ -63,10 +63,12 @@ struct LlamaActivations {
   std::vector<Tensor> storage;  // what the layers' views point into
   Tensor final_norm_rstd;       // (N)
   Tensor final_norm_out;        // (N, E)
-  Tensor logits;                // (N, V); overwritten by d_logits in backward
-  Tensor xent_lse;              // (N)
-  Tensor token_loss;            // (N) weight · cross-entropy
-  Tensor proj;                  // (N, E) o_proj / down_proj output before its residual add
+  // (logit_rows(N, config.vocab_tiles), V): all N rows untiled, kept from the forward for the
+  // backward, which overwrites them with d_logits; one tile's rows under num_vocab_tiling.
+  Tensor logits;
+  Tensor xent_lse;    // (N)
+  Tensor token_loss;  // (N) weight · cross-entropy
+  Tensor proj;        // (N, E) o_proj / down_proj output before its residual add
 
   // Backward workspace.
   Tensor d_residual;  // (N, E) gradient of the stream
@@ -82,6 +84,10 @@ struct LlamaActivations {
 
   MoeGradBuffers moe_grad;  // a mixture of experts' backward workspace (mixtral only)
 };
+
+// Rows of one loss tile of N tokens in `vocab_tiles` tiles: ceil(N / vocab_tiles) (the last tile
+// may be shorter when the tiles do not divide N).
+int64_t logit_rows(int64_t tokens, int64_t vocab_tiles);
 
 // `remat`: which layer activations are kept for the backward (default: all of them).
 LlamaActivations allocate_activations(const kernels::Kernels& kernels, const LlamaConfig& config,
@@ -99,7 +105,10 @@ int64_t allocated_bytes(const LlamaActivations& activations);
 // the token count alone) are not counted.
 struct ActivationBytes {
   int64_t layers_per_token = 0;  // L × what one layer keeps, + one scratch set
-  int64_t other_per_token = 0;   // stream, head, logits, RoPE tables, backward workspace
+  int64_t other_per_token = 0;   // stream, final norm, loss, RoPE tables, backward workspace
+  int64_t logits_per_row = 0;    // V f32: the logits buffer, logit_rows(N, vocab_tiles) rows
+  // Everything but the layers' activations for N tokens in `vocab_tiles` loss tiles.
+  int64_t other_bytes(int64_t tokens, int64_t vocab_tiles) const;
 };
 ActivationBytes activation_bytes_per_token(const LlamaConfig& config, const RematPolicy& remat,
                                            int tensor_size = 1);

@@ -1,5 +1,6 @@
 #include "maxctx/model/llama.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "maxctx/core/check.h"
@@ -173,19 +174,9 @@ struct TrainingLayers {
   DecoderLayerPlan layer_plan;
 };
 
-}  // namespace
-
-double moe_lb_scale(const LlamaConfig& c, int64_t global_sequences) {
-  MAXCTX_CHECK(global_sequences > 0 && c.num_layers > 0, "a batch of {} sequences",
-               global_sequences);
-  return 1.0 / (static_cast<double>(c.num_layers) * static_cast<double>(global_sequences));
-}
-
-LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
-                       parallel::ModelPlan& plan, LlamaActivations& acts) {
-  const kernels::Kernels& k = kernels_of(plan);
-  check_activations(c, b, acts);
-  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
+// The embedding and the decoder layers: acts.residual[0..L] from the tokens.
+void decoder_forward(const kernels::Kernels& k, const LlamaConfig& c, const LlamaWeights& w,
+                     const TokenBatch& b, parallel::ModelPlan& plan, LlamaActivations& acts) {
   k.rope_cos_sin(acts.rope_cos.view(), acts.rope_sin.view(), b.positions, c.rope);
   TrainingLayers layers(c, b, plan, acts);
   before_use(plan, 0);
@@ -202,50 +193,13 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
                           buffers);
     after_use(plan, l + 1);
   }
-  head_before_use(c, plan);
-  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
-                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
-  k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
-  head_after_use(c, plan);
-  LossSums sums;
-  if (c.moe) {
-    for (const LayerActivations& a : acts.layers) {
-      sums.moe_lb_sum += a.moe.load_balance;
-      sums.moe_dropped += a.moe.dropped;
-    }
-  }
-  if (b.targets == nullptr) return sums;
-  MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
-  k.cross_entropy_forward(acts.token_loss.view(), acts.xent_lse.view(), acts.logits.view(),
-                          b.targets, loss_weights_view(b, d.N, k));
-  // The loss's one readout per forward: N floats, summed on the host in token order.
-  const kernels::HostFloats token_loss(k, acts.token_loss.view().elements(0, d.N));
-  const float* weights = b.host_loss_weights ? b.host_loss_weights : b.loss_weights;
-  for (int64_t i = 0; i < d.N; ++i) {
-    sums.loss_sum += token_loss[i];
-    sums.weight_sum += weights[i];
-  }
-  return sums;
 }
 
-void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
-                    const TokenBatch& b, parallel::ModelPlan& plan, LlamaActivations& acts,
-                    float d_loss, float d_moe_lb) {
-  const kernels::Kernels& k = kernels_of(plan);
-  check_activations(c, b, acts);
-  MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
-  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
+// The decoder layers' backward, from d_residual = dL/d(residual[L]) down to the embedding.
+void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const LlamaWeights& w,
+                      const LlamaWeights& g, const TokenBatch& b, parallel::ModelPlan& plan,
+                      LlamaActivations& acts, float d_moe_lb) {
   TrainingLayers layers(c, b, plan, acts);
-  const TensorView d_logits = acts.logits.view();  // in place: logits are not needed after this
-  k.cross_entropy_backward(d_logits, acts.logits.view(), acts.xent_lse.view(), b.targets,
-                           loss_weights_view(b, d.N, k), d_loss);
-  head_before_use(c, plan);
-  k.matmul_backward(acts.d_normed.view(), g.lm_head, d_logits, acts.final_norm_out.view(),
-                    w.lm_head);
-  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
-                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
-  head_after_use(c, plan);
-  gradients_ready(plan, c.num_layers + 1);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     const trace::Span span("layer_backward", trace::Category::kLayer,
                            trace::enabled() ? trace::numbered("layer", l) : nullptr);
@@ -270,6 +224,166 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   // only ready now. The embedding's backward reads no weights.
   k.embedding_backward(g.embed, acts.d_residual.view(), b.tokens);
   gradients_ready(plan, 0);
+}
+
+// Tokens [begin, end) of the rank's N: one loss tile (num_vocab_tiling), its logits in the
+// first end - begin rows of acts.logits.
+struct LossTile {
+  int64_t begin = 0;
+  int64_t end = 0;
+  TensorView logits;  // (end - begin, V)
+};
+
+std::vector<LossTile> loss_tiles(const LlamaConfig& c, int64_t N, const LlamaActivations& acts) {
+  const int64_t rows = logit_rows(N, c.vocab_tiles);
+  MAXCTX_CHECK(acts.logits.view().shape()[0] >= rows,
+               "the logits buffer holds {} rows, a tile of {} tokens in {} tiles needs {}",
+               acts.logits.view().shape()[0], N, c.vocab_tiles, rows);
+  std::vector<LossTile> tiles;
+  for (int64_t begin = 0; begin < N; begin += rows) {
+    const int64_t end = std::min(N, begin + rows);
+    tiles.push_back({begin, end, acts.logits.view().rows(0, end - begin)});
+  }
+  return tiles;
+}
+
+// A tile's logits, its rows' loss and lse, and (when asked) their first arg max.
+void head_tile_forward(const kernels::Kernels& k, const LlamaWeights& w, const TokenBatch& b,
+                       LlamaActivations& acts, const LossTile& t, int32_t* predictions) {
+  k.matmul_forward(t.logits, acts.final_norm_out.view().rows(t.begin, t.end), w.lm_head);
+  k.cross_entropy_forward(acts.token_loss.view().rows(t.begin, t.end),
+                          acts.xent_lse.view().rows(t.begin, t.end), t.logits, b.targets + t.begin,
+                          loss_weights_view(b, t.end, k).rows(t.begin, t.end));
+  if (predictions == nullptr) return;
+  // The accuracy's readout of this tile only (no copy where the backend's memory is the host's).
+  const kernels::HostFloats logits(k, t.logits);
+  const int64_t V = t.logits.shape()[1];
+  for (int64_t i = 0; i < t.end - t.begin; ++i) {
+    const float* row = logits.span().data() + i * V;
+    predictions[t.begin + i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+  }
+}
+
+// d_logits of a tile in place of its logits, then its rows of d(final norm output) and its
+// part of the head's weight gradient.
+void head_tile_backward(const kernels::Kernels& k, const LlamaWeights& w, const LlamaWeights& g,
+                        const TokenBatch& b, LlamaActivations& acts, const LossTile& t,
+                        float d_loss) {
+  k.cross_entropy_backward(t.logits, t.logits, acts.xent_lse.view().rows(t.begin, t.end),
+                           b.targets + t.begin, loss_weights_view(b, t.end, k).rows(t.begin, t.end),
+                           d_loss);
+  k.matmul_backward(acts.d_normed.view().rows(t.begin, t.end), g.lm_head, t.logits,
+                    acts.final_norm_out.view().rows(t.begin, t.end), w.lm_head);
+}
+
+// The loss's one readout per forward: N floats, summed on the host in token order.
+void add_loss_sums(const kernels::Kernels& k, const TokenBatch& b, int64_t N,
+                   const LlamaActivations& acts, LossSums& sums) {
+  const kernels::HostFloats token_loss(k, acts.token_loss.view().elements(0, N));
+  const float* weights = b.host_loss_weights ? b.host_loss_weights : b.loss_weights;
+  for (int64_t i = 0; i < N; ++i) {
+    sums.loss_sum += token_loss[i];
+    sums.weight_sum += weights[i];
+  }
+}
+
+LossSums moe_sums(const LlamaConfig& c, const LlamaActivations& acts) {
+  LossSums sums;
+  if (!c.moe) return sums;
+  for (const LayerActivations& a : acts.layers) {
+    sums.moe_lb_sum += a.moe.load_balance;
+    sums.moe_dropped += a.moe.dropped;
+  }
+  return sums;
+}
+
+}  // namespace
+
+double moe_lb_scale(const LlamaConfig& c, int64_t global_sequences) {
+  MAXCTX_CHECK(global_sequences > 0 && c.num_layers > 0, "a batch of {} sequences",
+               global_sequences);
+  return 1.0 / (static_cast<double>(c.num_layers) * static_cast<double>(global_sequences));
+}
+
+LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
+                       parallel::ModelPlan& plan, LlamaActivations& acts, int32_t* predictions) {
+  const kernels::Kernels& k = kernels_of(plan);
+  check_activations(c, b, acts);
+  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
+  decoder_forward(k, c, w, b, plan, acts);
+  head_before_use(c, plan);
+  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
+                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+  LossSums sums = moe_sums(c, acts);
+  if (b.targets == nullptr) {
+    MAXCTX_CHECK(c.vocab_tiles == 1 && acts.logits.view().shape()[0] == d.N,
+                 "a forward without targets returns all {} rows of logits, which needs "
+                 "num_vocab_tiling = 1 (it is {})",
+                 d.N, c.vocab_tiles);
+    k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
+    head_after_use(c, plan);
+    return sums;
+  }
+  MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
+  for (const LossTile& t : loss_tiles(c, d.N, acts)) {
+    head_tile_forward(k, w, b, acts, t, predictions);
+  }
+  head_after_use(c, plan);
+  add_loss_sums(k, b, d.N, acts, sums);
+  return sums;
+}
+
+void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
+                    const TokenBatch& b, parallel::ModelPlan& plan, LlamaActivations& acts,
+                    float d_loss, float d_moe_lb) {
+  const kernels::Kernels& k = kernels_of(plan);
+  check_activations(c, b, acts);
+  MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
+  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
+  head_before_use(c, plan);
+  for (const LossTile& t : loss_tiles(c, d.N, acts)) {
+    // Untiled, the forward's logits are still here; a tile's are computed again.
+    if (c.vocab_tiles > 1) {
+      k.matmul_forward(t.logits, acts.final_norm_out.view().rows(t.begin, t.end), w.lm_head);
+    }
+    head_tile_backward(k, w, g, b, acts, t, d_loss);
+  }
+  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
+                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+  head_after_use(c, plan);
+  gradients_ready(plan, c.num_layers + 1);
+  decoder_backward(k, c, w, g, b, plan, acts, d_moe_lb);
+}
+
+LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
+                                const TokenBatch& b, parallel::ModelPlan& plan,
+                                LlamaActivations& acts, float d_loss, float d_moe_lb,
+                                int32_t* predictions) {
+  if (c.vocab_tiles == 1) {
+    const LossSums sums = llama_forward(c, w, b, plan, acts, predictions);
+    llama_backward(c, w, g, b, plan, acts, d_loss, d_moe_lb);
+    return sums;
+  }
+  const kernels::Kernels& k = kernels_of(plan);
+  check_activations(c, b, acts);
+  MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
+  const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
+  decoder_forward(k, c, w, b, plan, acts);
+  head_before_use(c, plan);
+  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
+                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+  for (const LossTile& t : loss_tiles(c, d.N, acts)) {
+    head_tile_forward(k, w, b, acts, t, predictions);
+    head_tile_backward(k, w, g, b, acts, t, d_loss);
+  }
+  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
+                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+  head_after_use(c, plan);
+  gradients_ready(plan, c.num_layers + 1);
+  LossSums sums = moe_sums(c, acts);
+  add_loss_sums(k, b, d.N, acts, sums);
+  decoder_backward(k, c, w, g, b, plan, acts, d_moe_lb);
+  return sums;
 }
 
 }  // namespace maxctx::model

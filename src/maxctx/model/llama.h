@@ -7,6 +7,15 @@
 // reducer after row-parallel projections. The loss is Σ weight_i · xent_i over this rank's
 // tokens; the caller divides by the global Σ weight (through d_loss in backward), so sharded and
 // unsharded runs compute the same mean.
+//
+// The output head and the loss run over config.vocab_tiles tiles of the rank's N tokens (MaxText's
+// num_vocab_tiling: tiles of batch x sequence, each with the whole vocabulary), so the logits
+// buffer holds ceil(N / tiles) rows, never N x V at once. Untiled, the forward keeps the logits
+// for the backward; tiled, llama_forward_backward computes each tile's logits once (the loss, the
+// predictions and d_logits from the same rows), while a separate llama_backward computes them
+// again. Every row's loss and d_logits are the same bits tiled or not (a row's logits do not
+// depend on the other rows); the head's weight gradient sums the tiles' products in another
+// order (equal within float rounding, ~1e-7 relative).
 #pragma once
 
 #include <cstdint>
@@ -50,9 +59,13 @@ struct LossSums {
 // over the global batch's `global_sequences` sequences. Also the backward's d_moe_lb.
 double moe_lb_scale(const LlamaConfig& config, int64_t global_sequences);
 
-// Fills `acts` (logits included) and returns the loss sums (zero when batch.targets is null).
+// Fills `acts` and returns the loss sums (zero when batch.targets is null). A forward without
+// targets (logits only) needs vocab_tiles = 1 and leaves all N rows of logits in acts.logits.
+// `predictions` (N, on the host; may be null): each token's first arg max over the vocabulary
+// (the accuracy metric's prediction), taken tile by tile.
 LossSums llama_forward(const LlamaConfig& config, const LlamaWeights& weights,
-                       const TokenBatch& batch, parallel::ModelPlan& plan, LlamaActivations& acts);
+                       const TokenBatch& batch, parallel::ModelPlan& plan, LlamaActivations& acts,
+                       int32_t* predictions = nullptr);
 
 // Accumulates (+=) the gradient of d_loss · Σ weight·xent + d_moe_lb · moe_lb_sum into `grads`
 // (a LlamaWeights bound to the gradient buffer). Needs the activations of the llama_forward
@@ -60,5 +73,13 @@ LossSums llama_forward(const LlamaConfig& config, const LlamaWeights& weights,
 void llama_backward(const LlamaConfig& config, const LlamaWeights& weights,
                     const LlamaWeights& grads, const TokenBatch& batch, parallel::ModelPlan& plan,
                     LlamaActivations& acts, float d_loss, float d_moe_lb = 0.0f);
+
+// llama_forward then llama_backward (same sums, predictions and gradients); with vocab_tiles > 1
+// each tile's head forward, loss and head backward run back to back, so the logits of a tile
+// are computed once and the head's weights are gathered once (fsdp) for both.
+LossSums llama_forward_backward(const LlamaConfig& config, const LlamaWeights& weights,
+                                const LlamaWeights& grads, const TokenBatch& batch,
+                                parallel::ModelPlan& plan, LlamaActivations& acts, float d_loss,
+                                float d_moe_lb = 0.0f, int32_t* predictions = nullptr);
 
 }  // namespace maxctx::model

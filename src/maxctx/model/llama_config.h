@@ -36,6 +36,10 @@ struct LlamaConfig {
   bool sparse_matmul = true;        // false: dense dispatch with capacity_factor
   double capacity_factor = -1.0;    // <= 0: no dropping
   double load_balance_loss_weight = 0.0;
+  // Training's num_vocab_tiling: the output head, loss and their backward run over this many
+  // tiles of the rank's tokens, one tile's logits held at a time (model/llama.h). Inference and
+  // check-logits keep 1 (MaxText tiles in train mode only).
+  int64_t vocab_tiles = 1;
 
   int64_t q_dim() const { return num_query_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }

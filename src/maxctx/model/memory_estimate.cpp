@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "maxctx/core/memory_check.h"
 
@@ -18,12 +19,18 @@ MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
   const double tokens = static_cast<double>(rows) * static_cast<double>(seq);
   const double residual = (static_cast<double>(m.num_layers) + 1) * tokens *
                           static_cast<double>(m.emb_dim) * static_cast<double>(dtype_size(m.dtype));
-  const double logits = tokens * static_cast<double>(m.vocab_size) * 4.0 /
+  // One loss tile's rows at a time (num_vocab_tiling; all of them untiled).
+  const double logit_rows =
+      std::ceil(tokens / static_cast<double>(std::max<int64_t>(m.vocab_tiles, 1)));
+  const double logits = logit_rows * static_cast<double>(m.vocab_size) * 4.0 /
                         static_cast<double>(std::max<int64_t>(tensor_size, 1));
   MemoryEstimate e;
   e.bytes = weights + residual + logits;
-  e.detail = fmt::format("weights {} + residual stream {} + logits {}", format_bytes(weights),
-                         format_bytes(residual), format_bytes(logits));
+  e.detail = fmt::format("weights {} + residual stream {} + logits {}{}", format_bytes(weights),
+                         format_bytes(residual), format_bytes(logits),
+                         m.vocab_tiles > 1
+                             ? fmt::format(" (one of num_vocab_tiling = {} tiles)", m.vocab_tiles)
+                             : std::string());
   return e;
 }
 

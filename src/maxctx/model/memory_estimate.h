@@ -21,7 +21,8 @@ double parameter_bytes(const LlamaConfig& model);
 
 // Training: the unsharded weights every rank builds before keeping its shard, plus the
 // residual stream (L+1 rows of N x E, kept under any recomputation) and the f32 logits of this
-// rank's N = rows x seq tokens (vocabulary split over tensor ranks).
+// rank's N = rows x seq tokens (vocabulary split over tensor ranks), of one loss tile's rows
+// under num_vocab_tiling.
 MemoryEstimate training_memory(const LlamaConfig& model, int64_t rows, int64_t seq,
                                int64_t tensor_size);
 

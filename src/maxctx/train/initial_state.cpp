@@ -98,8 +98,13 @@ std::pair<fs::path, int64_t> locate_checkpoint(const std::string& key, const std
 
 model::LlamaConfig training_model_config(const Config& c) {
   const fs::path json = hf_config_json(c);
-  if (json.empty()) return model::llama_config_from(c);
+  if (json.empty()) {
+    model::LlamaConfig m = model::llama_config_from(c);
+    m.vocab_tiles = c.num_vocab_tiling;
+    return m;
+  }
   model::LlamaConfig m = model::llama_config_from_hf(json);
+  m.vocab_tiles = c.num_vocab_tiling;
   model::apply_precision(c, m);
   const kernels::RopeParams from_json = m.rope;
   apply_explicit_rope_keys(c, m);

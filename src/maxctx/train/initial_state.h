@@ -37,7 +37,7 @@
 
 namespace maxctx::train {
 
-// The training model of `config` (see the file comment), precision applied.
+// The training model of `config` (see the file comment), precision and num_vocab_tiling applied.
 model::LlamaConfig training_model_config(const Config& config);
 
 // `config` with its model dimensions replaced by `model`'s (vocab_size, head_dim, the derived

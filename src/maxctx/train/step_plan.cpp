@@ -71,9 +71,13 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
   // Forward: embedding, layers, head (with tied embeddings the head gathers the embedding too).
   for (int64_t u = 0; u <= L + 1; ++u) gather(u);
   if (m.tie_embeddings) gather(0);
-  // Backward: the head again, then the layers; the embedding's backward reads no weights.
-  gather(L + 1);
-  if (m.tie_embeddings) gather(0);
+  // Backward: the head again (not when the loss is tiled: llama_forward_backward runs each
+  // tile's head backward right after its forward), then the layers; the embedding's backward
+  // reads no weights.
+  if (m.vocab_tiles == 1) {
+    gather(L + 1);
+    if (m.tie_embeddings) gather(0);
+  }
   for (int64_t u = L; u >= 1; --u) gather(u);
   for (const ShardedParameters::Unit& u : units) {
     ShardedParameters::add_gradient_traffic(t, u, g.fsdp, g.replicas, g.expert_replicas, g.expert);
@@ -192,7 +196,8 @@ TrainingPlan plan_training(const Config& config) {
   p.memory.async_checkpointing = c.async_checkpointing;
   const int64_t tokens = p.rows * p.local_seq;
   const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
-  p.memory.activations = (act.layers_per_token + act.other_per_token) * tokens;
+  p.memory.activations = act.layers_per_token * tokens + act.other_bytes(tokens, m.vocab_tiles);
+  p.memory.logits = act.logits_per_row * model::logit_rows(tokens, m.vocab_tiles);
   if (m.moe) {
     const int64_t cp = p.dims.context;
     const model::MoeBufferBytes moe = model::moe_buffer_bytes(m, p.rows, p.local_seq, cp, ep);

@@ -40,6 +40,7 @@ struct TrainingMemory {           // bytes on one rank
   int64_t gradients = 0;          // the reduced f32 gradient shard (+ its accumulator)
   int64_t gathered_units = 0;     // the largest weight unit gathered, with its f32 gradients
   int64_t activations = 0;        // saved activations and workspace under the remat policy
+  int64_t logits = 0;             // of activations: one loss tile's f32 logits (num_vocab_tiling)
   int64_t attention_staging = 0;  // context-parallel K/V all-gather or ring buffers
   // Before the first step, beside the shards: a fresh initialisation's one unit shard of f32
   // values at a time; load_parameters_path's conversion buffer (each rank reads its own shard of
@@ -78,8 +79,7 @@ struct TrainingMemory {           // bytes on one rank
     const int64_t staging = host_is_device ? checkpoint_state : 0;
     const int64_t save =
         staging > 0 ? (async_checkpointing ? step() : between_steps()) + staging : 0;
-    return std::max(
-        {step(), parameters + optimizer + (host_is_device ? starting_state : 0), save});
+    return std::max({step(), parameters + optimizer + (host_is_device ? starting_state : 0), save});
   }
 };
 

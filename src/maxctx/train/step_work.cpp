@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "maxctx/model/activations.h"
 #include "maxctx/model/moe_block.h"
 #include "maxctx/model/weights.h"
 
@@ -73,6 +74,11 @@ StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolic
     mm.inner = s.cols;
     mm.cols = s.rows;  // weights are (out, in)
     mm.calls = micro_batches;
+    if (head) {
+      // The head runs once per loss tile (num_vocab_tiling) on the tile's rows.
+      mm.rows = model::logit_rows(N, m.vocab_tiles);
+      mm.calls = micro_batches * ((N + mm.rows - 1) / mm.rows);
+    }
     mm.recomputed_calls = recomputed(s, remat, m) ? micro_batches : 0;
     w.matmuls.push_back(mm);
   }

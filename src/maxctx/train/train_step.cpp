@@ -52,11 +52,10 @@ class UploadedBatch {
   model::TokenBatch tokens_;
 };
 
-// scored_accuracy_from_logits on the logits as the host reads them (a copy only off the host).
-ScoredAccuracy accuracy_of(const kernels::Kernels& k, const model::LlamaActivations& acts,
-                           int64_t vocab_size, const Batch& batch) {
-  const kernels::HostFloats logits(k, acts.logits.view());
-  return scored_accuracy_from_logits(logits.span(), vocab_size, batch);
+// The accuracy metric's predictions: one token id per token of the micro-batch, which the
+// forward fills tile by tile (the logits are never read back whole).
+std::vector<int32_t> prediction_buffer(const Batch& batch) {
+  return std::vector<int32_t>(static_cast<size_t>(batch.size()));
 }
 
 }  // namespace
@@ -88,11 +87,11 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
     parameters.begin_step();  // zero gradients; weights re-gathered
     const UploadedBatch uploaded(k, batch);
     const model::TokenBatch& tokens = uploaded.tokens();
+    std::vector<int32_t> predictions = prediction_buffer(batch);
     const model::LossSums sums =
-        model::llama_forward(m.config, m.weights, tokens, m.plans.model, acts);
-    const ScoredAccuracy accuracy = accuracy_of(k, acts, m.config.vocab_size, batch);
-    model::llama_backward(m.config, m.weights, m.gradients, tokens, m.plans.model, acts, d_loss,
-                          static_cast<float>(lb_scale));
+        model::llama_forward_backward(m.config, m.weights, m.gradients, tokens, m.plans.model, acts,
+                                      d_loss, static_cast<float>(lb_scale), predictions.data());
+    const ScoredAccuracy accuracy = scored_accuracy(predictions, batch);
     totals[0] += sums.loss_sum;
     totals[1] += static_cast<double>(accuracy.correct);
     totals[2] += static_cast<double>(accuracy.scored);
@@ -121,9 +120,10 @@ StepSums evaluate(const StepModel& m, int64_t count,
   for (int64_t b = 0; b < count; ++b) {
     const Batch batch = read_batch(b);
     const UploadedBatch uploaded(k, batch);
-    const model::LossSums sums =
-        model::llama_forward(m.config, m.weights, uploaded.tokens(), m.plans.model, acts);
-    const ScoredAccuracy accuracy = accuracy_of(k, acts, m.config.vocab_size, batch);
+    std::vector<int32_t> predictions = prediction_buffer(batch);
+    const model::LossSums sums = model::llama_forward(m.config, m.weights, uploaded.tokens(),
+                                                      m.plans.model, acts, predictions.data());
+    const ScoredAccuracy accuracy = scored_accuracy(predictions, batch);
     totals[0] += sums.loss_sum;
     totals[1] += sums.weight_sum;
     totals[2] += static_cast<double>(accuracy.correct);
