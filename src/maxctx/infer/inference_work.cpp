@@ -134,7 +134,8 @@ bool int8_quantized(const model::WeightSpec& s) {
 }
 
 bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  if (s.role == WeightRole::kOutputHead) return true;
+  // A head split over the vocabulary already is this rank's part (inference_weight_specs).
+  if (s.role == WeightRole::kOutputHead) return s.rows == s.global_rows;
   return !m.moe && s.layer >= 0 && named(s, ".mlp.");
 }
 
