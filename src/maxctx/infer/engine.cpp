@@ -264,6 +264,13 @@ int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca, 
   return std::max(prefill_rows, local_slots);
 }
 
+int64_t InferenceEngine::prefill_pass_slots(const InferenceSettings& s, int64_t ca, int64_t expert,
+                                            int64_t S) {
+  const int64_t group_slots = s.slots / expert;
+  if (!chunked_prefill(s, ca)) return group_slots;
+  return std::clamp(workspace_rows(s, ca, expert) / S, int64_t{1}, group_slots);
+}
+
 model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq, int64_t first_row) {
   const auto n = static_cast<size_t>(batch * seq);
   const auto at = static_cast<int64_t>(first_row);
@@ -353,8 +360,7 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
   }
   // A chunked prefill runs as many whole slots at a time as the workspace holds (at least
   // one); the same passes on every rank, whose S is the same.
-  const int64_t per_pass =
-      chunked_prefill(settings_, ca) ? std::clamp(ws_.max_rows / S, int64_t{1}, B) : B;
+  const int64_t per_pass = prefill_pass_slots(settings_, ca, expert_.size(), S);
   const bool vocab_split = plans_.vocab != nullptr;
   std::vector<float>& group = group_logits();
   if (!vocab_split) std::fill(group.begin(), group.end(), 0.0f);

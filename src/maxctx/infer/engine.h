@@ -102,6 +102,10 @@ class InferenceEngine {
   // the slots that fit prefill_chunk_size), or the local slots (of this rank's expert group,
   // one of `expert`).
   static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca, int64_t expert = 1);
+  // The slots one prefill pass runs when each prompt has S columns on a rank: all the group's,
+  // or chunked as many as the workspace holds (at least one).
+  static int64_t prefill_pass_slots(const InferenceSettings& settings, int64_t ca, int64_t expert,
+                                    int64_t S);
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
   // max_prefill_length tokens and shorter than max_target_length). Returns every slot's
