@@ -14,6 +14,16 @@ int64_t weight_bytes(TensorView weight, const kernels::Int8Weights* i8) {
 
 int64_t linear_bytes(const Linear& l) { return weight_bytes(l.weight, l.i8); }
 
+// The index of the quantized matrix whose region holds `weight`, or −1.
+int64_t holding_matrix(TensorView weight, const std::vector<QuantizedMatrix>& matrices) {
+  const auto* at = static_cast<const std::byte*>(weight.raw());
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    const auto* begin = static_cast<const std::byte*>(matrices[i].region.raw());
+    if (at >= begin && at < begin + matrices[i].region.bytes()) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 // The int8 copy of `weight` (a whole projection or a row split's rows of one) packed from the
 // quantized matrix whose region holds it; a float weight outside every region (a head tied to
 // the float embedding) is quantized as it is.
@@ -101,11 +111,27 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
   }
   if (!mlp_parts.empty() && !vocab_split) add(lm_head_part);
-  // Filled completely before any pointer into it is taken.
+  // Filled completely before any pointer into it is taken. A quantized matrix's codes are
+  // discarded once its last target is packed (Kernels::discard: the pages go back), so loading
+  // holds the codes and their packed copy of one matrix at a time, not of the whole model.
+  std::vector<size_t> last_use;  // per prequantized matrix: the last target packed from it
+  std::vector<int64_t> matrix_of(all.size(), -1);
+  if (prequantized != nullptr) {
+    last_use.assign(prequantized->size(), 0);
+    for (size_t i = 0; i < all.size(); ++i) {
+      matrix_of[i] = holding_matrix(*all[i].weight, *prequantized);
+      if (matrix_of[i] >= 0) last_use[static_cast<size_t>(matrix_of[i])] = i;
+    }
+  }
   quantized_.reserve(all.size());
-  for (const Target& t : all) {
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Target& t = all[i];
     quantized_.push_back(prequantized != nullptr ? pack_prequantized(k, *t.weight, *prequantized)
                                                  : k.int8_pack_weights(*t.weight));
+    const int64_t m = matrix_of[i];
+    if (m >= 0 && last_use[static_cast<size_t>(m)] == i) {
+      k.discard((*prequantized)[static_cast<size_t>(m)].codes);
+    }
   }
   for (size_t i = 0; i < all.size(); ++i) {
     *all[i].i8 = &quantized_[i];
