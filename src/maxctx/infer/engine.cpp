@@ -219,7 +219,8 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
       kernels_, model_, llama_weights_, settings_.int8_weights,
       plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{},
       int8_.empty() ? nullptr : &int8_.matrices, plans_.vocab != nullptr);
-  // Packed into inference_weights_ now: the codes and scales go (its views of them are emptied).
+  // Packed into inference_weights_ now: the codes and scales go (its views of them are emptied;
+  // llama_weights_' views of them are not read after construction).
   int8_ = {};
   ws_ = model::allocate_inference_workspace(kernels_, model_,
                                             workspace_rows(settings_, ca, expert_.size()));
