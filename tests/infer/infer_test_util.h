@@ -144,18 +144,31 @@ std::string error_of(Fn run) {
   return "";
 }
 
-// The bytes one expert's three matrices occupy in an engine: the loaded weights, plus their
-// int8 copies when it quantized them (which empties the views but keeps the weights).
+// The bytes one expert's three matrices occupy in an engine: the loaded weights, or their int8
+// copies when it quantized them (issue #31: no float copy is kept).
 inline int64_t expert_bytes(const model::ExpertWeights& e) {
   int64_t bytes = 0;
   const std::pair<TensorView, const kernels::Int8Weights*> matrices[] = {
       {e.w_gate, e.w_gate_i8}, {e.w_up, e.w_up_i8}, {e.w_down, e.w_down_i8}};
   for (const auto& [view, i8] : matrices) {
     bytes += i8 == nullptr ? static_cast<int64_t>(view.bytes())
-                           : i8->out_dim * i8->in_dim * int64_t{sizeof(float)} +
-                                 model::int8_weight_bytes(i8->out_dim, i8->in_dim);
+                           : model::int8_weight_bytes(i8->out_dim, i8->in_dim);
   }
   return bytes;
+}
+
+// The bytes of the embedding and head rows that `reference` (one rank) holds and `engine` (its
+// rows of the vocabulary over context_autoregressive) does not, as `reference` holds them.
+inline int64_t other_vocab_bytes(const InferenceEngine& reference, const InferenceEngine& engine) {
+  const auto head_bytes = [](const InferenceEngine& e) {
+    const model::Linear& h = e.weights().lm_head;
+    return h.i8 != nullptr ? model::int8_weight_bytes(h.out_dim, h.in_dim)
+                           : static_cast<int64_t>(h.weight.bytes());
+  };
+  const int64_t embed = static_cast<int64_t>(reference.weights().embed.bytes()) -
+                        static_cast<int64_t>(engine.weights().embed.bytes());
+  const bool tied = reference.model_config().tie_embeddings;
+  return embed + (tied ? 0 : head_bytes(reference) - head_bytes(engine));
 }
 
 // The bytes of the experts that `reference` (holding every expert) holds and `engine` should

@@ -15,6 +15,7 @@
 #include "maxctx/config/config.h"
 #include "maxctx/infer/engine.h"
 #include "maxctx/infer/model_source.h"
+#include "maxctx/model/inference.h"
 
 namespace maxctx::infer {
 namespace {
@@ -50,17 +51,43 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
   EXPECT_EQ(plan.weight_bytes, weight_bytes);
   EXPECT_EQ(plan.int8_copy_bytes, engine.weights().int8_copy_bytes());
   EXPECT_EQ(plan.decode_step_bytes, engine.weights().bytes_per_step(engine.decode_row_split()));
+  // Issue #31: what a rank holds is the plan's weights (int8: no float copy of a projection).
+  EXPECT_EQ(plan.weight_bytes + plan.int8_copy_bytes, engine.resident_weight_bytes());
+  EXPECT_EQ(plan.workspace_bytes - (plan.settings.slots + plan.group_slots()) *
+                                       plan.model.vocab_size * int64_t{sizeof(float)},
+            model::inference_workspace_bytes(
+                engine.model_config(),
+                InferenceEngine::workspace_rows(engine.settings(), engine.ca(), engine.expert())));
+}
+
+// use_chunked_prefill: the workspace holds one pass's whole slots (here one: a chunk of 16
+// tokens per rank is less than a prompt's share), not every slot's prompt.
+TEST(InferencePlanChunkedPrefill, WorkspaceHoldsOnePass) {
+  const auto plan_of = [](std::vector<std::string> keys) {
+    keys.insert(keys.end(), {"per_device_batch_size=4", "model_name=maxctx-tiny"});
+    return plan_inference(load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys,
+                                      Communicator::world().size()));
+  };
+  const InferencePlan whole = plan_of({"use_chunked_prefill=false"});
+  const InferencePlan chunked = plan_of({"use_chunked_prefill=true", "prefill_chunk_size=16"});
+  const int64_t share = whole.settings.max_prefill_length / whole.ca;
+  EXPECT_EQ(InferenceEngine::workspace_rows(whole.settings, whole.ca),
+            whole.settings.slots * share);
+  EXPECT_EQ(InferenceEngine::workspace_rows(chunked.settings, chunked.ca), share);
+  EXPECT_LT(chunked.workspace_bytes, whole.workspace_bytes);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, InferencePlanMatchesEngine,
-    ::testing::Values(PlanCase{"fp32", {}},
-                      PlanCase{"int8", {"quantization=int8", "quantize_kvcache=true"}},
-                      PlanCase{"bf16_batch",
-                               {"dtype=bfloat16", "weight_dtype=bfloat16",
-                                "context_autoregressive_decode=batch"}},
-                      // Experts split over ca on 2 ranks (4 experts).
-                      PlanCase{"mixtral_int8", {"model_name=mixtral-tiny", "quantization=int8"}}),
+    ::testing::Values(
+        PlanCase{"fp32", {}}, PlanCase{"int8", {"quantization=int8", "quantize_kvcache=true"}},
+        PlanCase{
+            "bf16_batch",
+            {"dtype=bfloat16", "weight_dtype=bfloat16", "context_autoregressive_decode=batch"}},
+        // Experts split over ca on 2 ranks (4 experts).
+        PlanCase{"mixtral_int8", {"model_name=mixtral-tiny", "quantization=int8"}},
+        PlanCase{"int8_chunked",
+                 {"quantization=int8", "use_chunked_prefill=true", "prefill_chunk_size=16"}}),
     [](const auto& test) { return test.param.name; });
 
 }  // namespace

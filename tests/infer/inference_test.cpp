@@ -13,6 +13,7 @@
 #include <string>
 
 #include "infer/infer_test_util.h"
+#include "maxctx/core/split.h"
 #include "maxctx/model/activations.h"
 #include "maxctx/model/llama.h"
 #include "maxctx/parallel/context_attention.h"
@@ -181,9 +182,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, InferenceEquality, ::testing::ValuesIn(kCases),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // Each context_autoregressive rank holds only its own experts (4 over ca = 2 and 4; whole on
-// every rank over ca = 3), their int8 copies included: its resident weight bytes are the
-// one-rank engine's less the other ranks' experts as that engine holds them, and its views of
-// the other experts are empty.
+// every rank over ca = 3) and its rows of the embedding and head, their int8 copies included: its
+// resident weight bytes are the one-rank engine's less the other ranks' experts and vocabulary rows
+// as that engine holds them, and its views of the other experts are empty.
 TEST(InferenceExpertWeights, EachRankHoldsOnlyItsOwnExperts) {
   const model::LlamaConfig mc = model_config(ModelKind::kMixtral);
   const std::vector<float> weights = model_weights(ModelKind::kMixtral, mc);
@@ -204,7 +205,12 @@ TEST(InferenceExpertWeights, EachRankHoldsOnlyItsOwnExperts) {
     InferenceEngine engine(cpu, s, mc, weights, sharded);
     const int64_t others = other_experts_bytes(reference, engine, mine);
     EXPECT_EQ(others > 0, mine.count < mc.num_experts);
-    EXPECT_EQ(engine.resident_weight_bytes(), reference.resident_weight_bytes() - others)
+    // The vocabulary split over ca (issue #31): the other ranks' embedding and head rows.
+    EXPECT_EQ(engine.weights().embed.shape()[0], split_count(mc.vocab_size, ca, world.rank()));
+    const int64_t other_rows = testing::other_vocab_bytes(reference, engine);
+    EXPECT_EQ(other_rows > 0, ca > 1);
+    EXPECT_EQ(engine.resident_weight_bytes(),
+              reference.resident_weight_bytes() - others - other_rows)
         << (int8 ? "int8" : "fp32");
   }
 }

@@ -247,6 +247,13 @@ using StringList = std::vector<std::string>;
     "MaxText's KV cache layout, a permutation of 0,1,2,3 over (batch, sequence, heads, "        \
     "head_dim) (TPU tuning): validated, no effect: the cache is (B, S, H, D)")                  \
   X(bool, quantize_kvcache, false, "", "Store the KV cache in int8")                            \
+  X(bool, use_chunked_prefill, false, "",                                                       \
+    "MaxText: prefill in chunks of prefill_chunk_size tokens. maxctx: the prefill runs as "     \
+    "many whole slots at a time as fit prefill_chunk_size tokens per rank (at least one; a "    \
+    "prompt's share on a rank is not cut), so its workspace holds about that many rows, not "   \
+    "slots x max_prefill_predict_length / ca (context_autoregressive_decode=sequence only)")    \
+  X(int64_t, prefill_chunk_size, 256, "",                                                       \
+    "Tokens per rank of one prefill chunk (use_chunked_prefill)")                               \
   X(std::string, kv_quant_axis, "heads_and_dkv", "heads_and_dkv",                               \
     "KV cache quantization: one scale per token over heads x head_dim")                         \
   X(std::string, kv_quant_dtype, "int8", "int8", "KV cache quantized dtype")                    \

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/memory_check.h"
@@ -22,6 +25,24 @@ int64_t ceil_div(int64_t n, int64_t m) { return (n + m - 1) / m; }
 // The prompt is cut into this many equal chunks: 2·ca with the dual chunk swap, else ca.
 int64_t prefill_chunks(const InferenceSettings& s, int64_t ca) {
   return s.load_balance && ca > 1 ? 2 * ca : ca;
+}
+
+// Whether a prefill runs in passes of whole slots (use_chunked_prefill; a batch-sharded
+// prefill stores every slot's columns at once, so it is not chunked).
+bool chunked_prefill(const InferenceSettings& s, int64_t ca) {
+  return s.prefill_chunk_size > 0 && (s.decode == DecodeSharding::kSequence || ca == 1);
+}
+
+// Which of `ca` ranks holds prompt position `position` of a prefill padded to S_pad tokens, and
+// at which of its S_pad/ca columns (context_shard_indices' layout).
+std::pair<int64_t, int64_t> prefill_holder(int64_t position, int64_t S_pad, int64_t ca,
+                                           bool load_balance) {
+  for (int64_t r = 0; r < ca; ++r) {
+    const std::vector<int64_t> columns = context_shard_indices(S_pad, ca, r, load_balance);
+    const auto at = std::find(columns.begin(), columns.end(), position);
+    if (at != columns.end()) return {r, at - columns.begin()};
+  }
+  fail("position {} outside a prefill of {} tokens", position, S_pad);
 }
 
 void check_settings(const InferenceSettings& s, int64_t ca, int64_t expert) {
@@ -80,6 +101,13 @@ InferenceSettings inference_settings_from(const Config& c, int64_t ca, int64_t e
   s.quantize_kvcache = c.quantize_kvcache;
   s.int8_weights = c.quantization == "int8";
   s.load_balance = c.context_parallel_load_balance;
+  if (c.use_chunked_prefill) {
+    if (c.prefill_chunk_size < 1) {
+      fail("prefill_chunk_size = {}: allowed >= 1 tokens per rank (use_chunked_prefill)",
+           c.prefill_chunk_size);
+    }
+    s.prefill_chunk_size = c.prefill_chunk_size;
+  }
   s.sampling = sampling_params(c.decode_sampling_strategy, c.decode_sampling_temperature,
                                c.decode_sampling_top_k, c.decode_sampling_nucleus_p,
                                static_cast<uint64_t>(c.decode_sampling_seed));
@@ -105,15 +133,17 @@ Tensor weights_in_dtype(const kernels::Kernels& kernels, const model::LlamaConfi
   MAXCTX_CHECK_EQ(static_cast<int64_t>(weights.size()), model::total_numel(whole),
                   "weights of another model");
   const Communicator& group = parallel::inference_expert_group(mesh);
+  const Communicator& ca = mesh.axis(Axis::kContextAutoregressive);
   const std::vector<model::WeightSpec> mine =
-      inference_weight_specs(model, group.size(), group.rank());
+      inference_weight_specs(model, group.size(), group.rank(), ca.size(), ca.rank());
   std::vector<float> held;
   held.reserve(static_cast<size_t>(model::total_numel(mine)));
   for (size_t i = 0; i < whole.size(); ++i) {
-    // The lists name the same tensors in order; a held tensor is whole (no tensor axis here).
+    // The lists name the same tensors in order; a held tensor is whole rows (no tensor axis
+    // here), a block of them under the vocabulary split.
     if (mine[i].numel() == 0) continue;
-    const auto first = weights.begin() + whole[i].offset;
-    held.insert(held.end(), first, first + whole[i].numel());
+    const auto first = weights.begin() + whole[i].offset + mine[i].row_offset * whole[i].cols;
+    held.insert(held.end(), first, first + mine[i].numel());
   }
   Tensor flat = kernels.empty({static_cast<int64_t>(held.size())}, model.weight_dtype);
   kernels::upload_floats(kernels, flat.view(), held);
@@ -154,16 +184,26 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
       parallel::inference_expert_ranks(model_.moe ? model_.num_experts : 0, devices_.size());
   const model::MemoryEstimate memory =
       model::inference_memory(model_, group_slots(), settings_.max_target_length, ca,
-                              settings_.quantize_kvcache, expert_ranks);
+                              settings_.quantize_kvcache, expert_ranks, settings_.int8_weights);
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "inference",
                        memory.detail);
   const std::vector<model::WeightSpec> specs =
-      inference_weight_specs(model_, devices_.size(), devices_.rank());
-  MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs),
-                  "weights of another model, or not this rank's (load_inference_model)");
+      inference_weight_specs(model_, devices_.size(), devices_.rank(), ca, ca_.rank());
   MAXCTX_CHECK(flat_.dtype() == model_.weight_dtype, "weights in {} for a model of weight_dtype {}",
                dtype_name(flat_.dtype()), dtype_name(model_.weight_dtype));
-  llama_weights_ = model::bind_weights(specs, flat_.view());
+  if (settings_.int8_weights) {
+    const model::Int8Layout layout = model::int8_layout(specs);
+    if (int8_.empty()) compact_to_int8(specs, layout);
+    MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(layout.float_specs),
+                    "weights of another model, or not this rank's (load_inference_model)");
+    llama_weights_ = model::bind_weights(layout.float_specs, flat_.view(), layout.int8_specs,
+                                         int8_.codes.view());
+  } else {
+    MAXCTX_CHECK(int8_.empty(), "a quantized checkpoint's weights need quantization=int8");
+    MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs),
+                    "weights of another model, or not this rank's (load_inference_model)");
+    llama_weights_ = model::bind_weights(specs, flat_.view());
+  }
   parallel::InferenceSharding sharding;
   sharding.decode = settings_.decode;
   sharding.slots = settings_.slots;
@@ -172,12 +212,16 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
   sharding.quantize_kvcache = settings_.quantize_kvcache;
   sharding.cache_dtype = model_.dtype;
   sharding.num_experts = model_.moe ? model_.num_experts : 0;
+  sharding.vocab_size = model_.vocab_size;
   plans_ = parallel::parallelize_inference(sharding, mesh, kernels_, model_.num_layers,
                                            model_.num_kv_heads, model_.head_dim);
   inference_weights_ = std::make_unique<model::InferenceWeights>(
       kernels_, model_, llama_weights_, settings_.int8_weights,
       plans_.row_split ? plans_.row_split->part() : parallel::RowSplitPart{},
-      int8_.empty() ? nullptr : &int8_.matrices);
+      int8_.empty() ? nullptr : &int8_.matrices, plans_.vocab != nullptr);
+  // Packed into inference_weights_ now: the codes and scales go (its views of them are emptied;
+  // llama_weights_' views of them are not read after construction).
+  int8_ = {};
   ws_ = model::allocate_inference_workspace(kernels_, model_,
                                             workspace_rows(settings_, ca, expert_.size()));
   length_.assign(static_cast<size_t>(settings_.slots), 0);
@@ -189,19 +233,54 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
 
 InferenceEngine::~InferenceEngine() = default;
 
+void InferenceEngine::compact_to_int8(const std::vector<model::WeightSpec>& specs,
+                                      const model::Int8Layout& layout) {
+  MAXCTX_CHECK_EQ(flat_.numel(), model::total_numel(specs),
+                  "weights of another model, or not this rank's (load_inference_model)");
+  std::map<std::string, int64_t> offset_of;
+  for (const model::WeightSpec& s : specs) offset_of[s.name] = s.offset;
+  const auto whole = [&](const model::WeightSpec& s) {
+    return flat_.view().elements(offset_of.at(s.name), s.numel());
+  };
+  int8_ = model::quantize_projections(kernels_, layout, model_.weight_dtype,
+                                      [&](const model::WeightSpec& s, TensorView out) {
+                                        kernels_.copy(out.reshaped({s.numel()}), whole(s));
+                                      });
+  Tensor kept = kernels_.empty({model::total_numel(layout.float_specs)}, model_.weight_dtype);
+  for (const model::WeightSpec& s : layout.float_specs) {
+    if (s.numel() > 0) kernels_.copy(kept.view().elements(s.offset, s.numel()), whole(s));
+  }
+  flat_ = std::move(kept);
+}
+
 int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca, int64_t expert) {
   const int64_t group_slots = s.slots / expert;
-  const int64_t prefill_rows = group_slots * (s.max_prefill_length / ca);
+  const int64_t share = s.max_prefill_length / ca;  // a prompt's columns on a rank, at most
+  // Chunked: as many whole slots as fit the chunk, at least one.
+  const int64_t pass_slots = chunked_prefill(s, ca)
+                                 ? std::clamp(s.prefill_chunk_size / share, int64_t{1}, group_slots)
+                                 : group_slots;
+  const int64_t prefill_rows = pass_slots * share;
   const int64_t local_slots = s.decode == DecodeSharding::kBatch ? group_slots / ca : group_slots;
   return std::max(prefill_rows, local_slots);
 }
 
-model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq) {
-  const size_t n = tokens_.size();
+int64_t InferenceEngine::prefill_pass_slots(const InferenceSettings& s, int64_t ca, int64_t expert,
+                                            int64_t S) {
+  const int64_t group_slots = s.slots / expert;
+  if (!chunked_prefill(s, ca)) return group_slots;
+  return std::clamp(workspace_rows(s, ca, expert) / S, int64_t{1}, group_slots);
+}
+
+model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq, int64_t first_row) {
+  const auto n = static_cast<size_t>(batch * seq);
+  const auto at = static_cast<int64_t>(first_row);
+  MAXCTX_CHECK_LE(first_row + batch * seq, static_cast<int64_t>(tokens_.size()),
+                  "a batch inside the rows built");
   std::vector<int32_t> ids(3 * n);
-  std::copy(tokens_.begin(), tokens_.end(), ids.begin());
-  std::copy(positions_.begin(), positions_.end(), ids.begin() + static_cast<int64_t>(n));
-  std::copy(segments_.begin(), segments_.end(), ids.begin() + static_cast<int64_t>(2 * n));
+  std::copy_n(tokens_.begin() + at, n, ids.begin());
+  std::copy_n(positions_.begin() + at, n, ids.begin() + static_cast<int64_t>(n));
+  std::copy_n(segments_.begin() + at, n, ids.begin() + static_cast<int64_t>(2 * n));
   ids_device_.upload(kernels_, ids);
   model::TokenBatch b;
   b.batch = batch;
@@ -209,8 +288,9 @@ model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq) {
   b.tokens = ids_device_.data();
   b.positions = ids_device_.data() + n;
   b.segment_ids = ids_device_.data() + 2 * n;
-  b.host_positions = positions_.data();
-  b.host_segment_ids = segments_.data();
+  b.host_tokens = tokens_.data() + at;
+  b.host_positions = positions_.data() + at;
+  b.host_segment_ids = segments_.data() + at;
   return b;
 }
 
@@ -279,36 +359,75 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
       segments_[b * S + s] = real ? 1 : 0;
     }
   }
-  // The logit rows: all of them when asked for, else the last prompt token of each slot whose
-  // last token is here. logit_slots_[i] is the slot of row i's logits, or −1.
-  logit_rows_.clear();
-  logit_slots_.clear();
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t last = static_cast<int64_t>(prompts[first + b].size()) - 1;
-    for (int64_t s = 0; s < S; ++s) {
-      const bool is_last = columns[s] == last;
-      if (local_logits == nullptr && !is_last) continue;
-      logit_rows_.push_back(b * S + s);
-      logit_slots_.push_back(is_last ? b : -1);
+  // A chunked prefill runs as many whole slots at a time as the workspace holds (at least
+  // one); the same passes on every rank, whose S is the same.
+  const int64_t per_pass = prefill_pass_slots(settings_, ca, expert_.size(), S);
+  const bool vocab_split = plans_.vocab != nullptr;
+  std::vector<float>& group = group_logits();
+  if (!vocab_split) std::fill(group.begin(), group.end(), 0.0f);
+  if (local_logits != nullptr) local_logits->clear();
+  plans_.cache->reset();
+  for (int64_t b0 = 0; b0 < B; b0 += per_pass) {
+    const int64_t nb = std::min(per_pass, B - b0);
+    // The logit rows of the pass's slots: all of them when asked for, else the last prompt
+    // token of each slot whose last token is here. logit_slots_[i] is the slot of row i's
+    // logits, or −1. Under the vocabulary split every rank computes the logits of every rank's
+    // rows, so each gives as many: one per slot, its last token's row or (not here) the slot's
+    // first row, unused.
+    logit_rows_.clear();
+    logit_slots_.clear();
+    for (int64_t b = b0; b < b0 + nb; ++b) {
+      const int64_t last = static_cast<int64_t>(prompts[first + b].size()) - 1;
+      bool here = false;
+      for (int64_t s = 0; s < S; ++s) {
+        const bool is_last = columns[s] == last;
+        here = here || is_last;
+        if (local_logits == nullptr && !is_last) continue;
+        logit_rows_.push_back((b - b0) * S + s);
+        logit_slots_.push_back(is_last ? b : -1);
+      }
+      if (vocab_split && local_logits == nullptr && !here) {
+        logit_rows_.push_back((b - b0) * S);
+        logit_slots_.push_back(-1);
+      }
+    }
+    const auto R = static_cast<int64_t>(logit_rows_.size());
+    row_logits_.resize(static_cast<size_t>((vocab_split ? ca : 1) * R * V));
+    plans_.prefill->set_first_slot(b0);
+    const model::TokenBatch batch = upload_batch(nb, S, b0 * S);
+    model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill,
+                                   ws_, logit_rows_, row_logits_.data(), nullptr,
+                                   plans_.experts.get(), plans_.vocab.get());
+    if (vocab_split) {
+      // Every rank's rows, rank by rank: slot b's logits are in the block of the rank holding
+      // its last token, at row b − b0 (one row per slot) or, with every row asked for, at
+      // (b − b0)·S + its column.
+      for (int64_t b = b0; b < b0 + nb; ++b) {
+        const int64_t last = static_cast<int64_t>(prompts[first + b].size()) - 1;
+        const auto [holder, column] = prefill_holder(last, S_pad, ca, settings_.load_balance);
+        const int64_t row = local_logits == nullptr ? b - b0 : (b - b0) * S + column;
+        std::copy_n(row_logits_.begin() + (holder * R + row) * V, V, group.begin() + b * V);
+      }
+      if (local_logits != nullptr) {
+        local_logits->insert(local_logits->end(), row_logits_.begin() + rank * R * V,
+                             row_logits_.begin() + (rank + 1) * R * V);
+      }
+    } else {
+      for (size_t i = 0; i < logit_slots_.size(); ++i) {
+        if (logit_slots_[i] < 0) continue;
+        std::copy_n(row_logits_.begin() + static_cast<int64_t>(i) * V, V,
+                    group.begin() + logit_slots_[i] * V);
+      }
+      if (local_logits != nullptr) {
+        local_logits->insert(local_logits->end(), row_logits_.begin(), row_logits_.end());
+      }
     }
   }
-  row_logits_.resize(logit_rows_.size() * static_cast<size_t>(V));
-  plans_.cache->reset();
-  const model::TokenBatch batch = upload_batch(B, S);
-  model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill, ws_,
-                                 logit_rows_, row_logits_.data(), nullptr, plans_.experts.get());
-  // Exactly one rank of the group holds each slot's last row; the others add zeros, which is
-  // exact.
-  std::vector<float>& group = group_logits();
-  std::fill(group.begin(), group.end(), 0.0f);
-  for (size_t i = 0; i < logit_slots_.size(); ++i) {
-    if (logit_slots_[i] < 0) continue;
-    std::copy_n(row_logits_.begin() + static_cast<int64_t>(i) * V, V,
-                group.begin() + logit_slots_[i] * V);
-  }
-  if (ca > 1) ca_.all_reduce(std::span<float>(group), ReduceOp::kSum);
+  plans_.prefill->set_first_slot(0);
+  // Without the vocabulary split exactly one rank of the group holds each slot's last row; the
+  // others add zeros, which is exact.
+  if (!vocab_split && ca > 1) ca_.all_reduce(std::span<float>(group), ReduceOp::kSum);
   gather_groups();
-  if (local_logits != nullptr) *local_logits = row_logits_;
   for (int64_t b = 0; b < settings_.slots; ++b) {
     length_[b] = static_cast<int64_t>(prompts[b].size());
   }
@@ -349,12 +468,16 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   plans_.decode->begin_step(positions_, local_active);
   logit_rows_.resize(static_cast<size_t>(local));
   std::iota(logit_rows_.begin(), logit_rows_.end(), 0);
-  row_logits_.resize(static_cast<size_t>(local * V));
+  // Batch decode under the vocabulary split: the forward gives every rank's slots' logits.
+  const bool every_rank = plans_.vocab != nullptr && plans_.row_split == nullptr;
+  row_logits_.resize(static_cast<size_t>((every_rank ? ca_.size() : 1) * local * V));
   const model::TokenBatch batch = upload_batch(local, 1);
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.decode, ws_,
                                  logit_rows_, row_logits_.data(), plans_.row_split.get(),
-                                 plans_.experts.get());
-  if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
+                                 plans_.experts.get(), plans_.vocab.get());
+  if (every_rank) {
+    std::copy(row_logits_.begin(), row_logits_.end(), group_logits().begin());
+  } else if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {
     ca_.all_gather(std::span<const float>(row_logits_), std::span<float>(group_logits()));
   } else {
     std::copy(row_logits_.begin(), row_logits_.end(), group_logits().begin());

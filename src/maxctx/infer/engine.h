@@ -51,6 +51,9 @@ struct InferenceSettings {
   // context_parallel_load_balance: the prefill's dual chunk swap (rank r holds chunks r and
   // 2·ca−1−r of 2·ca), so every rank does the same causal work, as in training.
   bool load_balance = true;
+  // use_chunked_prefill: tokens per rank of one prefill pass (whole slots, at least one), or 0:
+  // every slot at once. The workspace then holds a pass's rows (workspace_rows).
+  int64_t prefill_chunk_size = 0;
   SamplingParams sampling;
   int32_t eos_id = -1;  // generation stops at it; -1: only at max_target_length
   int64_t slots = 1;    // decode slots, all ranks together
@@ -82,8 +85,11 @@ class InferenceEngine {
   // model.weight_dtype, as load_inference_model returns them; the engine keeps it. The f32
   // vector form takes the whole model (llama_weight_specs layout) and keeps this rank's part,
   // converted to weight_dtype. Collective only in that every rank must build one.
-  // int8: a quantized checkpoint's projections (their regions of `weights` hold no values), read
-  // instead of quantizing the weights; needs settings.int8_weights.
+  // With settings.int8_weights the engine keeps no float copy of a projection: `weights` is
+  // then the int8 layout's float tensors (model::int8_layout) and `int8` the projections' codes
+  // and scales, as load_inference_model returns them; given the whole layout and no `int8`, it
+  // quantizes the projections and drops their floats itself. Once packed for the int8 matmul
+  // the codes are released too: what stays is the packed int8 and the float tensors.
   InferenceEngine(const kernels::Kernels& kernels, const InferenceSettings& settings,
                   const model::LlamaConfig& model, Tensor weights, const Mesh& mesh,
                   model::Int8Parameters int8 = {});
@@ -92,9 +98,14 @@ class InferenceEngine {
                   const Mesh& mesh);
   ~InferenceEngine();
 
-  // The rows of the forward workspace: a whole prefill's rows on this rank, or the local slots
-  // (of this rank's expert group, one of `expert`).
+  // The rows of the forward workspace: a whole prefill's rows on this rank (chunked: one pass's,
+  // the slots that fit prefill_chunk_size), or the local slots (of this rank's expert group,
+  // one of `expert`).
   static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca, int64_t expert = 1);
+  // The slots one prefill pass runs when each prompt has S columns on a rank: all the group's,
+  // or chunked as many as the workspace holds (at least one).
+  static int64_t prefill_pass_slots(const InferenceSettings& settings, int64_t ca, int64_t expert,
+                                    int64_t S);
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
   // max_prefill_length tokens and shorter than max_target_length). Returns every slot's
@@ -119,7 +130,7 @@ class InferenceEngine {
   const InferenceSettings& settings() const { return settings_; }
   const model::LlamaConfig& model_config() const { return model_; }
   const model::InferenceWeights& weights() const { return *inference_weights_; }
-  // What this rank's weights occupy: the flat weights it loaded plus their int8 copies.
+  // What this rank's weights occupy: the float weights it keeps plus the packed int8 ones.
   int64_t resident_weight_bytes() const {
     return static_cast<int64_t>(flat_.view().bytes()) + inference_weights_->int8_copy_bytes();
   }
@@ -138,6 +149,10 @@ class InferenceEngine {
   int64_t length(int64_t slot) const { return length_[slot]; }
 
  private:
+  // flat_ (this rank's whole layout, `specs`) becomes layout's float tensors, int8_ the
+  // projections' codes and scales.
+  void compact_to_int8(const std::vector<model::WeightSpec>& specs,
+                       const model::Int8Layout& layout);
   // This rank's expert group's slots: [first_group_slot(), + group_slots()).
   int64_t group_slots() const { return settings_.slots / expert_.size(); }
   int64_t first_group_slot() const { return expert_.rank() * group_slots(); }
@@ -152,9 +167,9 @@ class InferenceEngine {
   const kernels::Kernels& kernels_;
   InferenceSettings settings_;
   model::LlamaConfig model_;
-  Tensor flat_;  // (total_numel) the parameters, in the model's weight_dtype
+  Tensor flat_;  // (total_numel) the parameters (int8: those not quantized), weight_dtype
   model::LlamaWeights llama_weights_;
-  model::Int8Parameters int8_;  // a quantized checkpoint's codes and scales, or empty
+  model::Int8Parameters int8_;  // the projections' codes and scales until packed, then empty
   const Communicator& ca_;
   const Communicator& expert_;
   const Communicator& devices_;
@@ -171,7 +186,7 @@ class InferenceEngine {
   std::vector<int32_t> tokens_, positions_, segments_;
   kernels::DeviceIndices ids_device_;  // tokens_ | positions_ | segments_ in the backend's memory
   // A TokenBatch of (batch, seq) over tokens_, positions_ and segments_, uploaded once.
-  model::TokenBatch upload_batch(int64_t batch, int64_t seq);
+  model::TokenBatch upload_batch(int64_t batch, int64_t seq, int64_t first_row = 0);
   std::vector<int64_t> logit_rows_, logit_slots_;
 };
 

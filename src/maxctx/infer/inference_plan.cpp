@@ -76,13 +76,16 @@ InferencePlan plan_inference(const Config& c) {
   const model::LlamaConfig& m = p.model;
   // The weights one rank holds, as the loader reads them (rank 0's of the expert × ca group:
   // experts split evenly, so every rank holds as many bytes).
-  const std::vector<model::WeightSpec> specs = inference_weight_specs(m, p.ca * p.expert, 0);
+  const std::vector<model::WeightSpec> specs =
+      inference_weight_specs(m, p.ca * p.expert, 0, p.ca, 0);
   const bool split = p.settings.decode == DecodeSharding::kSequence && p.ca > 1;
-  p.weight_bytes = model::total_numel(specs) * static_cast<int64_t>(dtype_size(m.weight_dtype));
   for (const model::WeightSpec& s : specs) {
     if (s.numel() == 0) continue;  // another rank's expert
+    // int8 keeps no float copy of a projection (model::int8_layout): codes and scales only.
     if (p.settings.int8_weights && int8_quantized(s)) {
       p.int8_copy_bytes += stored_weight_bytes(s, s.rows, true, m.weight_dtype);
+    } else {
+      p.weight_bytes += s.numel() * static_cast<int64_t>(dtype_size(m.weight_dtype));
     }
     if (s.role == parallel::WeightRole::kEmbedding && !m.tie_embeddings)
       continue;  // one row per token

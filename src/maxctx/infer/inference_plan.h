@@ -5,12 +5,13 @@
 // prefill and decode times on a hardware profile. The cache is parallelize_inference's own shape
 // (inference_cache_shape, KvCache::bytes_for); the weights come from the weight list.
 //
-// Weights as the engine holds them after quantizing on load: the flat buffer in weight_dtype,
-// plus with quantization=int8 an int8 copy (codes + a f32 scale per row) of every projection and
-// the head. Times: each stage's work kernel by kernel (inference_work.h: the matmuls at their
-// shapes, attention, the vector kernels) at the profile's measured rates, or for a profile
-// without them (the spec sheets) the bytes each streams over the memory bandwidth; plus the
-// prefill's K/V all-gathers and the decode step's merge collectives (one latency each).
+// Weights as the engine holds them: the flat buffer in weight_dtype, which with
+// quantization=int8 holds only the tensors that stay float (embedding, norms, router), and the
+// int8 copy (codes + a f32 scale and row sum per row) of every projection and the head. Times: each
+// stage's work kernel by kernel (inference_work.h: the matmuls at their shapes, attention, the
+// vector kernels) at the profile's measured rates, or for a profile without them (the spec sheets)
+// the bytes each streams over the memory bandwidth; plus the prefill's K/V all-gathers and the
+// decode step's merge collectives (one latency each).
 #pragma once
 
 #include <cstdint>
@@ -45,7 +46,7 @@ struct InferencePlan {
   int64_t expert = 1;  // slot groups; a mixture's experts split over expert × ca
   InferenceSettings settings;
   model::LlamaConfig model;
-  int64_t weight_bytes = 0;        // the flat weights, weight_dtype
+  int64_t weight_bytes = 0;        // the float weights, weight_dtype (int8: not the projections)
   int64_t int8_copy_bytes = 0;     // quantization=int8: codes and scales of the projections
   int64_t kv_cache_bytes = 0;      // this rank's cache (KvCache::bytes)
   int64_t workspace_bytes = 0;     // the forward's workspace and the (slots, V) f32 logits

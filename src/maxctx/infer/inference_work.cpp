@@ -111,6 +111,26 @@ void add_logits_gather(Traffic& t, const model::LlamaConfig& m, const InferenceL
         layout.expert * layout.group_slots * m.vocab_size * int64_t{sizeof(float)});
 }
 
+// The vocabulary split over ca (parallel/vocab_split.h) for `tokens` tokens per rank: the
+// embedding's exchange (the counts, the ids to the ranks holding their rows, the rows back; all
+// to all, each rank asked for as many rows as it sends on average) and, with `head_rows` rows
+// per rank whose logits differ between ranks, their all-gather and that of the logits' parts
+// (padded to the widest). A decode step whose rows are the same on every rank (sequence
+// sharding) gathers its logits through the row split instead (head_rows 0).
+void add_vocab_traffic(Traffic& t, const model::LlamaConfig& m, const InferenceLayout& layout,
+                       int64_t tokens, int64_t head_rows) {
+  const int64_t ca = layout.ca;
+  const auto activation = static_cast<int64_t>(dtype_size(m.dtype));
+  t.add(layout.ca_axis, CollectiveKind::kAllToAll, ca * int64_t{sizeof(int64_t)});
+  t.add(layout.ca_axis, CollectiveKind::kAllToAll, tokens * int64_t{sizeof(int32_t)});
+  t.add(layout.ca_axis, CollectiveKind::kAllToAll, tokens * m.emb_dim * activation);
+  if (head_rows == 0) return;
+  t.add(layout.ca_axis, CollectiveKind::kAllGather, ca * head_rows * m.emb_dim * activation);
+  t.add(layout.ca_axis, CollectiveKind::kAllGather,
+        ca * ca * head_rows * split_count(m.vocab_size, static_cast<int>(ca), 0) *
+            int64_t{sizeof(float)});
+}
+
 bool decode_kind(const std::string& kind) { return kind.ends_with("_decode"); }
 
 // A decode matmul reads its weights once per this many rows (the cpu int8 tile's tokens; the
@@ -134,7 +154,8 @@ bool int8_quantized(const model::WeightSpec& s) {
 }
 
 bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  if (s.role == WeightRole::kOutputHead) return true;
+  // A head split over the vocabulary already is this rank's part (inference_weight_specs).
+  if (s.role == WeightRole::kOutputHead) return s.rows == s.global_rows;
   return !m.moe && s.layer >= 0 && named(s, ".mlp.");
 }
 
@@ -171,24 +192,32 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
   w.attention_flops = static_cast<double>(slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
   w.attention_bytes = static_cast<double>(slots) * P * 2 *
                       static_cast<double>(m.kv_dim() * m.num_layers) * dtype_size(m.dtype);
-  if (ca > 1) {
-    // Each layer's attention gathers K and V of every slot's prompt (the training all-gather
-    // plan, PrefillAttention); batch-sharded decode then gathers them again to keep whole slots,
-    // and every rank sums the slots' last-token logits.
-    const parallel::AttentionOperands x{slots,          length / ca, m.num_query_heads,
-                                        m.num_kv_heads, m.head_dim,  m.dtype};
-    for (int64_t l = 0; l < m.num_layers; ++l) {
-      parallel::AllGatherContextAttention::add_forward_traffic(w.traffic, ca_axis, ca, x);
+  // A chunked prefill runs its slots in passes (InferenceEngine::prefill_pass_slots), each
+  // with its own collectives.
+  const int64_t S = length / ca;
+  const int64_t per_pass = InferenceEngine::prefill_pass_slots(s, ca, layout.expert, S);
+  for (int64_t first = 0; first < slots; first += per_pass) {
+    const int64_t pass = std::min(per_pass, slots - first);
+    if (ca > 1) {
+      // Each layer's attention gathers K and V of every slot's prompt (the training all-gather
+      // plan, PrefillAttention); batch-sharded decode then gathers them again to keep whole
+      // slots. The embedding rows come from the ranks holding them and every rank's one row per
+      // slot goes through the vocabulary split's head (add_vocab_traffic).
+      const parallel::AttentionOperands x{pass,           S,          m.num_query_heads,
+                                          m.num_kv_heads, m.head_dim, m.dtype};
+      for (int64_t l = 0; l < m.num_layers; ++l) {
+        parallel::AllGatherContextAttention::add_forward_traffic(w.traffic, ca_axis, ca, x);
+      }
+      if (s.decode == DecodeSharding::kBatch) {
+        const auto element = static_cast<int64_t>(dtype_size(m.dtype));
+        w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.kv_numel() * element,
+                      m.num_layers);
+        w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
+      }
+      add_vocab_traffic(w.traffic, m, layout, pass * S, pass);
     }
-    if (s.decode == DecodeSharding::kBatch) {
-      const auto element = static_cast<int64_t>(dtype_size(m.dtype));
-      w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.kv_numel() * element,
-                    m.num_layers);
-      w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
-    }
-    w.traffic.add(ca_axis, CollectiveKind::kAllReduce, slots * m.vocab_size * 4);
+    add_expert_traffic(w.traffic, m, layout, pass * S);
   }
-  add_expert_traffic(w.traffic, m, layout, shape.tokens);
   add_logits_gather(w.traffic, m, layout);
   return w;
 }
@@ -233,10 +262,12 @@ StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
                         m.num_layers);
         }
       }
+      // The head's rows are this rank's part of the vocabulary: the row split's gather.
       w.traffic.add(ca_axis, CollectiveKind::kAllGather,
                     ca * B * split_count(m.vocab_size, static_cast<int>(ca), 0) * f32);
+      add_vocab_traffic(w.traffic, m, layout, B, 0);
     } else {
-      w.traffic.add(ca_axis, CollectiveKind::kAllGather, slots * m.vocab_size * f32);
+      add_vocab_traffic(w.traffic, m, layout, B, B);
     }
   }
   add_expert_traffic(w.traffic, m, layout, shape.tokens);

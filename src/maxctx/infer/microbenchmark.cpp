@@ -172,12 +172,20 @@ nlohmann::json run_inference_microbenchmark(InferenceEngine& engine,
   const model::LlamaConfig& m = engine.model_config();
   nlohmann::json results;
   const double gb = 1e9;
+  // The head as this rank stores it: its rows of the vocabulary (split over ca), int8 or not.
+  const model::Linear& head = engine.weights().lm_head;
+  const int64_t head_bytes = m.tie_embeddings ? 0
+                             : head.i8 != nullptr
+                                 ? model::int8_weight_bytes(head.out_dim, head.in_dim)
+                                 : static_cast<int64_t>(head.weight.bytes());
   results["sizes"] = {
-      // The whole model: a rank holds 1/expert_ranks of the experts (evenly split).
-      {"model_size_in_gb", double(engine.weights().bytes_per_step() +
-                                  engine.weights().expert_bytes() * (engine.expert_ranks() - 1) +
-                                  m.vocab_size * m.emb_dim * int64_t{sizeof(float)}) /
-                               gb},
+      // The whole model: a rank holds 1/expert_ranks of the experts and 1/ca of the head's rows
+      // (evenly split), the embedding is counted whole.
+      {"model_size_in_gb",
+       double(engine.weights().bytes_per_step() +
+              engine.weights().expert_bytes() * (engine.expert_ranks() - 1) +
+              head_bytes * (engine.ca() - 1) + m.vocab_size * m.emb_dim * int64_t{sizeof(float)}) /
+           gb},
       {"cache_size_in_gb",
        double(engine.cache().bytes()) * double(engine.ca() * engine.expert()) / gb},
       {"model_params_in_billions", double(m.num_parameters()) / 1e9}};

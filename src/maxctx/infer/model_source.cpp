@@ -6,6 +6,8 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/memory_check.h"
+#include "maxctx/core/split.h"
+#include "maxctx/io/sliced_tensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/memory_estimate.h"
 #include "maxctx/model/weights.h"
@@ -16,40 +18,71 @@ namespace {
 
 // This rank's weights alone, before they are allocated (one rank: the engine checks the whole
 // run, KV cache and ranks per machine included).
-void check_weights_fit(const model::LlamaConfig& config, int64_t group_size) {
+void check_weights_fit(const model::LlamaConfig& config, int64_t group_size, bool int8,
+                       int64_t ca) {
   const double bytes = model::inference_weight_bytes(
-      config, parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, group_size));
+      config, parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, group_size),
+      int8, ca);
   check_fits_in_memory(bytes, 1, 1, "this rank's weights", format_bytes(bytes));
 }
 
 }  // namespace
 
 std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config,
-                                                      int64_t group_size, int group_rank) {
+                                                      int64_t group_size, int group_rank,
+                                                      int64_t ca, int ca_rank) {
   const auto ranks = static_cast<int>(
       parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, group_size));
-  return model::llama_weight_specs(config, 1, 0, ranks, ranks == 1 ? 0 : group_rank);
+  std::vector<model::WeightSpec> specs =
+      model::llama_weight_specs(config, 1, 0, ranks, ranks == 1 ? 0 : group_rank);
+  if (ca == 1) return specs;
+  // The vocabulary over context_autoregressive: this rank's rows of the embedding and head.
+  int64_t offset = 0;
+  for (model::WeightSpec& s : specs) {
+    if (s.role == parallel::WeightRole::kEmbedding || s.role == parallel::WeightRole::kOutputHead) {
+      s.rows = split_count(s.global_rows, static_cast<int>(ca), ca_rank);
+      s.row_offset = split_offset(s.global_rows, static_cast<int>(ca), ca_rank);
+    }
+    s.offset = offset;
+    offset += s.numel();
+  }
+  return specs;
 }
 
 InferenceModel load_inference_model(const Config& c, const kernels::Kernels& kernels,
                                     const Mesh& mesh) {
   namespace fs = std::filesystem;
   const Communicator& group = parallel::inference_expert_group(mesh);
+  const Communicator& ca = mesh.axis(Axis::kContextAutoregressive);
   InferenceModel m;
   const std::string& dir = c.load_parameters_path;
+  const bool int8 = c.quantization == "int8";
   if (c.checkpoint_is_quantized && (dir.empty() || c.quantization != "int8")) {
     fail(
         "checkpoint_is_quantized=true needs load_parameters_path=<a quantized checkpoint> and "
         "quantization=int8 (got load_parameters_path='{}', quantization='{}')",
         dir, c.quantization);
   }
+  const auto seed = static_cast<uint64_t>(c.init_weights_seed);
   if (dir.empty()) {
     m.config = model::llama_config_from(c);
-    check_weights_fit(m.config, group.size());
-    const auto specs = inference_weight_specs(m.config, group.size(), group.rank());
-    m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
-    model::init_weights(kernels, specs, m.weights.view(),
-                        static_cast<uint64_t>(c.init_weights_seed));
+    check_weights_fit(m.config, group.size(), int8, ca.size());
+    const auto specs =
+        inference_weight_specs(m.config, group.size(), group.rank(), ca.size(), ca.rank());
+    if (int8) {
+      const model::Int8Layout layout = model::int8_layout(specs);
+      m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
+      model::init_weights(kernels, layout.float_specs, m.weights.view(), seed);
+      m.int8 = model::quantize_projections(
+          kernels, layout, m.config.weight_dtype, [&](const model::WeightSpec& s, TensorView out) {
+            model::WeightSpec one = s;
+            one.offset = 0;
+            model::init_weights(kernels, {one}, out.reshaped({s.numel()}), seed);
+          });
+    } else {
+      m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
+      model::init_weights(kernels, specs, m.weights.view(), seed);
+    }
     m.source = fmt::format(
         "random init (init_weights_seed {}; set load_parameters_path for a "
         "checkpoint)",
@@ -69,16 +102,18 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   } else {
     m.config = model::llama_config_from(c);
   }
-  check_weights_fit(m.config, group.size());
-  const auto specs = inference_weight_specs(m.config, group.size(), group.rank());
-  m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
+  check_weights_fit(m.config, group.size(), int8, ca.size());
+  const auto specs =
+      inference_weight_specs(m.config, group.size(), group.rank(), ca.size(), ca.rank());
   if (c.checkpoint_is_quantized) {
     if (m.config.tie_embeddings) {
       fail(
           "checkpoint_is_quantized: a model with tied embeddings (lm_head = the embedding) is "
           "not supported; load its F32 checkpoint with quantization=int8");
     }
-    m.int8 = model::read_int8_checkpoint(kernels, specs, m.weights.view(), dir);
+    const model::Int8Layout layout = model::int8_layout(specs);
+    m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
+    m.int8 = model::read_int8_checkpoint(kernels, layout, m.weights.view(), dir);
   } else {
     if (model::is_int8_checkpoint(dir)) {
       fail(
@@ -86,7 +121,23 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
           "checkpoint_is_quantized=true quantization=int8",
           dir);
     }
-    model::load_hf_weights(kernels, specs, m.weights.view(), dir);
+    const io::SliceReader tensors(io::open_tensor_index(dir), dir);
+    if (int8) {
+      // Each projection read (this rank's block only), quantized and dropped, one at a time.
+      const model::Int8Layout layout = model::int8_layout(specs);
+      model::check_weight_tensors(tensors, specs);
+      m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
+      model::load_weights(kernels, layout.float_specs, m.weights.view(), tensors);
+      m.int8 = model::quantize_projections(
+          kernels, layout, m.config.weight_dtype, [&](const model::WeightSpec& s, TensorView out) {
+            model::WeightSpec one = s;
+            one.offset = 0;
+            model::load_weights(kernels, {one}, out.reshaped({s.numel()}), tensors);
+          });
+    } else {
+      m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
+      model::load_weights(kernels, specs, m.weights.view(), tensors);
+    }
   }
   m.source = fs::exists(config_json)
                  ? fmt::format("{} (dimensions from its config.json)", dir)

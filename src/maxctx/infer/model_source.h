@@ -26,23 +26,31 @@ namespace maxctx::infer {
 
 struct InferenceModel {
   model::LlamaConfig config;
-  Tensor weights;              // inference_weight_specs layout (this rank's), weight_dtype
+  // inference_weight_specs layout (this rank's), weight_dtype; with quantization=int8 only
+  // the int8 layout's float tensors (model::int8_layout), the projections in `int8`.
+  Tensor weights;
   std::string source;          // for the log: the directory, or "random init (seed N)"
-  model::Int8Parameters int8;  // checkpoint_is_quantized: the projections' codes and scales
+  model::Int8Parameters int8;  // quantization=int8: the projections' codes and scales
 };
 
 // The weights rank `group_rank` of the expert × context_autoregressive group of `group_size`
 // ranks (parallel::inference_expert_group) holds: every weight, except that when a mixture of
 // experts' experts split over the group (parallel::inference_expert_ranks) the other ranks'
-// experts keep empty specs (rank r holds experts [r·X/group_size, (r+1)·X/group_size)). The one
-// list the loader, the engine, the early memory check and the inference plan read.
+// experts keep empty specs (rank r holds experts [r·X/group_size, (r+1)·X/group_size)), and with
+// `ca` > 1 context_autoregressive ranks the embedding and head are split over the vocabulary
+// (MaxText's inference rule): rank `ca_rank` holds rows split_offset(V, ca, ca_rank) ..
+// + split_count(V, ca, ca_rank) of each. The one list the loader, the engine, the early memory
+// check and the inference plan read.
 std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config,
-                                                      int64_t group_size, int group_rank);
+                                                      int64_t group_size, int group_rank,
+                                                      int64_t ca = 1, int ca_rank = 0);
 
 // Weights are read (or initialised) straight into config.weight_dtype through `kernels`: a BF16
-// checkpoint with weight_dtype=bfloat16 never exists in f32. Only this rank's weights
-// (inference_weight_specs on the mesh's expert × context_autoregressive group) are read or
-// allocated: another rank's experts are never read from disk.
+// checkpoint with weight_dtype=bfloat16 never exists in f32. With quantization=int8 a
+// projection is read (or initialised) into one reused buffer, quantized and dropped: no float
+// copy of the projections ever exists, a quantized checkpoint's codes are read as they are. Only
+// this rank's weights (inference_weight_specs on the mesh's expert × context_autoregressive group)
+// are read or allocated: another rank's experts are never read from disk.
 InferenceModel load_inference_model(const Config& config, const kernels::Kernels& kernels,
                                     const Mesh& mesh);
 

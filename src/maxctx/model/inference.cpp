@@ -14,8 +14,19 @@ int64_t weight_bytes(TensorView weight, const kernels::Int8Weights* i8) {
 
 int64_t linear_bytes(const Linear& l) { return weight_bytes(l.weight, l.i8); }
 
+// The index of the quantized matrix whose region holds `weight`, or −1.
+int64_t holding_matrix(TensorView weight, const std::vector<QuantizedMatrix>& matrices) {
+  const auto* at = static_cast<const std::byte*>(weight.raw());
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    const auto* begin = static_cast<const std::byte*>(matrices[i].region.raw());
+    if (at >= begin && at < begin + matrices[i].region.bytes()) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 // The int8 copy of `weight` (a whole projection or a row split's rows of one) packed from the
-// quantized matrix whose region holds it.
+// quantized matrix whose region holds it; a float weight outside every region (a head tied to
+// the float embedding) is quantized as it is.
 kernels::Int8Weights pack_prequantized(const kernels::Kernels& k, TensorView weight,
                                        const std::vector<QuantizedMatrix>& matrices) {
   const auto* at = static_cast<const std::byte*>(weight.raw());
@@ -29,6 +40,7 @@ kernels::Int8Weights pack_prequantized(const kernels::Kernels& k, TensorView wei
     const int64_t end = first + weight.shape()[0];
     return k.int8_pack_codes(m.codes.rows(first, end), m.scale.rows(first, end));
   }
+  if (dtype_size(weight.dtype()) > 1) return k.int8_pack_weights(weight);  // not codes
   fail("the quantized checkpoint holds no int8 codes for a projection of shape ({}, {})",
        weight.shape()[0], weight.shape()[1]);
 }
@@ -42,7 +54,8 @@ int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim) {
 InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig& c,
                                    const LlamaWeights& w, bool quantize_int8,
                                    parallel::RowSplitPart part,
-                                   const std::vector<QuantizedMatrix>* prequantized)
+                                   const std::vector<QuantizedMatrix>* prequantized,
+                                   bool vocab_split)
     : split(part) {
   MAXCTX_CHECK(prequantized == nullptr || quantize_int8,
                "a quantized checkpoint's weights are read as int8 (quantization=int8)");
@@ -62,7 +75,8 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
       const int64_t first = split_offset(out_dim, part.ranks, part.rank);
       return linear_of(m.rows(first, first + split_count(out_dim, part.ranks, part.rank)));
     };
-    lm_head_part = rows(w.lm_head);
+    // Under a vocabulary split this rank's head rows are already its part (split_offset's).
+    lm_head_part = vocab_split ? lm_head : rows(w.lm_head);
     // A mixture of experts has no row split (its experts are split over the axis instead,
     // parallel/parallelize.h InferencePlans::experts).
     for (const LayerWeights& lw : w.layers) {
@@ -96,17 +110,34 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   for (MlpRowsPart& m : mlp_parts) {
     for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
   }
-  if (!mlp_parts.empty()) add(lm_head_part);
-  // Filled completely before any pointer into it is taken.
+  if (!mlp_parts.empty() && !vocab_split) add(lm_head_part);
+  // Filled completely before any pointer into it is taken. A quantized matrix's codes are
+  // discarded once its last target is packed (Kernels::discard: the pages go back), so loading
+  // holds the codes and their packed copy of one matrix at a time, not of the whole model.
+  std::vector<size_t> last_use;  // per prequantized matrix: the last target packed from it
+  std::vector<int64_t> matrix_of(all.size(), -1);
+  if (prequantized != nullptr) {
+    last_use.assign(prequantized->size(), 0);
+    for (size_t i = 0; i < all.size(); ++i) {
+      matrix_of[i] = holding_matrix(*all[i].weight, *prequantized);
+      if (matrix_of[i] >= 0) last_use[static_cast<size_t>(matrix_of[i])] = i;
+    }
+  }
   quantized_.reserve(all.size());
-  for (const Target& t : all) {
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Target& t = all[i];
     quantized_.push_back(prequantized != nullptr ? pack_prequantized(k, *t.weight, *prequantized)
                                                  : k.int8_pack_weights(*t.weight));
+    const int64_t m = matrix_of[i];
+    if (m >= 0 && last_use[static_cast<size_t>(m)] == i) {
+      k.discard((*prequantized)[static_cast<size_t>(m)].codes);
+    }
   }
   for (size_t i = 0; i < all.size(); ++i) {
     *all[i].i8 = &quantized_[i];
     *all[i].weight = TensorView();
   }
+  if (!mlp_parts.empty() && vocab_split) lm_head_part = lm_head;  // its int8 copy too
 }
 
 namespace {
@@ -214,7 +245,8 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
                              const InferenceWeights& w, const TokenBatch& b,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
-                             parallel::RowSplit* row_split, parallel::ExpertExchange* experts) {
+                             parallel::RowSplit* row_split, parallel::ExpertExchange* experts,
+                             parallel::VocabSplit* vocab) {
   const int64_t N = b.batch * b.seq;
   MAXCTX_CHECK(N > 0 && N <= ws.max_rows, "{} tokens for a workspace of {} rows", N, ws.max_rows);
   MAXCTX_CHECK_EQ(static_cast<int64_t>(w.layers.size()), c.num_layers, "weights of another model");
@@ -261,7 +293,12 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   plan.row_split = row_split;
   plan.experts = experts;
 
-  k.embedding_forward(x, b.tokens, w.embed);
+  if (vocab != nullptr) {
+    vocab->embed(x, {b.host_tokens != nullptr ? b.host_tokens : b.tokens, static_cast<size_t>(N)},
+                 w.embed);
+  } else {
+    k.embedding_forward(x, b.tokens, w.embed);
+  }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     plan.mlp_part = row_split != nullptr ? &w.mlp_parts[l] : nullptr;
     decoder_layer_forward(c, l, w.layers[l], inputs, plan, x, x, x, buffers);
@@ -278,11 +315,24 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   const TensorView normed = ws.normed.rows(R);
   k.rmsnorm_forward(normed, ws.rstd.rows(R), head_in, w.final_norm, c.norm_eps);
   // The rows are computed in the backend's memory, then copied to the caller's host array once.
-  k.reserve(ws.logits, R * c.vocab_size);
+  // A vocabulary split without a row split gathers every rank's rows first (they differ).
+  const int64_t rows = vocab != nullptr && row_split == nullptr ? vocab->part().ranks * R : R;
+  k.reserve(ws.logits, rows * c.vocab_size);
   const TensorView logits_view =
-      ws.logits.view().elements(0, R * c.vocab_size).reshaped(Shape{R, c.vocab_size});
+      ws.logits.view().elements(0, rows * c.vocab_size).reshaped(Shape{rows, c.vocab_size});
   if (row_split != nullptr) {
+    // Under a vocabulary split lm_head_part is this rank's head rows: the same gather.
     project_split(k, &ws.int8_rows, ws.part, *row_split, normed, w.lm_head_part, logits_view);
+  } else if (vocab != nullptr) {
+    const int64_t E = c.emb_dim, part = w.lm_head.out_dim;
+    k.reserve(ws.vocab_rows, rows * E, normed.dtype());
+    k.reserve(ws.vocab_part, rows * part);
+    const TensorView all_rows = ws.vocab_rows.view().elements(0, rows * E).reshaped({rows, E});
+    const TensorView part_logits =
+        ws.vocab_part.view().elements(0, rows * part).reshaped({rows, part});
+    vocab->gather_rows(all_rows, normed);
+    project(k, &ws.int8_rows, all_rows, {{&w.lm_head, part_logits}});
+    vocab->gather(logits_view, part_logits);
   } else {
     project(k, &ws.int8_rows, normed, {{&w.lm_head, logits_view}});
   }

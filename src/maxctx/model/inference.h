@@ -47,10 +47,13 @@ class InferenceWeights {
   // With `prequantized` (quantize_int8 must be set) every projection is packed from its codes
   // and scales there instead of quantized from the weights: the same int8 copy, bit for bit,
   // when they came from the same weights.
+  // With vocab_split the embedding and head in `weights` are this rank's rows of them (the
+  // vocabulary split over the row split's axis): the head's row split part is the head itself.
   InferenceWeights(const kernels::Kernels& kernels, const LlamaConfig& config,
                    const LlamaWeights& weights, bool quantize_int8,
                    parallel::RowSplitPart split = {},
-                   const std::vector<QuantizedMatrix>* prequantized = nullptr);
+                   const std::vector<QuantizedMatrix>* prequantized = nullptr,
+                   bool vocab_split = false);
   InferenceWeights(const InferenceWeights&) = delete;
   InferenceWeights& operator=(const InferenceWeights&) = delete;
 
@@ -101,6 +104,8 @@ struct InferenceWorkspace {
   MoeBuffers moe;               // a mixture of experts' state, reused by every layer
   Tensor logits;                // (R, V) f32 the logit rows before their copy to the host
                                 // (grown to the most rows asked for; not in the plan's count)
+  Tensor vocab_rows;            // (ca·R, E) every rank's head rows, under a vocabulary split
+  Tensor vocab_part;            // (ca·R, V/ca) f32 this rank's part of their logits
 };
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,
@@ -114,12 +119,17 @@ int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows);
 // row_split (every rank of it running the same tokens; weights built with the same part) the
 // MLP and the head are split over its ranks. With `experts` (a mixture of experts whose
 // experts are split over the axis: every rank of it calls this with its own tokens, or the
-// same ones) each rank runs only its experts' rows, exchanged with the others.
+// same ones) each rank runs only its experts' rows, exchanged with the others. With `vocab`
+// (weights built with vocab_split: each rank holds its rows of the embedding and head) the
+// embedding rows come from the ranks that hold them (batch.host_tokens), and without a row split
+// (the ranks' rows differ) every rank's logit rows are gathered: `logits` then receives
+// (ranks · R, V), every rank's R rows rank by rank (R the same on every rank).
 void llama_inference_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                              const InferenceWeights& weights, const TokenBatch& batch,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
                              parallel::RowSplit* row_split = nullptr,
-                             parallel::ExpertExchange* experts = nullptr);
+                             parallel::ExpertExchange* experts = nullptr,
+                             parallel::VocabSplit* vocab = nullptr);
 
 }  // namespace maxctx::model

@@ -42,6 +42,7 @@ struct TokenBatch {
   const int32_t* host_positions = nullptr;
   const int32_t* host_segment_ids = nullptr;
   const float* host_loss_weights = nullptr;
+  const int32_t* host_tokens = nullptr;  // inference's vocabulary split looks them up by rank
 };
 
 struct LossSums {

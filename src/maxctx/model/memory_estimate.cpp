@@ -34,19 +34,34 @@ MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
   return e;
 }
 
-double inference_weight_bytes(const LlamaConfig& m, int64_t expert_ranks) {
-  const double whole = parameter_bytes(m);
-  if (!m.moe || expert_ranks <= 1) return whole;
-  const double experts = static_cast<double>(m.num_layers) * 3.0 * static_cast<double>(m.emb_dim) *
-                         static_cast<double>(m.mlp_dim) * static_cast<double>(m.num_experts) *
-                         static_cast<double>(dtype_size(m.weight_dtype));
-  const auto ranks = static_cast<double>(expert_ranks);
-  return whole - experts * (ranks - 1.0) / ranks;
+double inference_weight_bytes(const LlamaConfig& m, int64_t expert_ranks, bool int8, int64_t ca) {
+  const auto d = [](int64_t v) { return static_cast<double>(v); };
+  const double E = d(m.emb_dim), D = d(m.head_dim), F = d(m.mlp_dim);
+  const double heads = d(m.num_query_heads) * D, kv = d(m.num_kv_heads) * D;
+  const double held_experts = m.moe ? d(m.num_experts) / d(std::max<int64_t>(expert_ranks, 1)) : 1;
+  // The projections (what quantization=int8 quantizes) as (elements, rows), per layer and head.
+  const double layer_elements = 2.0 * heads * E + 2.0 * kv * E + 3.0 * E * F * held_experts;
+  const double layer_rows = heads + 2.0 * kv + E + (2.0 * F + E) * held_experts;
+  // The vocabulary over ca: rank 0's rows of the embedding and head, the most any rank holds.
+  const double vocab = d((m.vocab_size + std::max<int64_t>(ca, 1) - 1) / std::max<int64_t>(ca, 1));
+  const double vocab_not_held = d(m.vocab_size) - vocab;
+  const double head_elements = m.tie_embeddings ? 0.0 : vocab * E;
+  const double head_rows = m.tie_embeddings ? 0.0 : vocab;
+  const double projections = d(m.num_layers) * layer_elements + head_elements;
+  const double rows = d(m.num_layers) * layer_rows + head_rows;
+  const double experts_not_held =
+      m.moe ? d(m.num_layers) * 3.0 * E * F * (d(m.num_experts) - held_experts) : 0.0;
+  const double element = static_cast<double>(dtype_size(m.weight_dtype));
+  const double floats = parameter_count<double>(m) - experts_not_held - projections -
+                        vocab_not_held * E * (m.tie_embeddings ? 1.0 : 2.0);
+  // int8: codes plus a f32 scale and row sum per row (model::int8_weight_bytes); the rest float.
+  return floats * element + (int8 ? projections + 8.0 * rows : projections * element);
 }
 
 MemoryEstimate inference_memory(const LlamaConfig& m, int64_t slots, int64_t max_target_length,
-                                int64_t ca, bool quantize_kvcache, int64_t expert_ranks) {
-  const double weights = inference_weight_bytes(m, expert_ranks);
+                                int64_t ca, bool quantize_kvcache, int64_t expert_ranks,
+                                bool int8_weights) {
+  const double weights = inference_weight_bytes(m, expert_ranks, int8_weights, ca);
   const double element = quantize_kvcache ? 1.0 : static_cast<double>(dtype_size(m.dtype));
   const double cache = 2.0 * static_cast<double>(m.num_layers) * static_cast<double>(slots) *
                        static_cast<double>(max_target_length) *

@@ -27,15 +27,21 @@ MemoryEstimate training_memory(const LlamaConfig& model, int64_t rows, int64_t s
                                int64_t tensor_size);
 
 // The weights one inference rank holds when a mixture of experts' experts are split over
-// `expert_ranks` ranks (1: every expert): the whole model less the other ranks' experts, in
-// weight_dtype, computed in double so a huge config is a clear error, not an overflow. Equal to
-// infer::inference_weight_specs' list (the loader's), which the tests check.
-double inference_weight_bytes(const LlamaConfig& model, int64_t expert_ranks);
+// `expert_ranks` ranks (1: every expert): the whole model less the other ranks' experts,
+// computed in double so a huge config is a clear error, not an overflow. In weight_dtype, or
+// with int8 (quantization=int8, which keeps no float copy of a projection) the projections as
+// int8 codes plus two f32 per row and the rest (embedding, norms, router) in weight_dtype.
+// The embedding and head split over `ca` context_autoregressive ranks (the vocabulary; rank 0's
+// share, the largest). Equal to infer::inference_weight_specs' list (the loader's), which the
+// tests check.
+double inference_weight_bytes(const LlamaConfig& model, int64_t expert_ranks, bool int8 = false,
+                              int64_t ca = 1);
 
 // Inference: this rank's weights (inference_weight_bytes) plus its share of the KV cache:
 // 2 x layers x slots x max_target_length x kv_dim elements over `ca` ranks, one byte each when
 // int8-quantized, else two (bf16 dtype) or four. `slots`: those of this rank's expert group.
 MemoryEstimate inference_memory(const LlamaConfig& model, int64_t slots, int64_t max_target_length,
-                                int64_t ca, bool quantize_kvcache, int64_t expert_ranks);
+                                int64_t ca, bool quantize_kvcache, int64_t expert_ranks,
+                                bool int8_weights = false);
 
 }  // namespace maxctx::model

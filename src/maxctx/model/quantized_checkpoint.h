@@ -12,6 +12,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "maxctx/core/tensor.h"
@@ -34,21 +35,43 @@ bool int8_quantized(const WeightSpec& spec);
 void write_int8_checkpoint(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
                            const float* flat, const std::filesystem::path& dir);
 
-// The int8 projections of a loaded quantized checkpoint: the codes and scales (owned here) and,
-// per projection, where they stand in the weight buffer.
+// The weights of `specs` as a rank holds them with quantization=int8, with no float copy of a
+// projection: the tensors that stay in weight_dtype (the embedding, the norms, a mixture's
+// router) in one flat buffer, the projections as int8 codes in another, each renumbered from 0
+// in the specs' order. Another expert rank's experts stay empty specs in int8_specs.
+struct Int8Layout {
+  std::vector<WeightSpec> float_specs;  // offsets into the float buffer (weight_dtype)
+  std::vector<WeightSpec> int8_specs;   // offsets into Int8Parameters::codes
+  int64_t codes = 0;                    // int8_specs' elements
+  int64_t scales = 0;                   // one per row of every projection
+};
+Int8Layout int8_layout(const std::vector<WeightSpec>& specs);
+
+// The int8 projections: the codes and scales (owned here) and, per projection, the codes as the
+// region that stands for it (LlamaWeights bound by bind_weights(float_specs, flat, int8_specs,
+// codes) view its codes, so InferenceWeights finds each projection's by address).
 struct Int8Parameters {
-  Tensor codes;   // every projection's codes, one after another
-  Tensor scales;  // every projection's scales
+  Tensor codes;   // (Int8Layout::codes) every projection's codes, one after another
+  Tensor scales;  // (Int8Layout::scales) every projection's scales
   std::vector<QuantizedMatrix> matrices;
   bool empty() const { return matrices.empty(); }
 };
 
-// Reads the checkpoint in `dir` written by write_int8_checkpoint into `flat` (the
-// non-quantized tensors, in its dtype; the projections' regions are zeroed) and returns the
-// codes and scales. A tensor missing, or of another dtype or shape than the model needs, is an
-// error naming it; so is a checkpoint without the quantization metadata.
-Int8Parameters read_int8_checkpoint(const kernels::Kernels& kernels,
-                                    const std::vector<WeightSpec>& specs, TensorView flat,
-                                    const std::filesystem::path& dir);
+// Writes one spec's block (its local shape) into `out`, a buffer of the weights' dtype in the
+// backend's memory.
+using FillWeight = std::function<void(const WeightSpec& spec, TensorView out)>;
+
+// Every projection of `layout` read by `fill` into one reused buffer of `dtype`, quantized into
+// its codes and scales (the rule int8_pack_weights applies: the same codes, bit for bit) and
+// dropped: at no moment is more than one projection held in float.
+Int8Parameters quantize_projections(const kernels::Kernels& kernels, const Int8Layout& layout,
+                                    DType dtype, const FillWeight& fill);
+
+// Reads the checkpoint in `dir` written by write_int8_checkpoint: `flat` receives layout's
+// float tensors (in its dtype), the returned parameters the codes and scales. A tensor missing,
+// or of another dtype or shape than the model needs, is an error naming it; so is a checkpoint
+// without the quantization metadata.
+Int8Parameters read_int8_checkpoint(const kernels::Kernels& kernels, const Int8Layout& layout,
+                                    TensorView flat, const std::filesystem::path& dir);
 
 }  // namespace maxctx::model

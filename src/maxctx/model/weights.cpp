@@ -97,14 +97,26 @@ LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat) {
 }
 
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat) {
+  return bind_weights(specs, flat, {}, TensorView());
+}
+
+LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat,
+                          const std::vector<WeightSpec>& more_specs, TensorView more) {
   MAXCTX_CHECK_EQ(flat.numel(), total_numel(specs), "a flat weight buffer for these specs");
+  if (!more_specs.empty()) {
+    MAXCTX_CHECK_EQ(more.numel(), total_numel(more_specs), "a second buffer for its specs");
+  }
   std::map<std::string, TensorView> by_name;
   int num_layers = 0;
-  for (const WeightSpec& s : specs) {
-    const Shape shape = s.role == WeightRole::kNorm ? Shape{s.rows} : Shape{s.rows, s.cols};
-    by_name[s.name] = flat.elements(s.offset, s.numel()).reshaped(shape);
-    num_layers = std::max(num_layers, s.layer + 1);
-  }
+  const auto bind = [&](const std::vector<WeightSpec>& list, TensorView buffer) {
+    for (const WeightSpec& s : list) {
+      const Shape shape = s.role == WeightRole::kNorm ? Shape{s.rows} : Shape{s.rows, s.cols};
+      by_name[s.name] = buffer.elements(s.offset, s.numel()).reshaped(shape);
+      num_layers = std::max(num_layers, s.layer + 1);
+    }
+  };
+  bind(specs, flat);
+  bind(more_specs, more);
   const auto at = [&](const std::string& name) {
     const auto it = by_name.find(name);
     MAXCTX_CHECK(it != by_name.end(), "weight {} is not declared", name);

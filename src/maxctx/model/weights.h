@@ -74,6 +74,10 @@ struct LlamaWeights {
 // Views of flat's dtype (f32, or bf16 weights); the float* form views an f32 buffer.
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat);
 LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, float* flat);
+// The weights split over two buffers, each with its own specs (offsets into it) and dtype:
+// inference's float tensors and its int8 projections' codes (model/quantized_checkpoint.h).
+LlamaWeights bind_weights(const std::vector<WeightSpec>& specs, TensorView flat,
+                          const std::vector<WeightSpec>& more_specs, TensorView more);
 
 // Counter-based initialisation: element (r, c) of a tensor is the value of global element
 // (global_r, global_c) of that tensor under (seed, stream_id(name)), so every sharding of the

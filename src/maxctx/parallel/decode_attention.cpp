@@ -20,19 +20,21 @@ void PrefillAttention::forward(int64_t layer, TensorView out_view, TensorView, T
                      v_view, tokens, dims);
   const int64_t row_elements = dims.heads_kv * dims.head_dim;
   if (sharding_ == DecodeSharding::kBatch && ca_.size() > 1) {
+    MAXCTX_CHECK_EQ(first_slot_, 0, "a batch-sharded prefill runs every slot at once");
     store_batch_sharded(layer, k_view, v_view, tokens, row_elements);
     return;
   }
-  MAXCTX_CHECK(B == cache_.shape().slots && S <= cache_.shape().prefill_rows,
-               "prefill of (B={}, S={}) for a cache of {} slots x {} prefill rows", B, S,
-               cache_.shape().slots, cache_.shape().prefill_rows);
+  MAXCTX_CHECK(first_slot_ + B <= cache_.shape().slots && S <= cache_.shape().prefill_rows,
+               "prefill of (B={}, S={}) from slot {} for a cache of {} slots x {} prefill rows", B,
+               S, first_slot_, cache_.shape().slots, cache_.shape().prefill_rows);
   for (int64_t b = 0; b < B; ++b) {
+    const int64_t slot = first_slot_ + b;
     if (layer == 0) {
-      cache_.set_rows(b, 0, S, tokens.positions_on_host() + b * S,
+      cache_.set_rows(slot, 0, S, tokens.positions_on_host() + b * S,
                       tokens.segment_ids_on_host() + b * S);
     }
     const int64_t run = S * row_elements;
-    cache_.store(layer, b, 0, S, k_view.elements(b * run, run), v_view.elements(b * run, run));
+    cache_.store(layer, slot, 0, S, k_view.elements(b * run, run), v_view.elements(b * run, run));
   }
 }
 

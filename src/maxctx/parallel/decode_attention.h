@@ -34,12 +34,15 @@ enum class DecodeSharding {
 // The rank of `context_autoregressive` that stores the decode token at `position`.
 inline int decode_owner(int32_t position, int ca) { return static_cast<int>(position % ca); }
 
-// tokens: (B = every slot, S = this rank's share of the padded prompt). Layer 0 also records
+// tokens: (B = every slot, S = this rank's share of the padded prompt), or with a first slot
+// set (a chunked prefill, sequence sharding only) slots [first, first + B). Layer 0 also records
 // the rows' positions and segment ids in the cache.
 class PrefillAttention final : public LayerAttention {
  public:
   PrefillAttention(const kernels::Kernels& kernels, const Communicator& ca, DecodeSharding sharding,
                    KvCache& cache);
+  // The cache slot of the batch's first sequence (0: the batch is every slot).
+  void set_first_slot(int64_t slot) { first_slot_ = slot; }
   void forward(int64_t layer, TensorView out, TensorView lse, TensorView q, TensorView k,
                TensorView v, const TokenLayout& tokens,
                const kernels::AttentionParams& dims) override;
@@ -52,6 +55,7 @@ class PrefillAttention final : public LayerAttention {
   const Communicator& ca_;
   DecodeSharding sharding_;
   KvCache& cache_;
+  int64_t first_slot_ = 0;
   AllGatherContextAttention attention_;
   Tensor lse_;                                // (B, Hq, S)
   Tensor send_, recv_;                        // batch sharding: K | V of every rank

@@ -123,6 +123,26 @@ class RowSplit {
   virtual void gather(TensorView out, TensorView mine) = 0;
 };
 
+// The vocabulary split over an axis (MaxText's inference rule: `vocab` over
+// context_autoregressive): rank r holds rows [split_offset(V, ranks, r), + split_count(...)) of
+// the embedding and of the output head, so each is stored once across the axis. Both
+// combinations are exact: a token's embedding row is looked up by the rank that holds it and
+// sent back (nothing is summed), and each logit is one dot product over the whole input row,
+// computed by the rank that holds its head row.
+class VocabSplit {
+ public:
+  virtual ~VocabSplit() = default;
+  virtual RowSplitPart part() const = 0;
+  // out (N, E) = the embedding rows of this rank's N tokens (host ids; every rank its own, N may
+  // differ between ranks) from every rank's part of the table, `table_part` being this rank's.
+  virtual void embed(TensorView out, std::span<const int32_t> tokens, TensorView table_part) = 0;
+  // out (ranks · N, width) = every rank's `mine` (N, width), rank by rank (N the same on every
+  // rank): the rows whose logits the head computes.
+  virtual void gather_rows(TensorView out, TensorView mine) = 0;
+  // out (N, V) from every rank's mine (N, its part of V); the N rows the same on every rank.
+  virtual void gather(TensorView out, TensorView mine) = 0;
+};
+
 // The expert axis (MaxText's `expert`): its ranks hold different tokens (the axis shards the
 // batch like `data`) and each holds num_experts / ranks() experts, rank r experts
 // [r·n, (r+1)·n). A mixture of experts sends each expert's rows to the rank that holds it and

@@ -7,6 +7,7 @@
 #include "maxctx/parallel/local_attention.h"
 #include "maxctx/parallel/sequence_chunks.h"
 #include "maxctx/parallel/tensor_parallel.h"
+#include "maxctx/parallel/vocab_split.h"
 
 namespace maxctx::parallel {
 namespace {
@@ -206,6 +207,10 @@ InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mes
   // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
   if (s.decode == DecodeSharding::kSequence && ca > 1) {
     plans.row_split = std::make_unique<AxisRowSplit>(ca_axis, kernels);
+  }
+  if (ca > 1) {
+    MAXCTX_CHECK_GT(s.vocab_size, 0, "the vocabulary to split over context_autoregressive");
+    plans.vocab = std::make_unique<AxisVocabSplit>(ca_axis, kernels, s.vocab_size);
   }
   plans.cache = std::make_unique<KvCache>(
       kernels, inference_cache_shape(group, ca, layers, heads_kv, head_dim));

@@ -85,6 +85,7 @@ struct InferenceSharding {
   bool quantize_kvcache = false;    // an int8 cache; else the cache holds `cache_dtype`
   DType cache_dtype = DType::kF32;  // the activation dtype (bf16: MaxText's inference default)
   int64_t num_experts = 0;          // a mixture of experts' experts (0: a dense model)
+  int64_t vocab_size = 0;           // the embedding's and head's rows, split over ca
 };
 
 struct InferencePlans {
@@ -96,6 +97,9 @@ struct InferencePlans {
   // rule for inference); null when that group has one rank, for a dense model, or when the
   // group's size does not divide num_experts.
   std::unique_ptr<ExpertExchange> experts;
+  // The embedding and head rows split over context_autoregressive (ca > 1; MaxText's `vocab`
+  // rule for inference), else null: every rank holds them whole.
+  std::unique_ptr<VocabSplit> vocab;
 };
 
 // This rank's KV cache under `sharding` over ca = context_autoregressive ranks (sharding.slots:
