@@ -144,7 +144,11 @@ namespace {
 SliceIndex parse_tensors(const json& root, const fs::path& dir, const std::string& origin) {
   if (!root.is_object()) fail("'{}': the tensor index is not a JSON object", origin);
   SliceIndex index;
-  for (const auto& [name, entry] : root.items()) {
+  for (const auto& item : root.items()) {
+    // Named, not a structured binding: a lambda may not capture one before C++20's P1091
+    // (clang 14, which builds the fuzzers, refuses it).
+    const std::string& name = item.key();
+    const json& entry = item.value();
     const auto bad = [&](const std::string& what) {
       fail("'{}': tensor '{}' in the index: {}", origin, name, what);
     };
