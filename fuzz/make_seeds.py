@@ -87,6 +87,17 @@ out = corpus / "golden_logits"
 
 # Regression inputs: the reproducers of past findings, reduced to their cause. fuzz/run.sh runs
 # each once before fuzzing, so a finding that comes back fails on every machine at once.
+out = corpus / "checkpoint_index"
+out.mkdir(parents=True, exist_ok=True)
+# A small index by hand: a matrix split over two files by rows, and a vector in one (the
+# committed fsdp2.json beside it is a real one, from a maxctx-tiny checkpoint saved on fsdp=2).
+(out / "two_files.json").write_text(json.dumps({"format": "maxctx-slices-v1", "tensors": {
+    "w": {"dtype": "F32", "shape": [4, 3], "slices": [
+        {"file": "shard-00000.safetensors", "offset": [0, 0], "shape": [2, 3], "byte_range": [96, 120]},
+        {"file": "shard-00001.safetensors", "offset": [2, 0], "shape": [2, 3], "byte_range": [88, 112]}]},
+    "n": {"dtype": "BF16", "shape": [5], "slices": [
+        {"file": "shard-00000.safetensors", "offset": [0], "shape": [5], "byte_range": [120, 130]}]}}}))
+
 regressions = root / "fuzz" / "regressions"
 out = regressions / "yaml_config"
 out.mkdir(parents=True, exist_ok=True)
