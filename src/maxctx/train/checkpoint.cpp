@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -445,6 +446,8 @@ CheckpointSaver::CheckpointSaver(const Communicator& world, Options options,
 CheckpointSaver::~CheckpointSaver() {
   if (pending_ && pending_->writer.joinable()) pending_->writer.join();
 }
+
+void StagedSlices::Free::operator()(std::byte* p) const { std::free(p); }
 
 int64_t CheckpointSaver::staged_bytes() const { return pending_ ? pending_->staged.size : 0; }
 

@@ -87,8 +87,11 @@ void check_full_state(const io::SliceReader& tensors, const std::vector<model::W
 // This rank's part of a save, copied to host memory (the step loop may change the state while
 // it is written): slices whose data point into `bytes`.
 struct StagedSlices {
+  struct Free {
+    void operator()(std::byte* p) const;  // std::free: the buffer comes from aligned_alloc
+  };
   std::vector<io::SliceToWrite> slices;
-  std::unique_ptr<std::byte[]> bytes;
+  std::unique_ptr<std::byte[], Free> bytes;
   int64_t size = 0;  // bytes
 };
 
