@@ -120,7 +120,6 @@ TEST(MetricLogger, AppendsOneJsonObjectPerStep) {
   options.total_steps = 10;
   options.tflops_per_device = 10.0;
   options.tokens_per_device = 8192.0;
-  options.append = false;
   {
     MetricLogger logger(options);
     StepMetrics step = example_step();
@@ -150,11 +149,15 @@ TEST(MetricLogger, AppendsOneJsonObjectPerStep) {
   EXPECT_DOUBLE_EQ(lines[1]["perf/per_device_tokens_per_sec"].get<double>(), 2048.0);
   EXPECT_FALSE(lines[1].contains("learning/recall_accuracy"));
 
-  // A resumed run appends; a fresh one (append = false) starts the file over.
-  options.append = true;
+  // A run resumed after 8 steps keeps the rows of the steps before (7) and drops those from 8 on
+  // (logged by a run that went past its checkpoint), then appends; a fresh run starts over.
+  options.resumed_at_step = 8;
   { MetricLogger(options).log_step(example_step()); }
-  EXPECT_EQ(read_jsonl(path).size(), 3u);
-  options.append = false;
+  lines = read_jsonl(path);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["step"], 7);
+  EXPECT_EQ(lines[1]["step"], 7);
+  options.resumed_at_step = -1;
   { MetricLogger(options).log_step(example_step()); }
   EXPECT_EQ(read_jsonl(path).size(), 1u);
   std::remove(path.c_str());

@@ -24,11 +24,7 @@
 namespace maxctx::train {
 namespace {
 
-struct MeshCase {
-  std::string name;
-  int ranks;
-  std::vector<std::string> mesh;
-};
+using testing::MeshCase;
 
 std::vector<MeshCase> mesh_cases() {
   return {

@@ -93,6 +93,13 @@ inline std::vector<std::string> with_overrides(std::vector<std::string> base,
   return base;
 }
 
+// A mesh a test runs on: its name, the ranks it needs and its ici_* overrides.
+struct MeshCase {
+  std::string name;
+  int ranks;
+  std::vector<std::string> mesh;
+};
+
 // The mesh a loaded config asks for, over Communicator::world().
 inline Mesh mesh_of(const Config& config) {
   MeshSpec spec;

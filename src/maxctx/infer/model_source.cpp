@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/memory_check.h"
@@ -24,6 +25,28 @@ void check_weights_fit(const model::LlamaConfig& config, int64_t group_size, boo
       config, parallel::inference_expert_ranks(config.moe ? config.num_experts : 0, group_size),
       int8, ca);
   check_fits_in_memory(bytes, 1, 1, "this rank's weights", format_bytes(bytes));
+}
+
+// Fills `m`'s weights for `specs` with `fill(specs, view)` (initialise or read from a file): all
+// of them in weight_dtype, or with int8 the float tensors, then each projection into one reused
+// buffer, quantized and dropped, one at a time.
+void fill_weights(
+    InferenceModel& m, const kernels::Kernels& kernels, const std::vector<model::WeightSpec>& specs,
+    bool int8, const std::function<void(const std::vector<model::WeightSpec>&, TensorView)>& fill) {
+  if (!int8) {
+    m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
+    fill(specs, m.weights.view());
+    return;
+  }
+  const model::Int8Layout layout = model::int8_layout(specs);
+  m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
+  fill(layout.float_specs, m.weights.view());
+  m.int8 = model::quantize_projections(kernels, layout, m.config.weight_dtype,
+                                       [&](const model::WeightSpec& s, TensorView out) {
+                                         model::WeightSpec one = s;
+                                         one.offset = 0;
+                                         fill({one}, out.reshaped({s.numel()}));
+                                       });
 }
 
 }  // namespace
@@ -69,20 +92,10 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
     check_weights_fit(m.config, group.size(), int8, ca.size());
     const auto specs =
         inference_weight_specs(m.config, group.size(), group.rank(), ca.size(), ca.rank());
-    if (int8) {
-      const model::Int8Layout layout = model::int8_layout(specs);
-      m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
-      model::init_weights(kernels, layout.float_specs, m.weights.view(), seed);
-      m.int8 = model::quantize_projections(
-          kernels, layout, m.config.weight_dtype, [&](const model::WeightSpec& s, TensorView out) {
-            model::WeightSpec one = s;
-            one.offset = 0;
-            model::init_weights(kernels, {one}, out.reshaped({s.numel()}), seed);
-          });
-    } else {
-      m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
-      model::init_weights(kernels, specs, m.weights.view(), seed);
-    }
+    fill_weights(m, kernels, specs, int8,
+                 [&](const std::vector<model::WeightSpec>& part, TensorView out) {
+                   model::init_weights(kernels, part, out, seed);
+                 });
     m.source = fmt::format(
         "random init (init_weights_seed {}; set load_parameters_path for a "
         "checkpoint)",
@@ -122,22 +135,12 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
           dir);
     }
     const io::SliceReader tensors(io::open_tensor_index(dir), dir);
-    if (int8) {
-      // Each projection read (this rank's block only), quantized and dropped, one at a time.
-      const model::Int8Layout layout = model::int8_layout(specs);
-      model::check_weight_tensors(tensors, specs);
-      m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
-      model::load_weights(kernels, layout.float_specs, m.weights.view(), tensors);
-      m.int8 = model::quantize_projections(
-          kernels, layout, m.config.weight_dtype, [&](const model::WeightSpec& s, TensorView out) {
-            model::WeightSpec one = s;
-            one.offset = 0;
-            model::load_weights(kernels, {one}, out.reshaped({s.numel()}), tensors);
-          });
-    } else {
-      m.weights = kernels.empty({model::total_numel(specs)}, m.config.weight_dtype);
-      model::load_weights(kernels, specs, m.weights.view(), tensors);
-    }
+    // Only this rank's blocks are read; with int8 each projection is read, quantized and dropped.
+    model::check_weight_tensors(tensors, specs);
+    fill_weights(m, kernels, specs, int8,
+                 [&](const std::vector<model::WeightSpec>& part, TensorView out) {
+                   model::load_weights(kernels, part, out, tensors);
+                 });
   }
   m.source = fs::exists(config_json)
                  ? fmt::format("{} (dimensions from its config.json)", dir)

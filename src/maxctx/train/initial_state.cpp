@@ -94,17 +94,10 @@ std::pair<fs::path, int64_t> locate_checkpoint(const std::string& key, const std
   return {path, *latest};
 }
 
-}  // namespace
-
-model::LlamaConfig training_model_config(const Config& c) {
-  const fs::path json = hf_config_json(c);
-  if (json.empty()) {
-    model::LlamaConfig m = model::llama_config_from(c);
-    m.vocab_tiles = c.num_vocab_tiling;
-    return m;
-  }
+// The model of a Hugging Face config.json, with the config's precision and its RoPE keys given
+// on the command line over the file's.
+model::LlamaConfig hf_training_model(const Config& c, const fs::path& json) {
   model::LlamaConfig m = model::llama_config_from_hf(json);
-  m.vocab_tiles = c.num_vocab_tiling;
   model::apply_precision(c, m);
   const kernels::RopeParams from_json = m.rope;
   apply_explicit_rope_keys(c, m);
@@ -116,6 +109,15 @@ model::LlamaConfig training_model_config(const Config& c) {
                     m.rope.factor != from_json.factor
                 ? " (RoPE keys of the command line over config.json's)"
                 : "");
+  return m;
+}
+
+}  // namespace
+
+model::LlamaConfig training_model_config(const Config& c) {
+  const fs::path json = hf_config_json(c);
+  model::LlamaConfig m = json.empty() ? model::llama_config_from(c) : hf_training_model(c, json);
+  m.vocab_tiles = c.num_vocab_tiling;  // training only: inference and check-logits stay untiled
   return m;
 }
 

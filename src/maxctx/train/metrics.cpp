@@ -159,16 +159,14 @@ void drop_rows_from_step(const std::string& path, int64_t step) {
 MetricLogger::MetricLogger(const MetricLoggerOptions& options)
     : options_(options), jsonl_(nullptr, &std::fclose) {
   if (log::rank() != 0) return;
-  if (!options_.jsonl_path.empty() && options_.append && options_.resumed_at_step >= 0) {
-    drop_rows_from_step(options_.jsonl_path, options_.resumed_at_step);
-  }
   if (!options_.jsonl_path.empty()) {
+    const bool append = options_.resumed_at_step >= 0;
+    if (append) drop_rows_from_step(options_.jsonl_path, options_.resumed_at_step);
     // O_NOFOLLOW: a symlink planted at metrics.jsonl must not make the run truncate or append
     // to its target (issue #34 N7).
-    const int flags =
-        O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (options_.append ? O_APPEND : O_TRUNC);
+    const int flags = O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
     const int fd = ::open(options_.jsonl_path.c_str(), flags, 0644);
-    if (fd >= 0) jsonl_.reset(::fdopen(fd, options_.append ? "a" : "w"));
+    if (fd >= 0) jsonl_.reset(::fdopen(fd, append ? "a" : "w"));
     if (!jsonl_) {
       const int error = errno;
       if (fd >= 0) ::close(fd);

@@ -95,9 +95,9 @@ struct MetricLoggerOptions {
   double tokens_per_device = 0.0;  // per step
   int64_t flush_period = 100;      // log_period: step lines and flushes every this many steps
   std::string tensorboard_dir;     // "" writes no event file
-  bool append = true;              // false truncates the file (a fresh run)
-  // With append, a resumed run's step count: rows of steps at or after it (logged before a crash
-  // by a run that had gone past its last checkpoint) are dropped, so every step appears once.
+  // -1: a fresh run, the file is truncated. Else the run resumed from a checkpoint after this
+  // many steps: the rows of the steps before it stay, and those at or after it (logged before a
+  // crash by a run that had gone past that checkpoint) are dropped, so every step appears once.
   int64_t resumed_at_step = -1;
 };
 

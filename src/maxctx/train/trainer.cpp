@@ -199,8 +199,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   options.tokens_per_device = training_tokens_per_device(
       c.per_device_batch_size, c.max_target_length, c.gradient_accumulation_steps);
   options.flush_period = c.log_period;
-  options.append = start.resumed;  // the metrics of the steps before the checkpoint stay
-  if (start.resumed) options.resumed_at_step = start.step;
+  if (start.resumed) options.resumed_at_step = start.step;  // earlier steps' metrics stay
   if (c.enable_tensorboard) options.tensorboard_dir = (s.run_dir / "tensorboard").string();
   // Rank 0 creates the run directory and the metrics file; every rank learns whether it could.
   run_on_root(mesh.world(), [&] {
