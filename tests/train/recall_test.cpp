@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/core/arg_max.h"
 #include "maxctx/core/check.h"
 
 namespace maxctx {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "maxctx/core/arg_max.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/trace.h"
 #include "maxctx/kernels/host_transfer.h"
@@ -226,6 +227,19 @@ void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const Lla
   gradients_ready(plan, 0);
 }
 
+// The final RMSNorm of the last residual, which the head reads, and its backward from d_normed.
+void final_norm_forward(const kernels::Kernels& k, const LlamaConfig& c, const LlamaWeights& w,
+                        LlamaActivations& acts) {
+  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
+                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+}
+
+void final_norm_backward(const kernels::Kernels& k, const LlamaConfig& c, const LlamaWeights& w,
+                         const LlamaWeights& g, LlamaActivations& acts) {
+  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
+                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+}
+
 // Tokens [begin, end) of the rank's N: one loss tile (num_vocab_tiling), its logits in the
 // first end - begin rows of acts.logits.
 struct LossTile {
@@ -259,8 +273,7 @@ void head_tile_forward(const kernels::Kernels& k, const LlamaWeights& w, const T
   const kernels::HostFloats logits(k, t.logits);
   const int64_t V = t.logits.shape()[1];
   for (int64_t i = 0; i < t.end - t.begin; ++i) {
-    const float* row = logits.span().data() + i * V;
-    predictions[t.begin + i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    predictions[t.begin + i] = static_cast<int32_t>(first_arg_max(logits.span().subspan(i * V, V)));
   }
 }
 
@@ -312,8 +325,7 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
   const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   decoder_forward(k, c, w, b, plan, acts);
   head_before_use(c, plan);
-  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
-                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+  final_norm_forward(k, c, w, acts);
   LossSums sums = moe_sums(c, acts);
   if (b.targets == nullptr) {
     MAXCTX_CHECK(c.vocab_tiles == 1 && acts.logits.view().shape()[0] == d.N,
@@ -348,8 +360,7 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
     }
     head_tile_backward(k, w, g, b, acts, t, d_loss);
   }
-  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
-                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+  final_norm_backward(k, c, w, g, acts);
   head_after_use(c, plan);
   gradients_ready(plan, c.num_layers + 1);
   decoder_backward(k, c, w, g, b, plan, acts, d_moe_lb);
@@ -370,14 +381,12 @@ LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, con
   const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   decoder_forward(k, c, w, b, plan, acts);
   head_before_use(c, plan);
-  k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
-                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+  final_norm_forward(k, c, w, acts);
   for (const LossTile& t : loss_tiles(c, d.N, acts)) {
     head_tile_forward(k, w, b, acts, t, predictions);
     head_tile_backward(k, w, g, b, acts, t, d_loss);
   }
-  k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
-                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+  final_norm_backward(k, c, w, g, acts);
   head_after_use(c, plan);
   gradients_ready(plan, c.num_layers + 1);
   LossSums sums = moe_sums(c, acts);

@@ -3,9 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "maxctx/core/memory_check.h"
+#include "maxctx/core/split.h"
+#include "maxctx/model/activations.h"
 
 namespace maxctx::model {
 
@@ -19,10 +20,9 @@ MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
   const double tokens = static_cast<double>(rows) * static_cast<double>(seq);
   const double residual = (static_cast<double>(m.num_layers) + 1) * tokens *
                           static_cast<double>(m.emb_dim) * static_cast<double>(dtype_size(m.dtype));
-  // One loss tile's rows at a time (num_vocab_tiling; all of them untiled).
-  const double logit_rows =
-      std::ceil(tokens / static_cast<double>(std::max<int64_t>(m.vocab_tiles, 1)));
-  const double logits = logit_rows * static_cast<double>(m.vocab_size) * 4.0 /
+  // One loss tile's rows at a time (num_vocab_tiling; all of them untiled): the engine's count.
+  const double logits = static_cast<double>(logit_rows(rows * seq, m.vocab_tiles)) *
+                        static_cast<double>(m.vocab_size) * 4.0 /
                         static_cast<double>(std::max<int64_t>(tensor_size, 1));
   MemoryEstimate e;
   e.bytes = weights + residual + logits;
@@ -43,7 +43,7 @@ double inference_weight_bytes(const LlamaConfig& m, int64_t expert_ranks, bool i
   const double layer_elements = 2.0 * heads * E + 2.0 * kv * E + 3.0 * E * F * held_experts;
   const double layer_rows = heads + 2.0 * kv + E + (2.0 * F + E) * held_experts;
   // The vocabulary over ca: rank 0's rows of the embedding and head, the most any rank holds.
-  const double vocab = d((m.vocab_size + std::max<int64_t>(ca, 1) - 1) / std::max<int64_t>(ca, 1));
+  const double vocab = d(ceil_div(m.vocab_size, std::max<int64_t>(ca, 1)));
   const double vocab_not_held = d(m.vocab_size) - vocab;
   const double head_elements = m.tie_embeddings ? 0.0 : vocab * E;
   const double head_rows = m.tie_embeddings ? 0.0 : vocab;

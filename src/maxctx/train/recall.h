@@ -71,9 +71,6 @@ struct ScoredAccuracy {
 
 // predictions: (rows, seq_len) token ids.
 ScoredAccuracy scored_accuracy(std::span<const int32_t> predictions, const Batch& batch);
-// The index of the first maximum, as std::max_element finds it (NaNs after the first element
-// are passed over; a leading NaN is the answer).
-int64_t first_arg_max(std::span<const float> values);
 // logits: (rows, seq_len, vocab_size); the prediction is the first arg max (jnp.argmax).
 ScoredAccuracy scored_accuracy_from_logits(std::span<const float> logits, int64_t vocab_size,
                                            const Batch& batch);

@@ -52,12 +52,6 @@ class UploadedBatch {
   model::TokenBatch tokens_;
 };
 
-// The accuracy metric's predictions: one token id per token of the micro-batch, which the
-// forward fills tile by tile (the logits are never read back whole).
-std::vector<int32_t> prediction_buffer(const Batch& batch) {
-  return std::vector<int32_t>(static_cast<size_t>(batch.size()));
-}
-
 }  // namespace
 
 StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batches,
@@ -87,7 +81,9 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
     parameters.begin_step();  // zero gradients; weights re-gathered
     const UploadedBatch uploaded(k, batch);
     const model::TokenBatch& tokens = uploaded.tokens();
-    std::vector<int32_t> predictions = prediction_buffer(batch);
+    // The accuracy's predictions, one token id per token, filled by the forward tile by tile (the
+    // logits are never read back whole).
+    std::vector<int32_t> predictions(static_cast<size_t>(batch.size()));
     const model::LossSums sums =
         model::llama_forward_backward(m.config, m.weights, m.gradients, tokens, m.plans.model, acts,
                                       d_loss, static_cast<float>(lb_scale), predictions.data());
@@ -120,7 +116,9 @@ StepSums evaluate(const StepModel& m, int64_t count,
   for (int64_t b = 0; b < count; ++b) {
     const Batch batch = read_batch(b);
     const UploadedBatch uploaded(k, batch);
-    std::vector<int32_t> predictions = prediction_buffer(batch);
+    // The accuracy's predictions, one token id per token, filled by the forward tile by tile (the
+    // logits are never read back whole).
+    std::vector<int32_t> predictions(static_cast<size_t>(batch.size()));
     const model::LossSums sums = model::llama_forward(m.config, m.weights, uploaded.tokens(),
                                                       m.plans.model, acts, predictions.data());
     const ScoredAccuracy accuracy = scored_accuracy(predictions, batch);

@@ -29,7 +29,7 @@ namespace maxctx::train {
 struct StepSums {
   double loss_sum = 0.0;    // Σ weight · cross-entropy
   double weight_sum = 0.0;  // Σ weight: scored targets
-  double correct = 0.0;     // scored_accuracy_from_logits: answers predicted exactly
+  double correct = 0.0;     // scored_accuracy: answers predicted exactly
   double scored = 0.0;      // answers scored by it
   // Mixture of experts (training only): MaxText's moe_lb_loss, the mean over the step's
   // micro-batches of each one's load-balance loss; loss() includes it, as learning/loss does.
