@@ -123,9 +123,10 @@ TEST_P(PlanDrift, PlanEqualsWhatOneStepAllocatesAndSends) {
   // run() ends by flushing the metrics file (run_on_root): once per run, not per step.
   Traffic expected = plan.traffic;
   if (c.ranks > 1) expected.add("world", CollectiveKind::kBroadcast, kRootTaskBroadcastBytes);
-  // Under the expert axis a unit's fsdp shards cut its expert and non-expert runs differently,
-  // so each fsdp rank makes its own gradient sums: the plan's are fsdp rank 0's.
-  if (plan.dims.expert == 1 || mesh.coord(Axis::kFsdp) == 0) {
+  // Under the expert axis a unit's shards (over fsdp × context) cut its expert and non-expert
+  // runs differently, so each shard's rank makes its own gradient sums: the plan's are shard 0's.
+  const bool first_shard = mesh.coord(Axis::kFsdp) == 0 && mesh.coord(Axis::kContext) == 0;
+  if (plan.dims.expert == 1 || first_shard) {
     EXPECT_EQ(sent, expected) << "counted:\n"
                               << format_traffic(sent) << "planned:\n"
                               << format_traffic(expected);

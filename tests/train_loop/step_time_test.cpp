@@ -110,6 +110,26 @@ TEST(StepWork, RecomputationAddsTheProjectionsItDoesNotSave) {
   EXPECT_EQ(none.executed_tflops.total, none.model_tflops.total);
 }
 
+TEST(StepPlan, StateIsShardedOverFsdpTimesContextAndReplicatedOverData) {
+  // MaxText's rules shard a weight's model dimension over fsdp and context: on 4 ranks, fsdp 4,
+  // context 4 and fsdp 2 x context 2 each hold a quarter of the weights, moments and gradients;
+  // data 4 holds all of them.
+  testing::SharedTempDir dir;
+  const auto state_bytes = [&](const std::vector<std::string>& mesh) {
+    std::vector<std::string> keys = testing::with_overrides(
+        testing::tiny_training_overrides(dir.path(), "step_plan"),
+        {"per_device_batch_size=1", "max_target_length=64", "ici_fsdp_parallelism=1"});
+    keys = testing::with_overrides(keys, mesh);
+    const TrainingMemory m = plan_training(load_config(testing::kBaseConfig, keys, 4)).memory;
+    return m.parameters + m.optimizer + m.gradients;
+  };
+  const int64_t replicated = state_bytes({"ici_data_parallelism=4"});
+  const int64_t fsdp = state_bytes({"ici_fsdp_parallelism=4"});
+  EXPECT_NEAR(double(fsdp), replicated / 4.0, 0.001 * replicated);
+  EXPECT_EQ(state_bytes({"ici_context_parallelism=4"}), fsdp);
+  EXPECT_EQ(state_bytes({"ici_fsdp_parallelism=2", "ici_context_parallelism=2"}), fsdp);
+}
+
 TEST(StepWork, ListsEveryVectorKernelTheProbeMeasures) {
   testing::SharedTempDir dir;
   const std::vector<std::string> keys = testing::tiny_training_overrides(dir.path(), "step_work");

@@ -137,13 +137,10 @@ TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const Para
     plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor));
   }
   if (shard_parameters != nullptr) {
-    // ZeRO-3 over fsdp; gradients summed over the replica axes data × context × expert (the
-    // experts' own over data × context).
     plans.parameters = std::make_unique<ShardedParameters>(
-        *shard_parameters, mesh.axis(Axis::kFsdp),
-        mesh.group({Axis::kData, Axis::kContext, Axis::kExpert}),
-        mesh.group({Axis::kData, Axis::kContext}), mesh.axis(Axis::kExpert),
-        mesh.axis(Axis::kTensor), kernels, parse_dtype(c.weight_dtype));
+        *shard_parameters, mesh.group(kParameterShardAxes), mesh.group(kGradientReplicaAxes),
+        mesh.group(kExpertGradientReplicaAxes), mesh.axis(Axis::kExpert), mesh.axis(Axis::kTensor),
+        kernels, parse_dtype(c.weight_dtype));
   }
   plans.model.kernels = &kernels;
   plans.model.attention = plans.attention.get();

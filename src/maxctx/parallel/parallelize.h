@@ -18,6 +18,7 @@
 // The per-weight tensor split is weight_sharding.h's; the token split is load_balance.h's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -46,6 +47,10 @@ struct ParallelDims {
   int tensor_rank = 0;
   int64_t context_rank = 0;
 
+  // fsdp × context: how many ranks split a training run's parameters, gradients and optimizer
+  // state (kParameterShardAxes).
+  int64_t parameter_shards() const { return fsdp * context; }
+
   // Throws maxctx::Error (the same verdict on every rank) when an axis is used that the run
   // kind does not shard over.
   static ParallelDims training(const Mesh& mesh);
@@ -55,6 +60,16 @@ struct ParallelDims {
   static ParallelDims training(const AxisArray& sizes);
   static ParallelDims inference(const AxisArray& sizes);
 };
+
+// The axes a training run shards its parameters, gradients and AdamW moments over (ZeRO-3), as
+// MaxText's logical rules shard them: a weight's model dimension over fsdp *and* context. The
+// context ranks already hold different tokens; they need not hold the same weights, and a
+// long-context run (context 16, fsdp 16) then keeps 1/256 of the state per chip instead of
+// 1/16. Gradients are summed over the other batch axes (the experts' own weights, which only
+// their expert rank holds, over data alone).
+inline constexpr std::array<Axis, 2> kParameterShardAxes{Axis::kFsdp, Axis::kContext};
+inline constexpr std::array<Axis, 2> kGradientReplicaAxes{Axis::kData, Axis::kExpert};
+inline constexpr std::array<Axis, 1> kExpertGradientReplicaAxes{Axis::kData};
 
 // The mesh a config describes for its num_devices ranks, without building it (`maxctx plan`):
 // the -1s filled as the Mesh fills them, on as many nodes as the positive dcn factors multiply

@@ -28,19 +28,19 @@ std::vector<ShardedParameters::Run> runs_of(const std::vector<WeightSpec>& specs
 
 }  // namespace
 
-ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
-                                     const Communicator& replicas,
+ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs,
+                                     const Communicator& shard_group, const Communicator& replicas,
                                      const Communicator& expert_replicas,
                                      const Communicator& expert, const Communicator& tensor,
                                      const kernels::Kernels& kernels, DType weight_dtype)
     : specs_(specs),
       kernels_(kernels),
-      fsdp_(fsdp),
+      shard_group_(shard_group),
       replicas_(replicas),
       expert_replicas_(expert_replicas),
       expert_(expert),
       tensor_(tensor),
-      units_(shard_units(specs, fsdp.size(), fsdp.rank())) {
+      units_(shard_units(specs, shard_group.size(), shard_group.rank())) {
   const int64_t shard_total =
       units_.empty() ? 0 : units_.back().shard_offset + units_.back().shard_count;
   gathered_.assign(units_.size(), false);
@@ -49,11 +49,11 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
   grad_shard_ = kernels.empty({shard_total}, DType::kF32);
   adam_m_ = kernels.empty({shard_total}, weight_dtype);
   adam_v_ = kernels.empty({shard_total}, weight_dtype);
-  full_is_shard_ = fsdp.size() == 1;
+  full_is_shard_ = shard_group.size() == 1;
   if (full_is_shard_) {
     // One rank's shard of every unit is the whole unit, in the full buffer's order.
-    MAXCTX_CHECK_EQ(shard_total, total, "fsdp = 1 shard size");
-    for (const Unit& u : units_) MAXCTX_CHECK_EQ(u.shard_offset, u.begin, "fsdp = 1 unit offset");
+    MAXCTX_CHECK_EQ(shard_total, total, "one-rank shard size");
+    for (const Unit& u : units_) MAXCTX_CHECK_EQ(u.shard_offset, u.begin, "one-rank unit offset");
     full_params_view_ = master_.view();
     full_grads_view_ = grad_shard_.view();
     return;
@@ -66,13 +66,13 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs, const
 }
 
 std::vector<ShardedParameters::Unit> ShardedParameters::shard_units(
-    const std::vector<WeightSpec>& specs, int fsdp_size, int fsdp_rank) {
+    const std::vector<WeightSpec>& specs, int shard_ranks, int shard_rank) {
   std::vector<Unit> units;
   int64_t shard_total = 0;
   for (const FlatRange& r : weight_units(specs)) {
     const int64_t n = r.end - r.begin;
-    const int64_t count = split_count(n, fsdp_size, fsdp_rank);
-    units.push_back({r.begin, r.end, r.begin + split_offset(n, fsdp_size, fsdp_rank), count,
+    const int64_t count = split_count(n, shard_ranks, shard_rank);
+    units.push_back({r.begin, r.end, r.begin + split_offset(n, shard_ranks, shard_rank), count,
                      shard_total, runs_of(specs, r.begin, r.end)});
     shard_total += count;
   }
@@ -82,7 +82,7 @@ std::vector<ShardedParameters::Unit> ShardedParameters::shard_units(
 std::vector<ShardedParameters::ReplicaSum> ShardedParameters::replica_sums(const Unit& u,
                                                                            bool expert_axis) {
   if (!expert_axis) return {{0, u.shard_count, false}};
-  // Every expert rank has the same layout and fsdp split, so the same runs meet in each
+  // Every expert rank has the same layout and shard split, so the same runs meet in each
   // collective; an expert's gradient is whole on its rank, the rest is summed over expert.
   std::vector<ReplicaSum> sums;
   for (const Run& run : u.runs) {
@@ -94,29 +94,29 @@ std::vector<ShardedParameters::ReplicaSum> ShardedParameters::replica_sums(const
 }
 
 void ShardedParameters::add_gather_traffic(Traffic& traffic, const Unit& u, DType weight_dtype,
-                                           const std::string& fsdp_axis) {
+                                           const std::string& shard_axes) {
   const int64_t bytes = (u.end - u.begin) * static_cast<int64_t>(dtype_size(weight_dtype));
-  traffic.add(fsdp_axis, CollectiveKind::kAllGather, bytes);
+  traffic.add(shard_axes, CollectiveKind::kAllGather, bytes);
 }
 
 void ShardedParameters::add_gradient_traffic(Traffic& traffic, const Unit& u,
-                                             const std::string& fsdp_axis,
+                                             const std::string& shard_axes,
                                              const std::string& replica_axes,
                                              const std::string& expert_replica_axes,
                                              const std::string& expert_axis) {
   const auto f32 = static_cast<int64_t>(sizeof(float));
-  traffic.add(fsdp_axis, CollectiveKind::kReduceScatter, (u.end - u.begin) * f32);
+  traffic.add(shard_axes, CollectiveKind::kReduceScatter, (u.end - u.begin) * f32);
   for (const ReplicaSum& sum : replica_sums(u, expert_axis != "self")) {
     traffic.add(sum.experts ? expert_replica_axes : replica_axes, CollectiveKind::kAllReduce,
                 sum.count * f32);
   }
 }
 
-void ShardedParameters::add_grad_norm_traffic(Traffic& traffic, const std::string& fsdp_axis,
+void ShardedParameters::add_grad_norm_traffic(Traffic& traffic, const std::string& shard_axes,
                                               const std::string& tensor_axis,
                                               const std::string& expert_axis) {
   const bool experts = expert_axis != "self";
-  traffic.add(fsdp_axis, CollectiveKind::kAllReduce, (experts ? 3 : 2) * sizeof(double));
+  traffic.add(shard_axes, CollectiveKind::kAllReduce, (experts ? 3 : 2) * sizeof(double));
   if (experts) traffic.add(expert_axis, CollectiveKind::kAllReduce, sizeof(double));
   traffic.add(tensor_axis, CollectiveKind::kAllReduce, sizeof(double));
 }
@@ -137,8 +137,8 @@ void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
   for (Tensor* t : {&params, &m, &v}) *t = kernels_.empty({full_size()}, weight_dtype());
   for (const Unit& u : units_) {
     const auto gather = [&](const Tensor& shard, Tensor& out) {
-      fsdp_.all_gather_uneven(shard.view().elements(u.shard_offset, u.shard_count),
-                              out.view().elements(u.begin, u.end - u.begin));
+      shard_group_.all_gather_uneven(shard.view().elements(u.shard_offset, u.shard_count),
+                                     out.view().elements(u.begin, u.end - u.begin));
     };
     gather(master_, params);
     gather(adam_m_, m);
@@ -164,8 +164,8 @@ void ShardedParameters::before_use(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   if (gathered_[unit] || full_is_shard_) return;
   const Unit& u = units_[unit];
-  fsdp_.all_gather_uneven(master_.view().elements(u.shard_offset, u.shard_count),
-                          full_params_.view().elements(u.begin, u.end - u.begin));
+  shard_group_.all_gather_uneven(master_.view().elements(u.shard_offset, u.shard_count),
+                                 full_params_.view().elements(u.begin, u.end - u.begin));
   gathered_[unit] = true;
 }
 
@@ -183,7 +183,7 @@ void ShardedParameters::gradients_ready(int unit) {
   const Unit& u = units_[unit];
   const TensorView shard = grad_shard_.view().elements(u.shard_offset, u.shard_count);
   if (!full_is_shard_) {
-    fsdp_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
+    shard_group_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
   }
   for (const ReplicaSum& sum : replica_sums(u, expert_.size() > 1)) {
     (sum.experts ? expert_replicas_ : replicas_)
@@ -250,7 +250,7 @@ double ShardedParameters::global_grad_norm() const {
   }
   double sums[3] = {split_sum, replicated_sum, expert_sum};
   const bool experts = expert_.size() > 1;
-  fsdp_.all_reduce(std::span<double>(sums, experts ? 3 : 2), ReduceOp::kSum);
+  shard_group_.all_reduce(std::span<double>(sums, experts ? 3 : 2), ReduceOp::kSum);
   if (experts) {
     expert_.all_reduce(std::span<double>(sums + 2, 1), ReduceOp::kSum);
     sums[0] += sums[2];

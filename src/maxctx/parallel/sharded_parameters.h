@@ -1,26 +1,30 @@
 // Parameters, gradients and optimizer state under data, fsdp and context parallelism (ZeRO-3
-// over `fsdp`, replication over `data` and `context`), and the gradient reduction.
+// over the shard group, fsdp × context as MaxText shards them: parallelize.h's
+// kParameterShardAxes; replication over `data`), and the gradient reduction. Below, "the
+// shard group" is that group of ranks, `shard_group` in the code.
 //
 // The flat parameter buffer (model/weights.h layout, this tensor rank's blocks) is cut into the
-// model's weight units (embedding, each layer, head); every unit is split over the fsdp ranks
-// by split_counts, and each rank owns one shard of each: the master weights and the AdamW
+// model's weight units (embedding, each layer, head); every unit is split over the shard group's
+// ranks by split_counts, and each rank owns one shard of each: the master weights and the AdamW
 // moments (in weight_dtype: f32, or bf16 as MaxText stores them with weight_dtype=bfloat16)
 // exist only for that shard; gradients are f32 throughout, reduced in f32. In a step, a unit's
-// full weights are all-gathered over fsdp just before the model uses them
+// full weights are all-gathered over the shard group just before the model uses them
 // (WeightPlan::before_use) and freed as soon as it is done with them (after_use): the forward
 // gathers each unit once, the backward gathers it again. As soon as the backward has finished a
-// unit its gradients are reduce-scattered over fsdp, summed over the replica axes (data ×
-// context × expert; an expert's weights, which only its expert rank holds, over data ×
-// context) and freed: every rank ends with the gradient of the global loss for its shard. With
-// fsdp = 1 the shard is the whole model: the full buffers are the master weights and the reduced
-// gradients themselves (no gather, no reduce-scatter, nothing freed), and only the replica sum
-// remains. (A copy per unit would cost a page-faulting memcpy of the model twice a step.)
+// unit its gradients are reduce-scattered over the shard group (which sums the context ranks'
+// contributions too), summed over the replica axes (data × expert; an expert's weights, which
+// only its expert rank holds, over data) and freed: every rank ends with the gradient of the global
+// loss for its shard. With one rank in the shard group the shard is the whole model: the full
+// buffers are the master weights and the reduced gradients themselves (no gather, no
+// reduce-scatter, nothing freed), and only the replica sum remains. (A copy per unit would cost a
+// page-faulting memcpy of the model twice a step.)
 //
 // Memory: the full parameter and gradient buffers are address space of the whole model's size
 // whose pages are resident only while a unit is in use (Kernels::discard hands them back and
-// keeps the model's views valid), so what a rank holds is its shards (1/fsdp of the weights,
-// both moments and the gradients) plus the one or two units in use: the unit being computed,
-// and in the backward its gradients. The gather is not overlapped with compute (no prefetch).
+// keeps the model's views valid), so what a rank holds is its shards (1/(fsdp × context) of the
+// weights, both moments and the gradients) plus the one or two units in use: the unit being
+// computed, and in the backward its gradients. The gather is not overlapped with compute (no
+// prefetch).
 #pragma once
 
 #include <cstdint>
@@ -63,29 +67,29 @@ class ShardedParameters final : public WeightPlan {
   // What gradients_ready sums for `unit`: its whole shard, or under the expert axis each run's
   // part of it (the experts' over fewer ranks).
   static std::vector<ReplicaSum> replica_sums(const Unit& unit, bool expert_axis);
-  // The units of `specs` split over `fsdp_size` ranks, as rank `fsdp_rank` holds them: what the
+  // The units of `specs` split over `shard_ranks` ranks, as rank `shard_rank` holds them: what the
   // constructor allocates from, and what `maxctx plan` counts.
-  static std::vector<Unit> shard_units(const std::vector<WeightSpec>& specs, int fsdp_size,
-                                       int fsdp_rank);
+  static std::vector<Unit> shard_units(const std::vector<WeightSpec>& specs, int shard_ranks,
+                                       int shard_rank);
   // What the verbs below send, for `maxctx plan` (names: the axes' trace names, traffic.h):
   // before_use of `unit` when not gathered, gradients_ready of it, global_grad_norm.
   static void add_gather_traffic(Traffic& traffic, const Unit& unit, DType weight_dtype,
-                                 const std::string& fsdp_axis);
+                                 const std::string& shard_axes);
   // (`expert_replica_axes`, `expert_axis`: the groups of the constructor's expert_replicas and
   // expert; "self" where they have one rank.)
-  static void add_gradient_traffic(Traffic& traffic, const Unit& unit, const std::string& fsdp_axis,
-                                   const std::string& replica_axes,
+  static void add_gradient_traffic(Traffic& traffic, const Unit& unit,
+                                   const std::string& shard_axes, const std::string& replica_axes,
                                    const std::string& expert_replica_axes,
                                    const std::string& expert_axis);
-  static void add_grad_norm_traffic(Traffic& traffic, const std::string& fsdp_axis,
+  static void add_grad_norm_traffic(Traffic& traffic, const std::string& shard_axes,
                                     const std::string& tensor_axis, const std::string& expert_axis);
 
-  // `fsdp`: the fsdp axis; `replicas`: the axes over which gradients are summed besides fsdp
-  // (data × context × expert); `expert_replicas`: those for the experts' weights, which each
-  // expert rank holds for its own experts (data × context); `expert`: the expert axis and
+  // `shard_group`: fsdp × context; `replicas`: the axes over which gradients are
+  // summed besides it (data × expert); `expert_replicas`: those for the experts' weights, which
+  // each expert rank holds for its own experts (data); `expert`: the expert axis and
   // `tensor` the tensor axis (for the gradient norm of split tensors). Buffers are allocated
   // through `kernels`; weights and moments in `weight_dtype`.
-  ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& fsdp,
+  ShardedParameters(const std::vector<WeightSpec>& specs, const Communicator& shard_group,
                     const Communicator& replicas, const Communicator& expert_replicas,
                     const Communicator& expert, const Communicator& tensor,
                     const kernels::Kernels& kernels, DType weight_dtype);
@@ -96,7 +100,8 @@ class ShardedParameters final : public WeightPlan {
   TensorView full_grads() const { return full_grads_view_; }
   int64_t full_size() const { return full_params_view_.numel(); }
   DType weight_dtype() const { return master_.dtype(); }
-  // fsdp = 1: the full buffers are the shard's (master weights, reduced gradients).
+  // One rank in the shard group: the full buffers are the shard's (master weights, reduced
+  // gradients).
   bool full_is_shard() const { return full_is_shard_; }
 
   // This rank's shard: master weights, reduced gradients (f32), AdamW moments (same layout).
@@ -111,7 +116,8 @@ class ShardedParameters final : public WeightPlan {
   // [begin, begin + out.size()), rounded to weight_dtype; zero moments. An initialisation that
   // never holds more than one unit's shard on the host (model::init_weight_range).
   void initialise_shard(const std::function<void(int64_t begin, std::span<float> out)>& values);
-  // The full buffers (weight_dtype) assembled from every fsdp rank's shard (checkpoint save).
+  // The full buffers (weight_dtype) assembled from every shard group rank's shard (checkpoint
+  // save).
   void gather_full(Tensor& params, Tensor& m, Tensor& v);
 
   // Starts a step: gradients zeroed, weights marked stale (the master shard changed).
@@ -140,7 +146,7 @@ class ShardedParameters final : public WeightPlan {
  private:
   std::vector<WeightSpec> specs_;
   const kernels::Kernels& kernels_;
-  const Communicator& fsdp_;
+  const Communicator& shard_group_;
   const Communicator& replicas_;
   const Communicator& expert_replicas_;
   const Communicator& expert_;

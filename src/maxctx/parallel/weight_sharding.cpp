@@ -111,7 +111,7 @@ std::vector<FlatSlice> flat_slices(const std::vector<WeightSpec>& specs, int64_t
 }
 
 bool saves_copy(const WeightSpec& spec, const ReplicaPosition& at) {
-  if (at.data != 0 || at.context != 0) return false;
+  if (at.data != 0) return false;
   if (spec.split == TensorSplit::kReplicated && at.tensor != 0) return false;
   return spec.expert_weight() || at.expert == 0;
 }

@@ -116,10 +116,11 @@ std::vector<FlatSlice> flat_slices(const std::vector<WeightSpec>& specs, int64_t
                                    int64_t end);
 
 // Where a rank sits among the copies of the weights, for deciding which copy a checkpoint
-// saves: every element is written by exactly one rank. Copies over data and context are the
-// same, as are a replicated tensor's over `tensor` and the non-expert weights over `expert`.
+// saves: every element is written by exactly one rank. Copies over data are the same, as are a
+// replicated tensor's over `tensor` and the non-expert weights over `expert` (fsdp and context
+// split the weights: parallelize.h's kParameterShardAxes).
 struct ReplicaPosition {
-  int64_t data = 0, context = 0, tensor = 0, expert = 0;  // this rank's mesh coordinates
+  int64_t data = 0, tensor = 0, expert = 0;  // this rank's mesh coordinates
 };
 // Whether the rank at `at` saves its copy of `spec` (of its fsdp shard of it).
 bool saves_copy(const WeightSpec& spec, const ReplicaPosition& at);

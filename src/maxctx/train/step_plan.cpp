@@ -30,30 +30,35 @@ int64_t weight_size(const model::LlamaConfig& m) {
 
 // The axis names the trainer's communicators carry (mesh.h group_trace_name).
 struct StepGroups {
-  std::string fsdp, replicas, expert_replicas, expert, tensor, context, batch;
+  std::string shards, replicas, expert_replicas, expert, tensor, context, batch;
 };
 
 StepGroups step_groups(const AxisArray& sizes) {
-  const auto name = [&](std::initializer_list<Axis> axes) {
-    return group_trace_name(sizes, std::span<const Axis>(axes.begin(), axes.size()));
+  const auto name = [&](std::span<const Axis> axes) { return group_trace_name(sizes, axes); };
+  const auto name_of = [&](std::initializer_list<Axis> axes) {
+    return name(std::span<const Axis>(axes.begin(), axes.size()));
   };
-  return {name({Axis::kFsdp}),
-          name({Axis::kData, Axis::kContext, Axis::kExpert}),
-          name({Axis::kData, Axis::kContext}),
-          name({Axis::kExpert}),
-          name({Axis::kTensor}),
-          name({Axis::kContext}),
-          name({Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kExpert})};
+  return {name(parallel::kParameterShardAxes),
+          name(parallel::kGradientReplicaAxes),
+          name(parallel::kExpertGradientReplicaAxes),
+          name_of({Axis::kExpert}),
+          name_of({Axis::kTensor}),
+          name_of({Axis::kContext}),
+          name_of({Axis::kData, Axis::kFsdp, Axis::kContext, Axis::kExpert})};
 }
 
 void add_group(std::map<std::string, GroupLink>& groups, const MeshShape& shape,
-               const std::string& name, std::initializer_list<Axis> axes) {
+               const std::string& name, std::span<const Axis> axes) {
   GroupLink link;
   for (Axis axis : axes) {
     link.ranks *= shape.axis_size(axis);
     link.dcn = link.dcn || shape.dcn[axis_index(axis)] > 1;
   }
   if (link.ranks > 1) groups[name] = link;
+}
+void add_group(std::map<std::string, GroupLink>& groups, const MeshShape& shape,
+               const std::string& name, std::initializer_list<Axis> axes) {
+  add_group(groups, shape, name, std::span<const Axis>(axes.begin(), axes.size()));
 }
 
 // One micro-batch's forward and backward, as llama_forward / llama_backward call the weight
@@ -66,7 +71,7 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
   const int64_t L = m.num_layers;
   const auto gather = [&](int64_t unit) {
     ShardedParameters::add_gather_traffic(t, units[static_cast<size_t>(unit)], m.weight_dtype,
-                                          g.fsdp);
+                                          g.shards);
   };
   // Forward: embedding, layers, head (with tied embeddings the head gathers the embedding too).
   for (int64_t u = 0; u <= L + 1; ++u) gather(u);
@@ -80,7 +85,8 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
   }
   for (int64_t u = L; u >= 1; --u) gather(u);
   for (const ShardedParameters::Unit& u : units) {
-    ShardedParameters::add_gradient_traffic(t, u, g.fsdp, g.replicas, g.expert_replicas, g.expert);
+    ShardedParameters::add_gradient_traffic(t, u, g.shards, g.replicas, g.expert_replicas,
+                                            g.expert);
   }
 
   const bool recompute_attention = !remat.save_all && !remat.context;
@@ -162,7 +168,7 @@ TrainingPlan plan_training(const Config& config) {
   const int ep = static_cast<int>(p.dims.expert);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m, tp, 0, ep, 0);
   const std::vector<ShardedParameters::Unit> units =
-      ShardedParameters::shard_units(specs, static_cast<int>(p.dims.fsdp), 0);
+      ShardedParameters::shard_units(specs, static_cast<int>(p.dims.parameter_shards()), 0);
   p.rows = c.derived.global_batch_size_to_train_on / p.dims.data_shards;
   p.local_seq = context_shard_len(c.max_target_length, p.dims.context);
   const model::RematPolicy remat = model::remat_policy_from(c.remat_policy);
@@ -177,8 +183,9 @@ TrainingPlan plan_training(const Config& config) {
   p.memory.parameters = shard * weight_size(m);
   p.memory.optimizer = 2 * shard * weight_size(m);
   p.memory.gradients = shard * f32 * (c.gradient_accumulation_steps > 1 ? 2 : 1);
-  // fsdp = 1 gathers nothing: the full buffers are the shard (ShardedParameters::full_is_shard).
-  p.memory.gathered_units = p.dims.fsdp > 1 ? largest_unit * (weight_size(m) + f32) : 0;
+  // One shard gathers nothing: the full buffers are the shard (ShardedParameters::full_is_shard).
+  p.memory.gathered_units =
+      p.dims.parameter_shards() > 1 ? largest_unit * (weight_size(m) + f32) : 0;
   // The trainer's starting state and checkpoint saves (train/checkpoint_shards.h): a fresh
   // initialisation generates each unit's shard alone, through one f32 host buffer; a load or a
   // resume reads each rank's shard straight into place; a save stages rank 0's share (its whole
@@ -224,14 +231,14 @@ TrainingPlan plan_training(const Config& config) {
                 c.gradient_accumulation_steps);
   p.traffic.add(g.batch, CollectiveKind::kAllReduce, sizeof(double));      // total weight
   p.traffic.add(g.batch, CollectiveKind::kAllReduce, 5 * sizeof(double));  // loss sums
-  ShardedParameters::add_grad_norm_traffic(p.traffic, g.fsdp, g.tensor, g.expert);
+  ShardedParameters::add_grad_norm_traffic(p.traffic, g.shards, g.tensor, g.expert);
   // The step's metrics line, written by rank 0 (run_on_root over the world).
   if (c.derived.num_devices > 1) {
     p.traffic.add(kWorldAxis, CollectiveKind::kBroadcast, kRootTaskBroadcastBytes);
   }
-  add_group(p.groups, shape, g.fsdp, {Axis::kFsdp});
-  add_group(p.groups, shape, g.replicas, {Axis::kData, Axis::kContext, Axis::kExpert});
-  add_group(p.groups, shape, g.expert_replicas, {Axis::kData, Axis::kContext});
+  add_group(p.groups, shape, g.shards, parallel::kParameterShardAxes);
+  add_group(p.groups, shape, g.replicas, parallel::kGradientReplicaAxes);
+  add_group(p.groups, shape, g.expert_replicas, parallel::kExpertGradientReplicaAxes);
   add_group(p.groups, shape, g.expert, {Axis::kExpert});
   add_group(p.groups, shape, g.tensor, {Axis::kTensor});
   add_group(p.groups, shape, g.context, {Axis::kContext});

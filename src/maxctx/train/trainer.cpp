@@ -107,8 +107,8 @@ struct Trainer::State {
   // background with async_checkpointing, committed once every rank's file is written).
   void save_checkpoint() {
     const trace::Span span("checkpoint", trace::Category::kIo);
-    const parallel::ReplicaPosition position{mesh.coord(Axis::kData), mesh.coord(Axis::kContext),
-                                             mesh.coord(Axis::kTensor), mesh.coord(Axis::kExpert)};
+    const parallel::ReplicaPosition position{mesh.coord(Axis::kData), mesh.coord(Axis::kTensor),
+                                             mesh.coord(Axis::kExpert)};
     StagedSlices staged = stage_checkpoint_slices(kernels, specs, *plans.parameters, position);
     last_staged_bytes = staged.size;
     saver->save({step, loader->position(), format_config(config)}, std::move(staged));
