@@ -47,6 +47,54 @@ TEST(EmulatedGpuDeathTest, HostDereferenceOfDeviceMemoryFaults) {
   EXPECT_DEATH({ [[maybe_unused]] const float x = device_memory[3]; }, "");
 }
 
+// Residency (Allocator::commit / decommit): what fsdp's full buffers rely on, counted as a GPU
+// would count it.
+TEST(EmulatedMemory, CountsCommittedBytesByPageAndRecommittedPagesReadZero) {
+  const Allocator& a = emulated().allocator();
+  const int64_t before = a.committed_bytes().value().now;
+  Tensor t = emulated().empty_reserved({int64_t{1} << 20});  // 4 MiB of f32, nothing committed
+  EXPECT_EQ(a.committed_bytes().value().now, before);
+  EXPECT_EQ(a.resident_bytes(t.view().raw(), t.view().bytes()), 0u);
+  const TensorView mib = t.view().elements(0, int64_t{1} << 18);  // the first MiB
+  emulated().commit(mib);
+  EXPECT_EQ(a.committed_bytes().value().now - before, int64_t{1} << 20);
+  emulated().commit(mib);  // committing committed pages changes nothing
+  EXPECT_EQ(a.committed_bytes().value().now - before, int64_t{1} << 20);
+  kernels::upload_floats(emulated(), mib, std::vector<float>(size_t{1} << 18, 3.0f));
+
+  // A range that does not end on a page: the partial page stays committed, zeroed.
+  const TensorView ragged = t.view().elements(0, (int64_t{1} << 18) - 100);
+  emulated().decommit(ragged);
+  EXPECT_EQ(a.committed_bytes().value().now - before, 4096);
+  const std::vector<float> tail =
+      kernels::download_floats(emulated(), mib.elements((int64_t{1} << 18) - 1024, 1024));
+  for (int i = 0; i < 1024; ++i) ASSERT_EQ(tail[i], i < 924 ? 0.0f : 3.0f) << i;
+  emulated().commit(mib);
+  for (float v : kernels::download_floats(emulated(), mib.elements(0, 4096))) ASSERT_EQ(v, 0.0f);
+
+  // The peak since reset_peak, and everything handed back when the tensor goes.
+  a.reset_peak();
+  const int64_t now = a.committed_bytes().value().now;
+  emulated().commit(t.view());
+  emulated().decommit(t.view());
+  EXPECT_EQ(a.committed_bytes().value().peak, now + (int64_t{3} << 20));
+  t = Tensor();
+  EXPECT_EQ(a.committed_bytes().value().now, before);
+  EXPECT_FALSE(host_allocator().committed_bytes().has_value());  // the host does not count
+}
+
+TEST(EmulatedMemoryDeathTest, AnOpOnDecommittedMemoryFaults) {
+  GTEST_FLAG_SET(death_test_style, "fast");  // a re-executed child would start MPI again
+  const Tensor t = emulated().empty({int64_t{1} << 16});
+  const TensorView unit = t.view().elements(int64_t{1} << 14, int64_t{1} << 14);
+  emulated().decommit(unit);
+  // What fsdp's contract forbids (weights read between after_use and before_use): on a GPU an
+  // illegal address, here a fault at once instead of a silent read of zeros.
+  EXPECT_DEATH(emulated().fill_zero(unit), "");
+  emulated().commit(unit);
+  emulated().fill_zero(unit);  // fine again
+}
+
 TEST(EmulatedGpu, CopiesCrossTheDisguise) {
   const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f, 7.0f};
   const Tensor t = emulated().empty({5});

@@ -135,10 +135,35 @@ TEST(CudaAllocator, CopiesZeroesAndDiscards) {
   gpu().copy_from_host(t.view().raw(), values.data(), 4000);
   gpu().copy_to_host(back.data(), t.view().raw(), 4000);
   EXPECT_EQ(back, values);
-  gpu().discard(t.view().elements(100, 200));
+  gpu().decommit(t.view().elements(100, 200));
   gpu().copy_to_host(back.data(), t.view().raw(), 4000);
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(back[i], i >= 100 && i < 300 ? 0.0f : values[i]) << i;
-  EXPECT_EQ(gpu().allocator().resident_bytes(t.view().raw(), 4000), 4000u);
+  EXPECT_EQ(gpu().allocator().resident_bytes(t.view().raw(), 4000), 4000u);  // cudaMalloc'd
+}
+
+TEST(CudaAllocator, ReservedMemoryIsMappedOnCommitAndHandedBackOnDecommit) {
+  SKIP_WITHOUT_GPU();
+  const Allocator& a = gpu().allocator();
+  const int64_t before = a.committed_bytes().value().now;
+  const int64_t n = 8 << 20;  // 32 MiB of f32: a virtual-memory allocation
+  Tensor t = gpu().empty_reserved(Shape{n});
+  EXPECT_EQ(a.committed_bytes().value().now, before);  // address space only
+  EXPECT_EQ(a.resident_bytes(t.view().raw(), t.view().bytes()), 0u);
+  const TensorView part = t.view().elements(1 << 20, 3 << 20);  // 12 MiB from 4 MiB on
+  gpu().commit(part);
+  const int64_t held = a.committed_bytes().value().now - before;
+  EXPECT_GE(held, int64_t{12} << 20);
+  EXPECT_LE(held, int64_t{16} << 20);  // two partial chunks of at most 2 MiB
+  std::vector<float> values(static_cast<size_t>(part.numel()), 2.5f);
+  gpu().copy_from_host(part.raw(), values.data(), part.bytes());
+  gpu().decommit(part);
+  EXPECT_LE(a.committed_bytes().value().now - before, int64_t{4} << 20);  // the partial ends
+  gpu().commit(part);
+  std::vector<float> back(values.size(), 1.0f);
+  gpu().copy_to_host(back.data(), part.raw(), part.bytes());
+  for (float v : back) ASSERT_EQ(v, 0.0f);  // recommitted pages read as zero
+  t = Tensor();
+  EXPECT_EQ(a.committed_bytes().value().now, before);
 }
 
 // ---- elementwise, copies, optimizer ----

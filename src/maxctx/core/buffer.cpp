@@ -44,7 +44,12 @@ class HostAllocator final : public Allocator {
       std::free(memory);
     }
   }
-  void discard(void* memory, size_t bytes) const override {
+  // Address space is all a reservation needs here: an anonymous mapping's untouched pages hold
+  // no memory, and the small buffers' heap pages are the process's anyway.
+  void* allocate_reserved(size_t bytes) const override { return allocate(bytes); }
+  // A page comes back, zeroed, when first touched.
+  void commit(void* /*memory*/, size_t /*bytes*/) const override {}
+  void decommit(void* memory, size_t bytes) const override {
     // Whole pages go back to the system (MADV_DONTNEED: private anonymous pages read as zero
     // afterwards); the partial pages at either end are zeroed by hand.
     auto* begin = static_cast<std::byte*>(memory);
@@ -94,10 +99,12 @@ const Allocator& host_allocator() {
   return kHost;
 }
 
-AlignedBuffer::AlignedBuffer(size_t bytes, const Allocator& allocator)
+AlignedBuffer::AlignedBuffer(size_t bytes, const Allocator& allocator, Residency residency)
     : data_(nullptr, Free{&allocator, bytes}), size_(bytes) {
   if (bytes == 0) return;
-  data_.reset(static_cast<std::byte*>(allocator.allocate(bytes)));
+  data_.reset(static_cast<std::byte*>(residency == Residency::kCommitted
+                                          ? allocator.allocate(bytes)
+                                          : allocator.allocate_reserved(bytes)));
 }
 
 void AlignedBuffer::Free::operator()(std::byte* p) const {

@@ -15,7 +15,8 @@ inline constexpr size_t kBufferAlignment = 64;
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
-  explicit AlignedBuffer(size_t bytes, const Allocator& allocator = host_allocator());
+  explicit AlignedBuffer(size_t bytes, const Allocator& allocator = host_allocator(),
+                         Residency residency = Residency::kCommitted);
 
   std::byte* data() { return data_.get(); }
   const std::byte* data() const { return data_.get(); }

@@ -71,8 +71,8 @@ TensorView TensorView::rows(int64_t begin, int64_t end) const {
   return TensorView(base, dtype_, sub, device_);
 }
 
-Tensor::Tensor(Shape shape, DType dtype, const Allocator& allocator)
-    : buffer_(static_cast<size_t>(shape.numel()) * dtype_size(dtype), allocator),
+Tensor::Tensor(Shape shape, DType dtype, const Allocator& allocator, Residency residency)
+    : buffer_(static_cast<size_t>(shape.numel()) * dtype_size(dtype), allocator, residency),
       view_(buffer_.data(), dtype, shape, allocator.device()) {}
 
 }  // namespace maxctx

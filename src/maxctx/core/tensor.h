@@ -94,7 +94,8 @@ class TensorView {
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(Shape shape, DType dtype = DType::kF32, const Allocator& allocator = host_allocator());
+  Tensor(Shape shape, DType dtype = DType::kF32, const Allocator& allocator = host_allocator(),
+         Residency residency = Residency::kCommitted);
 
   const TensorView& view() const { return view_; }
   // The first `count` rows along dim 0 (a workspace sized for the most rows, used for fewer).

@@ -79,9 +79,15 @@ class Kernels {
   // `tensor` with at least `numel` elements of `dtype` (reallocated, zeroed, when smaller or of
   // another dtype; kept, contents and all, otherwise): scratch that grows to its largest use.
   void reserve(Tensor& tensor, int64_t numel, DType dtype = DType::kF32) const;
-  // `view`'s contents are no longer needed: zero from now on, its whole pages handed back to the
-  // device until written again (Allocator::discard); the view stays valid.
-  void discard(TensorView view) const { allocator().discard(view.raw(), view.bytes()); }
+  // A tensor in this backend's memory with no page committed (Allocator::allocate_reserved):
+  // commit a range before using it.
+  Tensor empty_reserved(Shape shape, DType dtype = DType::kF32) const {
+    return Tensor(shape, dtype, allocator(), Residency::kReserved);
+  }
+  // `view`'s pages hold memory (zero where they were decommitted), or are handed back to the
+  // device, its contents gone (Allocator::commit, decommit); the view stays valid.
+  void commit(TensorView view) const { allocator().commit(view.raw(), view.bytes()); }
+  void decommit(TensorView view) const { allocator().decommit(view.raw(), view.bytes()); }
 
   // Bytes between host memory and this backend's (Allocator::copy_to_host says when).
   void copy_to_host(void* host, const void* backend_memory, size_t bytes) const {

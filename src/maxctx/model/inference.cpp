@@ -112,7 +112,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   }
   if (!mlp_parts.empty() && !vocab_split) add(lm_head_part);
   // Filled completely before any pointer into it is taken. A quantized matrix's codes are
-  // discarded once its last target is packed (Kernels::discard: the pages go back), so loading
+  // decommitted once its last target is packed (Kernels::decommit: the pages go back), so loading
   // holds the codes and their packed copy of one matrix at a time, not of the whole model.
   std::vector<size_t> last_use;  // per prequantized matrix: the last target packed from it
   std::vector<int64_t> matrix_of(all.size(), -1);
@@ -130,7 +130,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
                                                  : k.int8_pack_weights(*t.weight));
     const int64_t m = matrix_of[i];
     if (m >= 0 && last_use[static_cast<size_t>(m)] == i) {
-      k.discard((*prequantized)[static_cast<size_t>(m)].codes);
+      k.decommit((*prequantized)[static_cast<size_t>(m)].codes);
     }
   }
   for (size_t i = 0; i < all.size(); ++i) {

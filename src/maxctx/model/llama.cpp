@@ -134,6 +134,10 @@ void after_use(parallel::ModelPlan& plan, int64_t unit) {
   if (plan.weights != nullptr) plan.weights->after_use(static_cast<int>(unit));
 }
 
+void before_gradients(parallel::ModelPlan& plan, int64_t unit) {
+  if (plan.weights != nullptr) plan.weights->before_gradients(static_cast<int>(unit));
+}
+
 void gradients_ready(parallel::ModelPlan& plan, int64_t unit) {
   if (plan.weights != nullptr) plan.weights->gradients_ready(static_cast<int>(unit));
 }
@@ -148,6 +152,13 @@ void head_before_use(const LlamaConfig& c, parallel::ModelPlan& plan) {
 void head_after_use(const LlamaConfig& c, parallel::ModelPlan& plan) {
   after_use(plan, c.num_layers + 1);
   if (c.tie_embeddings) after_use(plan, 0);
+}
+
+// The head's backward writes the final norm's and the output head's gradients (unit L+1), and
+// with tied embeddings the embedding table's (unit 0).
+void head_before_gradients(const LlamaConfig& c, parallel::ModelPlan& plan) {
+  before_gradients(plan, c.num_layers + 1);
+  if (c.tie_embeddings) before_gradients(plan, 0);
 }
 
 const kernels::Kernels& kernels_of(const parallel::ModelPlan& plan) {
@@ -205,6 +216,7 @@ void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const Lla
     const trace::Span span("layer_backward", trace::Category::kLayer,
                            trace::enabled() ? trace::numbered("layer", l) : nullptr);
     before_use(plan, l + 1);
+    before_gradients(plan, l + 1);
     LayerActivations& a = acts.layers[l];
     // What the remat policy did not keep, recomputed from the layer's input.
     DecoderLayerBuffers buffers = layer_buffers(a, acts);
@@ -223,6 +235,7 @@ void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const Lla
   }
   // With tied embeddings the head's gradient also lands in the embedding unit, so that unit is
   // only ready now. The embedding's backward reads no weights.
+  before_gradients(plan, 0);
   k.embedding_backward(g.embed, acts.d_residual.view(), b.tokens);
   gradients_ready(plan, 0);
 }
@@ -353,6 +366,7 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
   MAXCTX_CHECK(b.targets != nullptr && b.loss_weights != nullptr, "backward needs targets");
   const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   head_before_use(c, plan);
+  head_before_gradients(c, plan);
   for (const LossTile& t : loss_tiles(c, d.N, acts)) {
     // Untiled, the forward's logits are still here; a tile's are computed again.
     if (c.vocab_tiles > 1) {
@@ -381,6 +395,7 @@ LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, con
   const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   decoder_forward(k, c, w, b, plan, acts);
   head_before_use(c, plan);
+  head_before_gradients(c, plan);
   final_norm_forward(k, c, w, acts);
   for (const LossTile& t : loss_tiles(c, d.N, acts)) {
     head_tile_forward(k, w, b, acts, t, predictions);

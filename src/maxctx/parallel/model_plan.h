@@ -89,15 +89,19 @@ class NoTensorReduction final : public TensorReducer {
 // uses them: 0 = the token embedding, 1..L = decoder layers, L+1 = the final norm and output
 // head (model/weights.h weight_units). before_use(u) comes before a unit's weights are read and
 // after_use(u) once they are no longer read, in the forward and again in the backward (the
-// weights are not kept in between); gradients_ready(u) once the backward has finished
-// accumulating that unit's gradients, which are then taken away (the unit's gradient views read
-// zero again). Null in the plan means the weights are simply resident and gradients stay where
-// they are.
+// weights are not kept in between); before_gradients(u) before the backward first writes (or
+// accumulates into) a unit's gradients, and gradients_ready(u) once it has finished with them,
+// which are then taken away (the unit's gradient views read zero at the next before_gradients).
+// Between after_use and before_use a unit's weights, and outside before_gradients ..
+// gradients_ready its gradients, may hold no memory at all (Allocator::decommit): touching them
+// there is an error. Null in the plan means the weights are simply resident and gradients stay
+// where they are.
 class WeightPlan {
  public:
   virtual ~WeightPlan() = default;
   virtual void before_use(int unit) = 0;
   virtual void after_use(int unit) = 0;
+  virtual void before_gradients(int unit) = 0;
   virtual void gradients_ready(int unit) = 0;
 };
 

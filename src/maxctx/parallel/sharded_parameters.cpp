@@ -26,6 +26,11 @@ std::vector<ShardedParameters::Run> runs_of(const std::vector<WeightSpec>& specs
   return runs;
 }
 
+// A unit's part of a full buffer.
+TensorView unit_range(const Tensor& full, const ShardedParameters::Unit& u) {
+  return full.view().elements(u.begin, u.end - u.begin);
+}
+
 }  // namespace
 
 ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs,
@@ -44,6 +49,7 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs,
   const int64_t shard_total =
       units_.empty() ? 0 : units_.back().shard_offset + units_.back().shard_count;
   gathered_.assign(units_.size(), false);
+  gradients_open_.assign(units_.size(), false);
   const int64_t total = total_numel(specs);
   master_ = kernels.empty({shard_total}, weight_dtype);
   grad_shard_ = kernels.empty({shard_total}, DType::kF32);
@@ -58,9 +64,11 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs,
     full_grads_view_ = grad_shard_.view();
     return;
   }
-  // Untouched until a unit is gathered or its gradients written (Kernels::discard afterwards).
-  full_params_ = kernels.empty({total}, weight_dtype);
-  full_grads_ = kernels.empty({total}, DType::kF32);
+  // Address space only: a unit's range is committed while it is gathered or its gradients are
+  // being written, and decommitted again right after (before_use .. after_use,
+  // before_gradients .. gradients_ready).
+  full_params_ = kernels.empty_reserved({total}, weight_dtype);
+  full_grads_ = kernels.empty_reserved({total}, DType::kF32);
   full_params_view_ = full_params_.view();
   full_grads_view_ = full_grads_.view();
 }
@@ -152,11 +160,14 @@ void ShardedParameters::begin_step() {
     kernels_.fill_zero(grad_shard_.view());
     return;
   }
-  // Every unit's gradients were freed (zero) by gradients_ready; a step that stopped early
-  // (an exception between forward and backward) may have left some behind.
-  kernels_.discard(full_grads_.view());
+  // Every unit's gradients were decommitted by gradients_ready; a step that stopped early (an
+  // exception between forward and backward) may have left some behind.
   for (size_t u = 0; u < units_.size(); ++u) {
     if (gathered_[u]) after_use(static_cast<int>(u));
+    if (gradients_open_[u]) {
+      kernels_.decommit(unit_range(full_grads_, units_[u]));
+      gradients_open_[u] = false;
+    }
   }
 }
 
@@ -164,8 +175,9 @@ void ShardedParameters::before_use(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   if (gathered_[unit] || full_is_shard_) return;
   const Unit& u = units_[unit];
+  kernels_.commit(unit_range(full_params_, u));
   shard_group_.all_gather_uneven(master_.view().elements(u.shard_offset, u.shard_count),
-                                 full_params_.view().elements(u.begin, u.end - u.begin));
+                                 unit_range(full_params_, u));
   gathered_[unit] = true;
 }
 
@@ -173,9 +185,15 @@ void ShardedParameters::after_use(int unit) {
   MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
   if (!gathered_[unit]) return;
   measure_units();
-  const Unit& u = units_[unit];
-  kernels_.discard(full_params_.view().elements(u.begin, u.end - u.begin));
+  kernels_.decommit(unit_range(full_params_, units_[unit]));
   gathered_[unit] = false;
+}
+
+void ShardedParameters::before_gradients(int unit) {
+  MAXCTX_CHECK(unit >= 0 && unit < static_cast<int>(units_.size()), "weight unit {}", unit);
+  if (full_is_shard_ || gradients_open_[unit]) return;
+  kernels_.commit(unit_range(full_grads_, units_[unit]));
+  gradients_open_[unit] = true;
 }
 
 void ShardedParameters::gradients_ready(int unit) {
@@ -183,7 +201,9 @@ void ShardedParameters::gradients_ready(int unit) {
   const Unit& u = units_[unit];
   const TensorView shard = grad_shard_.view().elements(u.shard_offset, u.shard_count);
   if (!full_is_shard_) {
-    shard_group_.reduce_scatter(full_grads_.view().elements(u.begin, u.end - u.begin), shard);
+    MAXCTX_CHECK(gradients_open_[unit], "weight unit {}: gradients_ready without before_gradients",
+                 unit);
+    shard_group_.reduce_scatter(unit_range(full_grads_, u), shard);
   }
   for (const ReplicaSum& sum : replica_sums(u, expert_.size() > 1)) {
     (sum.experts ? expert_replicas_ : replicas_)
@@ -191,8 +211,9 @@ void ShardedParameters::gradients_ready(int unit) {
   }
   if (full_is_shard_) return;
   measure_units();
-  // Zero again for the next step's accumulation, and no longer resident.
-  kernels_.discard(full_grads_.view().elements(u.begin, u.end - u.begin));
+  // No longer resident; zero again when committed for the next accumulation.
+  kernels_.decommit(unit_range(full_grads_, u));
+  gradients_open_[unit] = false;
 }
 
 void ShardedParameters::measure_units() {

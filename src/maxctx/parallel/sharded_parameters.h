@@ -20,8 +20,10 @@
 // page-faulting memcpy of the model twice a step.)
 //
 // Memory: the full parameter and gradient buffers are address space of the whole model's size
-// whose pages are resident only while a unit is in use (Kernels::discard hands them back and
-// keeps the model's views valid), so what a rank holds is its shards (1/(fsdp × context) of the
+// (Kernels::empty_reserved) whose pages hold memory only while a unit is in use: committed by
+// before_use and before_gradients, decommitted by after_use and gradients_ready (on a GPU the
+// device's physical memory is mapped and unmapped; the model's views stay valid), so what a
+// rank holds is its shards (1/(fsdp × context) of the
 // weights, both moments and the gradients) plus the one or two units in use: the unit being
 // computed, and in the backward its gradients. The gather is not overlapped with compute (no
 // prefetch).
@@ -128,6 +130,7 @@ class ShardedParameters final : public WeightPlan {
 
   void before_use(int unit) override;
   void after_use(int unit) override;
+  void before_gradients(int unit) override;
   void gradients_ready(int unit) override;
 
   // Measure the full buffers' resident pages whenever a unit is freed from now on (for
@@ -155,7 +158,8 @@ class ShardedParameters final : public WeightPlan {
   // The resident bytes of the full buffers now, folded into peak_unit_bytes_.
   void measure_units();
 
-  std::vector<bool> gathered_;
+  std::vector<bool> gathered_;        // per unit: its weights committed and gathered
+  std::vector<bool> gradients_open_;  // per unit: its gradients committed (before_gradients)
   bool full_is_shard_ = false;
   Tensor full_params_, full_grads_;  // empty when full_is_shard_
   TensorView full_params_view_, full_grads_view_;

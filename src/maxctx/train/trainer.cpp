@@ -228,6 +228,7 @@ void Trainer::run(int64_t max_new_steps) {
   while (s.step < last) {
     inject_step_faults(s.step);
     s.profiler->before_step(s.step);
+    s.kernels.allocator().reset_peak();  // a device's peak committed memory is per step
     trace::Span step_span("step", trace::Category::kStep, nullptr);
     std::vector<Batch> micro_batches;
     for (int64_t k = 0; k < c.gradient_accumulation_steps; ++k) {
@@ -284,6 +285,11 @@ void Trainer::run(int64_t max_new_steps) {
     metrics.grad_norm = threshold > 0 && raw_norm > threshold ? threshold : raw_norm;
     metrics.raw_grad_norm = raw_norm;
     metrics.extra.push_back({"learning/accuracy", record.accuracy});
+    // On a device backend: the most device memory this rank held committed in the step
+    // (Allocator::committed_bytes; the host does not count its pages).
+    if (const std::optional<CommittedBytes> device = s.kernels.allocator().committed_bytes()) {
+      metrics.extra.push_back({"perf/device_memory_peak_bytes", static_cast<double>(device->peak)});
+    }
     if (s.model_config.moe) {
       metrics.extra.push_back({"learning/lm_loss", record.loss - record.moe_lb_loss});
       metrics.extra.push_back({"learning/moe_lb_loss", record.moe_lb_loss});

@@ -1,5 +1,5 @@
-// The emulated GPU (emulated_gpu.h): an allocator that disguises host memory, and an op table
-// that takes the disguise off every view and index array and calls the cpu backend's same op.
+// The emulated GPU (emulated_gpu.h): an op table that takes the disguise off every view and
+// index array and calls the cpu backend's same op; its memory is emulated_memory.h's.
 #include "maxctx/kernels/emulated/emulated_gpu.h"
 
 #include <cstring>
@@ -7,39 +7,10 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/cpu_kernels.h"
+#include "maxctx/kernels/emulated/emulated_memory.h"
 
 namespace maxctx::kernels::emulated {
 namespace {
-
-void* disguise(void* host) {
-  return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(host) | kDisguiseBit);
-}
-
-class EmulatedAllocator final : public Allocator {
- public:
-  Device device() const override { return Device::kCuda; }
-  void* allocate(size_t bytes) const override { return disguise(host().allocate(bytes)); }
-  void deallocate(void* memory, size_t bytes) const override {
-    host().deallocate(host_address(memory, "deallocate"), bytes);
-  }
-  void discard(void* memory, size_t bytes) const override {
-    host().discard(host_address(memory, "discard"), bytes);
-  }
-  size_t resident_bytes(const void* memory, size_t bytes) const override {
-    return host().resident_bytes(host_address(memory, "resident_bytes"), bytes);
-  }
-  void copy_to_host(void* host_memory, const void* memory, size_t bytes) const override {
-    MAXCTX_CHECK(!is_disguised(host_memory), "emulated GPU: copy_to_host into device memory");
-    if (bytes > 0) std::memcpy(host_memory, host_address(memory, "copy_to_host"), bytes);
-  }
-  void copy_from_host(void* memory, const void* host_memory, size_t bytes) const override {
-    MAXCTX_CHECK(!is_disguised(host_memory), "emulated GPU: copy_from_host out of device memory");
-    if (bytes > 0) std::memcpy(host_address(memory, "copy_from_host"), host_memory, bytes);
-  }
-
- private:
-  static const Allocator& host() { return host_allocator(); }
-};
 
 // The cpu backend's view of an argument: views and index arrays undisguised, anything else
 // (params, stats, int8 packs, which live in host memory as the cpu backend's own) passed as is.
@@ -201,7 +172,7 @@ class EmulatedGpuKernels final : public Kernels {
 
  private:
   const Kernels& cpu_ = cpu::cpu_kernels();
-  EmulatedAllocator allocator_;
+  const Allocator& allocator_ = emulated_allocator();
 };
 
 #undef MAXCTX_EMULATED_OP

@@ -8,9 +8,10 @@
 // take the bit off again; an op handed a plain host pointer (an index array left on the host) is
 // a maxctx::Error naming the op, not a silent success.
 //
-// What it is not: a GPU model. There are no streams, no asynchrony and no separate memory
-// budget; it checks placement, not timing. Selected for tests only: hardware=gpu with
-// MAXCTX_EMULATE_GPU=1 in the environment (cli/hardware.h reads it, once).
+// Its allocator (emulated_memory.h) counts committed bytes as a GPU's would, and faults on a
+// touch of decommitted memory. What it is not: a GPU model. There are no streams, no asynchrony
+// and no memory limit; it checks placement and residency, not timing. Selected for tests only:
+// hardware=gpu with MAXCTX_EMULATE_GPU=1 in the environment (cli/hardware.h reads it, once).
 #pragma once
 
 #include <cstdint>
