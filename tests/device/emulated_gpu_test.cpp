@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -61,31 +60,7 @@ TEST(EmulatedGpu, CopiesCrossTheDisguise) {
             kernels::download_floats(cpu(), b_cpu.view()));
 }
 
-TEST(EmulatedGpu, OpsEqualTheCpuBackendBitForBit) {
-  const int64_t n = 6, in = 8, out = 5;
-  std::vector<float> x(n * in), w(out * in);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.37f * static_cast<float>(i % 7) - 1.1f;
-  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.11f * static_cast<float>(i % 5) - 0.2f;
-  const auto run = [&](const kernels::Kernels& k) {
-    const Tensor tx = k.empty({n, in}), tw = k.empty({out, in}), ty = k.empty({n, out});
-    kernels::upload_floats(k, tx.view(), x);
-    kernels::upload_floats(k, tw.view(), w);
-    k.matmul_forward(ty.view(), tx.view(), tw.view());
-    const Tensor table = k.empty({out, in});
-    kernels::upload_floats(k, table.view(), w);
-    const std::vector<int32_t> tokens = {4, 0, 2, 2, 1, 3};
-    const kernels::DeviceIndices ids(k, tokens);
-    const Tensor e = k.empty({n, in});
-    k.embedding_forward(e.view(), ids.data(), table.view());
-    std::vector<float> result = kernels::download_floats(k, ty.view());
-    const std::vector<float> embedded = kernels::download_floats(k, e.view());
-    result.insert(result.end(), embedded.begin(), embedded.end());
-    return result;
-  };
-  const std::vector<float> a = run(emulated()), b = run(cpu());
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
-}
+// Its ops equal the cpu backend's bit for bit: tests/kernels/backend_conformance_test.cpp.
 
 TEST(EmulatedGpu, HostIndexArrayIsAnErrorNamingTheOp) {
   const ThrowingChecks checks;

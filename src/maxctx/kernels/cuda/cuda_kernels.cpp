@@ -198,6 +198,7 @@ class CudaKernels final : public Kernels {
                          const int32_t* k_seg, const AttentionParams& p,
                          AttentionStats* stats) const override {
     check_device_attention_views(out, lse, q, k, v, p);
+    check_attention_alignment(q, k, v, p, "attention_forward");
     if (flash_supports(p)) {
       flash_attention_forward(out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p, stats, nullptr);
       return;
@@ -211,6 +212,7 @@ class CudaKernels final : public Kernels {
                           AttentionStats* stats) const override {
     check_device_attention_views(out, lse, q, k, v, p);
     check_device_attention_views(d_out, lse, dq, dk, dv, p);
+    check_attention_alignment(q, k, v, p, "attention_backward");
     if (flash_supports(p)) {
       flash_attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p,
                                stats, nullptr);
