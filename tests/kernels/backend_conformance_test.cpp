@@ -7,7 +7,7 @@
 // The cpu backend is the oracle here; its own accuracy against kernels/ref is kernels_test's,
 // bf16_row_ops_test's and bf16_matmul_test's. After the table, properties every backend holds
 // (the rounded-delta rule of the bf16 attention backward, the refusal of misaligned device views,
-// the id checks, deterministic embedding backward).
+// the id checks, deterministic embedding backward, the time verbs' order and events).
 //
 // Tolerances for the cuda backend, |gpu − cpu| per row of the op (test_util.h's metrics); zero
 // means bit for bit:
@@ -21,6 +21,7 @@
 //   int8 ops, conversions, copies, embedding forward: bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -737,6 +738,32 @@ TEST_P(EveryBackend, EmbeddingBackwardIsDeterministic) {
     runs.push_back(widen(to_host(s.k, d_table).view()));
   }
   EXPECT_EQ(std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(double)), 0);
+}
+
+// The time verbs (kernels.h): an upload reads the caller's bytes before it returns (the buffer
+// may be reused at once), a download's bytes are there after its event, and both keep the order
+// of the stream; small copies go through a device backend's pinned staging, large ones not.
+TEST_P(EveryBackend, AsyncCopiesKeepOrderAndArriveByTheirEvent) {
+  const Kernels& k = kernels();
+  for (const size_t count : {size_t{1}, size_t{37}, size_t{3} << 20}) {  // 12 MiB: not staged
+    std::vector<float> values(count), host(count);
+    for (size_t i = 0; i < count; ++i) values[i] = 0.25f * static_cast<float>(i % 1001) - 7.0f;
+    const Tensor a = k.empty(Shape{static_cast<int64_t>(count)});
+    const Tensor b = k.empty(Shape{static_cast<int64_t>(count)});
+    host = values;
+    k.copy_from_host_async(a.view().raw(), host.data(), count * sizeof(float));
+    std::fill(host.begin(), host.end(), -1.0f);  // the upload has its bytes already
+    k.add(b.view(), a.view(), a.view());         // ordered after the upload
+    std::vector<float> twice(count, 0.0f);
+    Event arrived = k.copy_to_host_async(twice.data(), b.view().raw(), count * sizeof(float));
+    arrived.synchronize();
+    EXPECT_TRUE(arrived.done());
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(twice[i], 2.0f * values[i]) << count << " " << i;
+  }
+  Event mark = k.record_event();
+  k.synchronize();
+  EXPECT_TRUE(mark.done());
+  mark.synchronize();
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, EveryBackend, ::testing::ValuesIn(backend_pointers()),

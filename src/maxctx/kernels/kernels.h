@@ -38,6 +38,7 @@
 
 #include "maxctx/core/device.h"
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/event.h"
 #include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels {
@@ -89,6 +90,27 @@ class Kernels {
   }
   void copy_from_host(void* backend_memory, const void* host, size_t bytes) const {
     allocator().copy_from_host(backend_memory, host, bytes);
+  }
+
+  // ---- time (ggml's ggml_backend_i) ----
+  // A backend's ops and copies run in the order they are issued, on its stream, and the host may
+  // run ahead of them. The defaults are a backend's whose ops finish before they return (cpu, the
+  // emulated GPU): nothing to wait for, results bit for bit those of the synchronous calls.
+  //
+  // Returns once everything issued to this backend so far has finished.
+  virtual void synchronize() const {}
+  // An event after everything issued to this backend so far.
+  virtual Event record_event() const { return Event(); }
+  // backend_memory = host's bytes, ordered before the ops issued after it. `host` is read before
+  // the call returns (a device backend stages it in pinned memory): it may be reused at once.
+  virtual void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const {
+    copy_from_host(backend_memory, host, bytes);
+  }
+  // host = backend_memory's bytes once the work issued before has finished: `host` holds them
+  // after the returned event's synchronize(), not before.
+  virtual Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const {
+    copy_to_host(host, backend_memory, bytes);
+    return Event();
   }
 
   // The ops, one virtual each, generated from the op list (kernel_ops.inc, with their shapes).

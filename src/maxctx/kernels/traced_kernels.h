@@ -21,6 +21,14 @@ class TracedKernels final : public Kernels {
   const char* name() const override { return inner_.name(); }
   Device device() const override { return inner_.device(); }
   const Allocator& allocator() const override { return inner_.allocator(); }
+  void synchronize() const override { inner_.synchronize(); }
+  Event record_event() const override { return inner_.record_event(); }
+  void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const override {
+    inner_.copy_from_host_async(backend_memory, host, bytes);
+  }
+  Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    return inner_.copy_to_host_async(host, backend_memory, bytes);
+  }
 
   // Every op of the op list: a span named after the op around the inner backend's same op with
   // the same arguments (`return` passes a result through and is allowed on a void call).
