@@ -62,6 +62,36 @@ TEST(EmulatedGpu, CopiesCrossTheDisguise) {
 
 // Its ops equal the cpu backend's bit for bit: tests/kernels/backend_conformance_test.cpp.
 
+// copy_to_host_async's bytes are the host's only once an event or synchronize covers them: read
+// earlier, the memory still holds what it held, as it may on a GPU.
+TEST(EmulatedGpu, AsyncDownloadsArriveWhenSynchronizedNotBefore) {
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 7.0f};
+  const Tensor t = emulated().empty({4});
+  kernels::upload_floats(emulated(), t.view(), values);
+  const std::vector<float> stale(4, -1.0f);
+  std::vector<float> first = stale, second = stale, third = stale;
+  kernels::Event first_arrived = emulated().copy_to_host_async(first.data(), t.view().raw(), 16);
+  kernels::Event second_arrived = emulated().copy_to_host_async(second.data(), t.view().raw(), 16);
+  EXPECT_EQ(first, stale);
+  EXPECT_EQ(second, stale);
+  EXPECT_FALSE(first_arrived.done());
+  second_arrived.synchronize();  // in stream order: the first download has arrived too
+  EXPECT_EQ(first, values);
+  EXPECT_EQ(second, values);
+  EXPECT_TRUE(first_arrived.done());
+  // An event recorded after a download covers it; so does the backend's synchronize().
+  kernels::Event third_arrived = emulated().copy_to_host_async(third.data(), t.view().raw(), 16);
+  kernels::Event after = emulated().record_event();
+  EXPECT_EQ(third, stale);
+  after.synchronize();
+  EXPECT_EQ(third, values);
+  std::vector<float> fourth = stale;
+  kernels::Event fourth_arrived = emulated().copy_to_host_async(fourth.data(), t.view().raw(), 16);
+  emulated().synchronize();
+  EXPECT_EQ(fourth, values);
+  EXPECT_TRUE(fourth_arrived.done());
+}
+
 TEST(EmulatedGpu, HostIndexArrayIsAnErrorNamingTheOp) {
   const ThrowingChecks checks;
   const Tensor table = emulated().empty({4, 3});

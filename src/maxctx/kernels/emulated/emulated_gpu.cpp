@@ -7,6 +7,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/cpu_kernels.h"
+#include "maxctx/kernels/emulated/late_downloads.h"
 #include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::kernels::emulated {
@@ -88,6 +89,15 @@ class OnCpuKernels : public Kernels {
 // the cuda backend makes before a launch), so that such a call fails in CI as well.
 class EmulatedGpuKernels final : public OnCpuKernels {
  public:
+  // Downloads arrive as late as on a GPU (late_downloads.h); everything else has finished when
+  // its call returns, uploads included.
+  void synchronize() const override { downloads_.deliver_all(); }
+  Event record_event() const override { return downloads_.mark(); }
+  Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    MAXCTX_CHECK(!is_disguised(host), "emulated GPU: copy_to_host_async into device memory");
+    return downloads_.download(host, host_address(backend_memory, "copy_to_host_async"), bytes);
+  }
+
   void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                          const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
                          const int32_t* k_seg, const AttentionParams& params,
@@ -104,6 +114,9 @@ class EmulatedGpuKernels final : public OnCpuKernels {
     OnCpuKernels::attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg, k_pos,
                                      k_seg, params, stats);
   }
+
+ private:
+  mutable LateDownloads downloads_;
 };
 
 }  // namespace

@@ -8,9 +8,11 @@
 // take the bit off again; an op handed a plain host pointer (an index array left on the host) is
 // a maxctx::Error naming the op, not a silent success.
 //
-// What it is not: a GPU model. There are no streams, no asynchrony and no separate memory
-// budget; it checks placement, not timing. Selected for tests only: hardware=gpu with
-// MAXCTX_EMULATE_GPU=1 in the environment (cli/hardware.h reads it, once).
+// What it is not: a GPU model. There are no streams and no separate memory budget; it checks
+// placement, not timing. The one asynchrony it keeps is the contract's: an asynchronous download
+// reaches host memory only at the synchronize that guarantees it (late_downloads.h). Selected for
+// tests only: hardware=gpu with MAXCTX_EMULATE_GPU=1 in the environment (cli/hardware.h reads it,
+// once).
 #pragma once
 
 #include <cstdint>
