@@ -5,7 +5,7 @@
 #   scripts/gpu-carry.sh [<build dir>] [<out dir>]      (defaults: build, <repo>/gpu-carry)
 #
 # <out dir>/bin: the stripped binaries (maxctx, cuda_kernels_test, cuda_attention_test,
-# nccl_communicator_test, attention_bench; a missing one is named and left out). <out dir>/lib:
+# cuda_conformance_test, nccl_communicator_test, attention_bench; a missing one is named and left out). <out dir>/lib:
 # the shared libraries they load that the lent machine's image lacks (OpenBLAS, Highway,
 # yaml-cpp, sentencepiece, fmt, cairo and their own dependencies). Not carried: the C and C++
 # runtimes (the image has newer ones), Open MPI and its dependencies (the image's mpirun needs
@@ -16,7 +16,8 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$src/build}
 out=${2:-$src/gpu-carry}
-binaries=(maxctx cuda_kernels_test cuda_attention_test nccl_communicator_test attention_bench)
+binaries=(maxctx cuda_kernels_test cuda_attention_test cuda_conformance_test nccl_communicator_test
+  attention_bench)
 # Libraries the lent machine brings itself (file names, as ldd prints them).
 system_lib='^(linux-vdso|ld-linux-x86-64|ld-linux|libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s)\.'
 mpi_lib='^(libmpi|libopen-pal|libopen-rte|libhwloc|libevent|libevent_core|libevent_pthreads|libpmix|libudev|libltdl)[-.]'

@@ -12,7 +12,7 @@
 # Steps, in order (each bounded by `timeout`, and all of them by MAXCTX_GPU_CHECK_BUDGET seconds,
 # default 450, so that one hang cannot eat the lease): the environment (GPU, driver, MPI, torch,
 # transformers, `ldd` of every binary); the GPU tests (cuda_kernels_test, cuda_attention_test,
-# nccl_communicator_test at np 1); the attention benchmark beside torch's SDPA and the copy rate;
+# cuda_conformance_test, nccl_communicator_test at np 1); the attention benchmark beside torch's SDPA and the copy rate;
 # a tiny-model training run with hardware=gpu against hardware=cpu (fp32 losses within 1e-4,
 # relative); 2 ranks sharing the GPU with context=2, all_gather and ring, against 1 rank;
 # check-logits on the fixtures with hardware=gpu; a training step of llama-1.5b at S = 8192 and
@@ -112,7 +112,8 @@ if command -v "$smi" > /dev/null 2>&1; then
   gpu_line=$("$smi" --query-gpu=name,driver_version,memory.total,pci.bus_id \
     --format=csv,noheader 2> /dev/null | head -1)
 fi
-binaries=(maxctx cuda_kernels_test cuda_attention_test nccl_communicator_test attention_bench)
+binaries=(maxctx cuda_kernels_test cuda_attention_test cuda_conformance_test nccl_communicator_test
+  attention_bench)
 {
   echo "gpu_line=$gpu_line"
   echo "mpi=$(mpirun --version 2> /dev/null | head -1)"
@@ -163,7 +164,7 @@ fi
 echo "gpu-check: $gpu_line; binaries from $bin; report $report"
 
 # ---- GPU tests: kernels and attention against the CPU reference, NCCL against MPI ------------
-for t in cuda_kernels_test cuda_attention_test; do
+for t in cuda_kernels_test cuda_attention_test cuda_conformance_test; do
   if path=$(find_bin $t); then
     run_step $t 120 "${direct[@]}" "$path" --gtest_output="json:$work/$t.json"
     [ -f "$work/$t.json" ] && "${py[@]}" gtest "$work/$t.json" "$(printf '%s/%02d_%s.data.json' "$steps" "$step_count" $t)"

@@ -40,6 +40,8 @@ ALLOWED = {
 }
 
 KERNEL_BACKENDS = ("maxctx/kernels/ref/", "maxctx/kernels/cpu/", "maxctx/kernels/cuda/")
+# The one place above kernels/ that may pick the emulated GPU (hardware=gpu, MAXCTX_EMULATE_GPU=1).
+EMULATED_GPU_CHOOSER = "src/cli/hardware.cpp"
 # CUDA toolkit and NCCL headers, by file name or top folder (libcu++, CUB, Thrust).
 CUDA_HEADER = re.compile(r"(^|/)(cuda|cublas|cudnn|cusparse|cufft|curand|nvrtc|nvToolsExt|nccl)"
                          r"\w*\.h$|^(cuda|cub|thrust)/")
@@ -61,6 +63,11 @@ class Include:
 
 def _kernels_backends(i):
     return i.file_area != "kernels" and i.header_path.startswith(KERNEL_BACKENDS)
+
+
+def _emulated_private(i):
+    return (i.header_path.startswith("maxctx/kernels/emulated/") and i.file_area != "kernels"
+            and i.file != EMULATED_GPU_CHOOSER)
 
 
 def _model_mesh(i):
@@ -98,6 +105,9 @@ def _area_order(i):
 RULES = [
     ("kernels-backends-private", _kernels_backends,
      "only kernels/ includes kernels/{ref,cpu,cuda}/; code above calls the kernel interface"),
+    ("kernels-emulated-private", _emulated_private,
+     "only kernels/ and src/cli/hardware.cpp include kernels/emulated/: the emulated GPU poses "
+     "as a GPU behind the op table, chosen in one place"),
     ("model-no-mesh", _model_mesh,
      "model/ includes nothing from mesh/: it calls the plans parallel/ built"),
     ("parallel-no-model", _parallel_model,
@@ -182,6 +192,8 @@ def check(root):
 # One file per rule that breaks exactly that rule (first in RULES order), and files that break none.
 SELF_TEST_BROKEN = {
     "kernels-backends-private": ("src/maxctx/model/a.cpp", '"maxctx/kernels/cpu/matmul.h"'),
+    "kernels-emulated-private": ("src/maxctx/train/b.cpp",
+                                 '"maxctx/kernels/emulated/emulated_gpu.h"'),
     "model-no-mesh": ("src/maxctx/model/b.cpp", '"../mesh/mesh.h"'),
     "parallel-no-model": ("src/maxctx/parallel/a.h", '"maxctx/model/weights.h"'),
     "core-standalone": ("src/maxctx/core/a.cpp", "<mpi.h>"),
@@ -196,6 +208,7 @@ SELF_TEST_CLEAN = [
     ("src/maxctx/mesh/b.cpp", "<mpi.h>"),
     ("src/cli/main.cpp", "<mpi.h>"),
     ("src/cli/train.cpp", '"maxctx/train/trainer.h"'),
+    ("src/cli/hardware.cpp", '"maxctx/kernels/emulated/emulated_gpu.h"'),
     ("src/maxctx/model/c.cpp", '"maxctx/parallel/model_plan.h"'),
     ("src/maxctx/train/a.cpp", '"hwy/highway.h"'),
 ]

@@ -54,7 +54,8 @@ r = json.load(open(sys.argv[1]))
 assert r["status"] == "failures", r["status"]
 assert r["environment"]["gpu"]["name"] == "Stand-in GPU", r["environment"]["gpu"]
 names = [s["name"] for s in r["steps"]]
-for expected in ("cuda_kernels_test", "cuda_attention_test", "nccl_communicator_test",
+for expected in ("cuda_kernels_test", "cuda_attention_test", "cuda_conformance_test",
+                 "nccl_communicator_test",
                  "torch_sdpa_bench", "attention_bench"):
     assert expected in names, (expected, names)
 statuses = {"passed", "failed", "timeout", "skipped", "missing"}

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <span>
 
+#include "maxctx/core/dtype.h"
 #include "maxctx/core/rng.h"
 
 namespace maxctx::kernels::testing_util {
@@ -73,6 +74,24 @@ std::vector<int32_t> uniform_ints(size_t n, std::string_view stream, uint32_t bo
     }
   }
   return ::testing::AssertionSuccess() << fmt::format("worst error / allowed = {:.3f}", worst);
+}
+
+std::vector<double> widen(const TensorView& host) {
+  std::vector<double> out(static_cast<size_t>(host.numel()));
+  for (size_t i = 0; i < out.size(); ++i) {
+    switch (host.dtype()) {
+      case DType::kF32:
+        out[i] = host.data<float>()[i];
+        break;
+      case DType::kBF16:
+        out[i] = bf16_to_float(host.data<bf16>()[i]);
+        break;
+      case DType::kI8:
+        out[i] = host.data<int8_t>()[i];
+        break;
+    }
+  }
+  return out;
 }
 
 }  // namespace maxctx::kernels::testing_util

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "maxctx/core/tensor.h"
+
 namespace maxctx::kernels::testing_util {
 
 enum class Metric { kRowRelative, kRowNorm };
@@ -29,6 +31,8 @@ template <typename T>
 std::vector<T> cast(const std::vector<double>& values) {
   return std::vector<T>(values.begin(), values.end());
 }
+// A host view's elements (f32, bf16 or int8) as doubles.
+std::vector<double> widen(const TensorView& host);
 template <typename T>
 std::vector<double> widen(const std::vector<T>& values) {
   return std::vector<double>(values.begin(), values.end());

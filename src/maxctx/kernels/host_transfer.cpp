@@ -71,7 +71,8 @@ void DeviceIndices::upload(const Kernels& kernels, std::span<const int32_t> host
   if (buffer_.size() < host.size_bytes() || buffer_.device() != kernels.device()) {
     buffer_ = AlignedBuffer(host.size_bytes(), kernels.allocator());
   }
-  kernels.copy_from_host(buffer_.data(), host.data(), host.size_bytes());
+  // Staged and ordered on the backend's stream: no device-wide wait per upload (a ring step's).
+  kernels.copy_from_host_async(buffer_.data(), host.data(), host.size_bytes());
   size_ = static_cast<int64_t>(host.size());
 }
 
@@ -79,8 +80,8 @@ void DeviceIndices::write(const Kernels& kernels, int64_t offset, std::span<cons
   MAXCTX_CHECK(offset >= 0 && offset + static_cast<int64_t>(host.size()) <= size_,
                "index write [{}, {}) outside {} elements", offset,
                offset + static_cast<int64_t>(host.size()), size_);
-  kernels.copy_from_host(buffer_.data() + offset * static_cast<int64_t>(sizeof(int32_t)),
-                         host.data(), host.size_bytes());
+  kernels.copy_from_host_async(buffer_.data() + offset * static_cast<int64_t>(sizeof(int32_t)),
+                               host.data(), host.size_bytes());
 }
 
 }  // namespace maxctx::kernels

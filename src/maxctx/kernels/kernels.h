@@ -38,6 +38,7 @@
 
 #include "maxctx/core/device.h"
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/event.h"
 #include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels {
@@ -97,103 +98,31 @@ class Kernels {
     allocator().copy_from_host(backend_memory, host, bytes);
   }
 
-  // ---- dense layers ----
-  // out (N, out) = in (N, in) · weightᵀ, weight (out, in) as nn.Linear stores it.
-  virtual void matmul_forward(TensorView out, TensorView in, TensorView weight) const = 0;
-  // d_in (N, in) = d_out · weight (skipped when d_in is empty); d_weight (out, in) += d_outᵀ · in.
-  virtual void matmul_backward(TensorView d_in, TensorView d_weight, TensorView d_out,
-                               TensorView in, TensorView weight) const = 0;
-  // As matmul_backward, but d_in += d_out · weight (the residual stream sums several branches).
-  virtual void matmul_backward_accumulate_input(TensorView d_in, TensorView d_weight,
-                                                TensorView d_out, TensorView in,
-                                                TensorView weight) const = 0;
-  // out (N, E) = table[tokens]; table (V, E).
-  virtual void embedding_forward(TensorView out, const int32_t* tokens, TensorView table) const = 0;
-  // d_table (V, E) += scatter of d_out (N, E) by tokens.
-  virtual void embedding_backward(TensorView d_table, TensorView d_out,
-                                  const int32_t* tokens) const = 0;
-  // out (N, D) = in · rstd · weight, rstd (N) = 1/sqrt(mean(in²) + eps); weight (D).
-  virtual void rmsnorm_forward(TensorView out, TensorView rstd, TensorView in, TensorView weight,
-                               float eps) const = 0;
-  virtual void rmsnorm_backward(TensorView d_in, TensorView d_weight, TensorView d_out,
-                                TensorView in, TensorView weight, TensorView rstd) const = 0;
-  // cos, sin (N, D/2) of each token's position (angles in double, rounded once).
-  virtual void rope_cos_sin(TensorView cos, TensorView sin, const int32_t* positions,
-                            const RopeParams& params) const = 0;
-  // out, in (N, heads, D) rotated by +angle (forward) or −angle (backward); may run in place.
-  virtual void rope_forward(TensorView out, TensorView in, TensorView cos,
-                            TensorView sin) const = 0;
-  virtual void rope_backward(TensorView d_in, TensorView d_out, TensorView cos,
-                             TensorView sin) const = 0;
-  // out (N, F) = silu(gate) · up.
-  virtual void swiglu_forward(TensorView out, TensorView gate, TensorView up) const = 0;
-  virtual void swiglu_backward(TensorView d_gate, TensorView d_up, TensorView d_out,
-                               TensorView gate, TensorView up) const = 0;
-  // loss (N) = weight · xent of logits (N, V) against targets; lse (N) saved for backward.
-  virtual void cross_entropy_forward(TensorView loss, TensorView lse, TensorView logits,
-                                     const int32_t* targets, TensorView weights) const = 0;
-  // d_logits (N, V) (may be logits) for dL/dloss_i = d_loss on every row.
-  virtual void cross_entropy_backward(TensorView d_logits, TensorView logits, TensorView lse,
-                                      const int32_t* targets, TensorView weights,
-                                      float d_loss) const = 0;
+  // ---- time (ggml's ggml_backend_i) ----
+  // A backend's ops and copies run in the order they are issued, on its stream, and the host may
+  // run ahead of them. The defaults are a backend's whose ops finish before they return (cpu, the
+  // emulated GPU): nothing to wait for, results bit for bit those of the synchronous calls.
+  //
+  // Returns once everything issued to this backend so far has finished.
+  virtual void synchronize() const {}
+  // An event after everything issued to this backend so far.
+  virtual Event record_event() const { return Event(); }
+  // backend_memory = host's bytes, ordered before the ops issued after it. `host` is read before
+  // the call returns (a device backend stages it in pinned memory): it may be reused at once.
+  virtual void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const {
+    copy_from_host(backend_memory, host, bytes);
+  }
+  // host = backend_memory's bytes once the work issued before has finished: `host` holds them
+  // after the returned event's synchronize(), not before.
+  virtual Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const {
+    copy_to_host(host, backend_memory, bytes);
+    return Event();
+  }
 
-  // ---- attention (layout and mask: kernels/ref/attention.h; shapes from params) ----
-  virtual void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k,
-                                 TensorView v, const int32_t* q_pos, const int32_t* q_seg,
-                                 const int32_t* k_pos, const int32_t* k_seg,
-                                 const AttentionParams& params, AttentionStats* stats) const = 0;
-  // Accumulates (+=) into dq, dk, dv.
-  virtual void attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
-                                  TensorView out, TensorView lse, TensorView q, TensorView k,
-                                  TensorView v, const int32_t* q_pos, const int32_t* q_seg,
-                                  const int32_t* k_pos, const int32_t* k_seg,
-                                  const AttentionParams& params, AttentionStats* stats) const = 0;
-  // out, lse (B, Sq, Hq, D), (B, Hq, Sq) = the log-sum-exp merge of two partials over disjoint
-  // key sets; out/lse may alias out_a/lse_a.
-  virtual void attention_merge(TensorView out, TensorView lse, TensorView out_a, TensorView lse_a,
-                               TensorView out_b, TensorView lse_b, int64_t batch, int64_t seq_q,
-                               int64_t heads_q, int64_t head_dim) const = 0;
-  // One query row per batch element against a KV cache (decode); k, v fp32 (B, Sk, Hkv, D).
-  virtual void single_query_attention(TensorView out, TensorView lse, TensorView q, TensorView k,
-                                      TensorView v, const int32_t* q_pos, const int32_t* q_seg,
-                                      const int32_t* k_pos, const int32_t* k_seg,
-                                      const AttentionParams& params) const = 0;
-  // The same on an int8 cache: codes (B, Sk, Hkv, D) with one scale per cache row (B, Sk).
-  virtual void single_query_attention_int8(TensorView out, TensorView lse, TensorView q,
-                                           TensorView k_codes, TensorView k_scale,
-                                           TensorView v_codes, TensorView v_scale,
-                                           const int32_t* q_pos, const int32_t* q_seg,
-                                           const int32_t* k_pos, const int32_t* k_seg,
-                                           const AttentionParams& params) const = 0;
-
-  // ---- int8 (the rule: kernels/ref/int8.h) ----
-  // A weight (out, in) quantized per output row and packed for int8_matmul_forward.
-  virtual Int8Weights int8_pack_weights(TensorView weight) const = 0;
-  // The same from codes (out, in) int8 and scale (out) f32 already quantized by that rule (a
-  // quantized checkpoint): packed without re-quantizing.
-  virtual Int8Weights int8_pack_codes(TensorView codes, TensorView scale) const = 0;
-  // in (N, in_dim) quantized per row into `rows` (reused across calls).
-  virtual void int8_quantize_rows(Int8Rows& rows, TensorView in) const = 0;
-  // out (N, out) = rows · wᵀ, exact int32 sums scaled once.
-  virtual void int8_matmul_forward(TensorView out, const Int8Rows& rows,
-                                   const Int8Weights& weight) const = 0;
-  // codes (rows, cols) int8 and scale (rows) of x (rows, cols) with `levels` (127 or 127.5).
-  virtual void quantize_rows_int8(TensorView codes, TensorView scale, TensorView x,
-                                  float levels) const = 0;
-  virtual void dequantize_rows_int8(TensorView x, TensorView codes, TensorView scale) const = 0;
-
-  // ---- elementwise, copies, optimizer ----
-  virtual void add(TensorView out, TensorView a, TensorView b) const = 0;  // out may be a or b
-  virtual void add_inplace(TensorView acc, TensorView x) const = 0;
-  virtual void scale(TensorView out, TensorView in, float alpha) const = 0;
-  virtual void fill_zero(TensorView x) const = 0;
-  virtual double sum_of_squares(TensorView x) const = 0;  // Σ x² in double
-  // dst = src, converting between dtypes (f32 ↔ bf16 rounds to nearest even); same numel.
-  virtual void copy(TensorView dst, TensorView src) const = 0;
-  // One AdamW update of params with the moments mu, nu (same numel as grads); per element, so
-  // any range of the parameters (an fsdp shard) updates bit for bit like the whole.
-  virtual void adamw_update(TensorView params, TensorView grads, TensorView mu, TensorView nu,
-                            const AdamWStep& step) const = 0;
+  // The ops, one virtual each, generated from the op list (kernel_ops.inc, with their shapes).
+#define MAXCTX_KERNEL_OP(result, op, params, args) virtual result op params const = 0;
+#include "maxctx/kernels/kernel_ops.inc"
+#undef MAXCTX_KERNEL_OP
 };
 
 // The backend for a device: Device::kCpu is always there; another is an error naming the

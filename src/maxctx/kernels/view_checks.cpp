@@ -1,5 +1,7 @@
 #include "maxctx/kernels/view_checks.h"
 
+#include <utility>
+
 #include "maxctx/core/check.h"
 
 namespace maxctx::kernels {
@@ -39,6 +41,19 @@ void check_attention_views(const TensorView& out, const TensorView& lse, const T
   check_numel(lse, p.batch * p.heads_q * p.seq_q, "attention lse");
   check_numel(k, kv_numel, "attention k");
   check_numel(v, kv_numel, "attention v");
+}
+
+void check_attention_alignment(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const AttentionParams& p, const char* op) {
+  constexpr int64_t kBf16PerVector = kDeviceVectorBytes / sizeof(uint16_t);
+  if (q.dtype() != DType::kBF16 || p.head_dim % kBf16PerVector != 0) return;
+  for (const auto& [view, name] : {std::pair{&q, "q"}, std::pair{&k, "k"}, std::pair{&v, "v"}}) {
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(view->raw()) % kDeviceVectorBytes;
+    MAXCTX_CHECK(offset == 0,
+                 "{}: the bf16 view {} starts {} bytes past a 16-byte boundary; device attention "
+                 "loads q, k, v in 16-byte vectors, so their views must start on one",
+                 op, name, offset);
+  }
 }
 
 }  // namespace maxctx::kernels

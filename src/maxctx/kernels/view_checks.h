@@ -28,4 +28,13 @@ MatrixDims matrix_dims(const TensorView& weight);
 void check_attention_views(const TensorView& out, const TensorView& lse, const TensorView& q,
                            const TensorView& k, const TensorView& v, const AttentionParams& p);
 
+// A device backend's attention kernels load bf16 q, k, v rows in 16-byte vectors of 8 elements
+// (cuda/flash_forward_mma.cu) wherever head_dim makes a row whole vectors: such views must start
+// on a 16-byte boundary, or the load faults (or reads the wrong bytes) on the GPU. Checked before
+// any launch by every device backend, the emulated GPU included, never by the cpu backend (whose
+// loads have no such rule). A misaligned view is one line naming the op, the view and the offset.
+inline constexpr uintptr_t kDeviceVectorBytes = 16;
+void check_attention_alignment(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const AttentionParams& p, const char* op);
+
 }  // namespace maxctx::kernels

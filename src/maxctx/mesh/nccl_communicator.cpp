@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -273,14 +274,17 @@ class NcclRequest final : public RequestImpl {
   std::shared_ptr<Transfer> transfer_;
 };
 
-// The bootstrap of make_nccl_communicator (below), for split() too.
+// make_nccl_communicator (below), for split() too: checks the axis and the GPU and makes the
+// device current; no NCCL call yet.
 std::shared_ptr<CommunicatorImpl> make_nccl_impl(const Communicator& axis, int device);
+// The NCCL communicator over `axis` (collective over it): rank 0 makes the unique id, the axis
+// broadcasts it, every rank joins.
+std::shared_ptr<NcclState> make_nccl_state(const Communicator& axis, int device);
 
 class NcclCommunicator final : public CommunicatorImpl {
  public:
-  NcclCommunicator(Communicator host, std::shared_ptr<NcclState> state, int device)
-      : host_(std::move(host)), state_(std::move(state)), device_(device) {
-    set_label(state_->label());
+  NcclCommunicator(Communicator host, int device) : host_(std::move(host)), device_(device) {
+    set_label(host_.impl()->label());
   }
 
   int rank() const override { return host_.rank(); }
@@ -292,11 +296,11 @@ class NcclCommunicator final : public CommunicatorImpl {
 
   void all_gather(const void* mine, void* out, int64_t part, ElementType type) const override {
     if (part == 0) return;
-    state_->check_device_memory(mine, part, "all_gather", "input");
-    state_->check_device_memory(out, part * size(), "all_gather", "output");
+    state().check_device_memory(mine, part, "all_gather", "input");
+    state().check_device_memory(out, part * size(), "all_gather", "output");
     run("all_gather", [&] {
-      state_->nccl(ncclAllGather(mine, out, static_cast<size_t>(part), nccl_type(type),
-                                 state_->comm(), state_->stream()),
+      state().nccl(ncclAllGather(mine, out, static_cast<size_t>(part), nccl_type(type),
+                                 state().comm(), state().stream()),
                    "all_gather");
     });
   }
@@ -305,21 +309,21 @@ class NcclCommunicator final : public CommunicatorImpl {
                          ElementType type) const override {
     if (total == 0) return;
     const int n = size();
-    state_->check_device_memory(mine, split_count(total, n, rank()), "all_gather_uneven", "input");
-    state_->check_device_memory(out, total, "all_gather_uneven", "output");
+    state().check_device_memory(mine, split_count(total, n, rank()), "all_gather_uneven", "input");
+    state().check_device_memory(out, total, "all_gather_uneven", "output");
     if (total % n == 0) return all_gather(mine, out, total / n, type);
     run("all_gather_uneven", [&] {
-      state_->nccl(ncclGroupStart(), "group start (all_gather_uneven)");
+      state().nccl(ncclGroupStart(), "group start (all_gather_uneven)");
       for (int owner = 0; owner < n; ++owner) {
         const int64_t count = split_count(total, n, owner);
         if (count == 0) continue;
         void* block = at(out, split_offset(total, n, owner), type);
         const void* send = owner == rank() ? mine : block;
-        state_->nccl(ncclBroadcast(send, block, static_cast<size_t>(count), nccl_type(type), owner,
-                                   state_->comm(), state_->stream()),
+        state().nccl(ncclBroadcast(send, block, static_cast<size_t>(count), nccl_type(type), owner,
+                                   state().comm(), state().stream()),
                      "all_gather_uneven (broadcast)");
       }
-      state_->nccl(ncclGroupEnd(), "group end (all_gather_uneven)");
+      state().nccl(ncclGroupEnd(), "group end (all_gather_uneven)");
     });
   }
 
@@ -329,38 +333,38 @@ class NcclCommunicator final : public CommunicatorImpl {
     check_reducible("reduce_scatter", type);
     if (total == 0) return;
     const int n = size();
-    state_->check_device_memory(in, total, "reduce_scatter", "input");
-    state_->check_device_memory(out, split_count(total, n, rank()), "reduce_scatter", "output");
+    state().check_device_memory(in, total, "reduce_scatter", "input");
+    state().check_device_memory(out, split_count(total, n, rank()), "reduce_scatter", "output");
     if (total % n == 0) {
       run("reduce_scatter", [&] {
-        state_->nccl(ncclReduceScatter(in, out, static_cast<size_t>(total / n), nccl_type(type),
-                                       ncclSum, state_->comm(), state_->stream()),
+        state().nccl(ncclReduceScatter(in, out, static_cast<size_t>(total / n), nccl_type(type),
+                                       ncclSum, state().comm(), state().stream()),
                      "reduce_scatter");
       });
       return;
     }
     run("reduce_scatter", [&] {
-      state_->nccl(ncclGroupStart(), "group start (reduce_scatter)");
+      state().nccl(ncclGroupStart(), "group start (reduce_scatter)");
       for (int owner = 0; owner < n; ++owner) {
         const int64_t count = split_count(total, n, owner);
         if (count == 0) continue;
         // The receive buffer matters on the owner only; the others pass their own block.
-        state_->nccl(
+        state().nccl(
             ncclReduce(at(in, split_offset(total, n, owner), type), out, static_cast<size_t>(count),
-                       nccl_type(type), ncclSum, owner, state_->comm(), state_->stream()),
+                       nccl_type(type), ncclSum, owner, state().comm(), state().stream()),
             "reduce_scatter (reduce)");
       }
-      state_->nccl(ncclGroupEnd(), "group end (reduce_scatter)");
+      state().nccl(ncclGroupEnd(), "group end (reduce_scatter)");
     });
   }
 
   void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const override {
     check_reducible("all_reduce", type);
     if (count == 0) return;
-    state_->check_device_memory(in_out, count, "all_reduce", "data");
+    state().check_device_memory(in_out, count, "all_reduce", "data");
     run("all_reduce", [&] {
-      state_->nccl(ncclAllReduce(in_out, in_out, static_cast<size_t>(count), nccl_type(type),
-                                 nccl_op(op), state_->comm(), state_->stream()),
+      state().nccl(ncclAllReduce(in_out, in_out, static_cast<size_t>(count), nccl_type(type),
+                                 nccl_op(op), state().comm(), state().stream()),
                    "all_reduce");
     });
   }
@@ -368,15 +372,15 @@ class NcclCommunicator final : public CommunicatorImpl {
   void all_to_all(const void* in, void* out, int64_t part, ElementType type) const override {
     if (part == 0) return;
     const int n = size();
-    state_->check_device_memory(in, part * n, "all_to_all", "input");
-    state_->check_device_memory(out, part * n, "all_to_all", "output");
+    state().check_device_memory(in, part * n, "all_to_all", "input");
+    state().check_device_memory(out, part * n, "all_to_all", "output");
     run("all_to_all", [&] {
-      state_->nccl(ncclGroupStart(), "group start (all_to_all)");
+      state().nccl(ncclGroupStart(), "group start (all_to_all)");
       for (int peer = 0; peer < n; ++peer) {
         send_and_receive(at(in, peer * part, type), at(out, peer * part, type), part, part, peer,
                          type);
       }
-      state_->nccl(ncclGroupEnd(), "group end (all_to_all)");
+      state().nccl(ncclGroupEnd(), "group end (all_to_all)");
     });
   }
 
@@ -389,11 +393,11 @@ class NcclCommunicator final : public CommunicatorImpl {
       sent += send_counts[p];
       received += recv_counts[p];
     }
-    state_->check_device_memory(in, sent, "all_to_allv", "input");
-    state_->check_device_memory(out, received, "all_to_allv", "output");
+    state().check_device_memory(in, sent, "all_to_allv", "input");
+    state().check_device_memory(out, received, "all_to_allv", "output");
     if (sent == 0 && received == 0) return;
     run("all_to_allv", [&] {
-      state_->nccl(ncclGroupStart(), "group start (all_to_allv)");
+      state().nccl(ncclGroupStart(), "group start (all_to_allv)");
       int64_t send_begin = 0, recv_begin = 0;
       for (int peer = 0; peer < n; ++peer) {
         send_and_receive(at(in, send_begin, type), at(out, recv_begin, type), send_counts[peer],
@@ -401,16 +405,16 @@ class NcclCommunicator final : public CommunicatorImpl {
         send_begin += send_counts[peer];
         recv_begin += recv_counts[peer];
       }
-      state_->nccl(ncclGroupEnd(), "group end (all_to_allv)");
+      state().nccl(ncclGroupEnd(), "group end (all_to_allv)");
     });
   }
 
   void broadcast(void* data, int64_t count, ElementType type, int root) const override {
     if (count == 0) return;
-    state_->check_device_memory(data, count, "broadcast", "data");
+    state().check_device_memory(data, count, "broadcast", "data");
     run("broadcast", [&] {
-      state_->nccl(ncclBroadcast(data, data, static_cast<size_t>(count), nccl_type(type), root,
-                                 state_->comm(), state_->stream()),
+      state().nccl(ncclBroadcast(data, data, static_cast<size_t>(count), nccl_type(type), root,
+                                 state().comm(), state().stream()),
                    "broadcast");
     });
   }
@@ -420,21 +424,21 @@ class NcclCommunicator final : public CommunicatorImpl {
     const int64_t sending = dest == kNoPeer ? 0 : send_count;
     const int64_t receiving = source == kNoPeer ? 0 : recv_count;
     if (sending == 0 && receiving == 0) return;
-    state_->check_device_memory(send, sending, "send_recv", "send");
-    state_->check_device_memory(recv, receiving, "send_recv", "receive");
+    state().check_device_memory(send, sending, "send_recv", "send");
+    state().check_device_memory(recv, receiving, "send_recv", "receive");
     run("send_recv", [&] {
-      state_->nccl(ncclGroupStart(), "group start (send_recv)");
+      state().nccl(ncclGroupStart(), "group start (send_recv)");
       if (sending > 0) {
-        state_->nccl(ncclSend(send, static_cast<size_t>(sending), nccl_type(type), dest,
-                              state_->comm(), state_->stream()),
+        state().nccl(ncclSend(send, static_cast<size_t>(sending), nccl_type(type), dest,
+                              state().comm(), state().stream()),
                      "send_recv (send)");
       }
       if (receiving > 0) {
-        state_->nccl(ncclRecv(recv, static_cast<size_t>(receiving), nccl_type(type), source,
-                              state_->comm(), state_->stream()),
+        state().nccl(ncclRecv(recv, static_cast<size_t>(receiving), nccl_type(type), source,
+                              state().comm(), state().stream()),
                      "send_recv (receive)");
       }
-      state_->nccl(ncclGroupEnd(), "group end (send_recv)");
+      state().nccl(ncclGroupEnd(), "group end (send_recv)");
     });
   }
 
@@ -457,10 +461,10 @@ class NcclCommunicator final : public CommunicatorImpl {
   // the default stream, the NCCL calls, then the host waits.
   template <typename Enqueue>
   void run(const char* verb, Enqueue&& enqueue) const {
-    state_->issue_pending();
-    state_->follow_default_stream();
+    state().issue_pending();
+    state().follow_default_stream();
     enqueue();
-    state_->wait_for_stream(verb);
+    state().wait_for_stream(verb);
   }
 
   // Inside a group: one pair of the all-to-alls (empty sides skipped on both ends alike, since
@@ -468,13 +472,13 @@ class NcclCommunicator final : public CommunicatorImpl {
   void send_and_receive(const void* send, void* recv, int64_t send_count, int64_t recv_count,
                         int peer, ElementType type) const {
     if (send_count > 0) {
-      state_->nccl(ncclSend(send, static_cast<size_t>(send_count), nccl_type(type), peer,
-                            state_->comm(), state_->stream()),
+      state().nccl(ncclSend(send, static_cast<size_t>(send_count), nccl_type(type), peer,
+                            state().comm(), state().stream()),
                    "all_to_all (send)");
     }
     if (recv_count > 0) {
-      state_->nccl(ncclRecv(recv, static_cast<size_t>(recv_count), nccl_type(type), peer,
-                            state_->comm(), state_->stream()),
+      state().nccl(ncclRecv(recv, static_cast<size_t>(recv_count), nccl_type(type), peer,
+                            state().comm(), state().stream()),
                    "all_to_all (receive)");
     }
   }
@@ -494,35 +498,56 @@ class NcclCommunicator final : public CommunicatorImpl {
 
   std::unique_ptr<RequestImpl> post(bool send, void* data, int64_t count, ElementType type,
                                     int peer) const {
+    state();  // every rank that posts joins a first-use init, an empty or peerless post too
     if (peer == kNoPeer || count == 0) return std::make_unique<NcclRequest>();
-    state_->check_device_memory(data, count, send ? "isend" : "irecv", "data");
+    state().check_device_memory(data, count, send ? "isend" : "irecv", "data");
     auto transfer = std::make_shared<Transfer>();
     transfer->send = send;
     transfer->data = data;
     transfer->count = count;
     transfer->type = type;
     transfer->peer = peer;
-    state_->post(transfer);
-    return std::make_unique<NcclRequest>(state_, std::move(transfer));
+    state().post(transfer);
+    return std::make_unique<NcclRequest>(shared_state(), std::move(transfer));
+  }
+
+  // The NCCL communicator, made by the first verb that moves data rather than here: a mesh makes
+  // one communicator per combination of axes and a run uses a few (issue #32, C6), each NCCL
+  // communicator holding GPU memory and a stream. ncclCommInitRank is collective over the axis;
+  // it is safe in the first verb because every rank of the axis reaches that verb, in the same
+  // order among this process's communicators (collectives by contract; the ring's isend/irecv,
+  // the one point-to-point use, are posted by every rank of the ring in the same step). A rank
+  // that never arrives leaves the others in init's WaitScope, which the watchdog reports. A
+  // failed init is tried again by the next verb.
+  NcclState& state() const { return *shared_state(); }
+  std::shared_ptr<NcclState> shared_state() const {
+    std::call_once(created_, [this] { state_ = make_nccl_state(host_, device_); });
+    return state_;
   }
 
   Communicator host_;  // the axis's MPI communicator: bootstrap, barrier, split, count checks
-  std::shared_ptr<NcclState> state_;
   int device_ = 0;
+  mutable std::once_flag created_;
+  mutable std::shared_ptr<NcclState> state_;
 };
 
 std::shared_ptr<CommunicatorImpl> make_nccl_impl(const Communicator& axis, int device) {
   const CommunicatorImpl* host = axis.impl();
   MAXCTX_CHECK(host != nullptr, "make_nccl_communicator: the axis communicator is empty");
   mpi_comm(axis);  // checks that the axis is MPI-backed: the unique id travels over it
-  const std::string label = host->label();
   int devices = 0;
   check_cuda(cudaGetDeviceCount(&devices), "device count");
   MAXCTX_CHECK(device >= 0 && device < devices,
-               "make_nccl_communicator over {}: GPU {} asked for, this process sees {}", label,
-               device, devices);
+               "make_nccl_communicator over {}: GPU {} asked for, this process sees {}",
+               host->label(), device, devices);
   check_cuda(cudaSetDevice(device), "set device");
+  return std::make_shared<NcclCommunicator>(axis, device);
+}
 
+std::shared_ptr<NcclState> make_nccl_state(const Communicator& axis, int device) {
+  const CommunicatorImpl* host = axis.impl();
+  const std::string label = host->label();
+  check_cuda(cudaSetDevice(device), "set device");
   ncclUniqueId id{};
   if (axis.rank() == 0) check_nccl(ncclGetUniqueId(&id), "get unique id", label);
   axis.broadcast<uint8_t>({reinterpret_cast<uint8_t*>(&id), sizeof(id)}, 0);
@@ -532,8 +557,7 @@ std::shared_ptr<CommunicatorImpl> make_nccl_impl(const Communicator& axis, int d
     const WaitScope waiting("ncclCommInitRank", host);
     check_nccl(ncclCommInitRank(&comm, axis.size(), id, axis.rank()), "ncclCommInitRank", label);
   }
-  auto state = std::make_shared<NcclState>(comm, device, label);
-  return std::make_shared<NcclCommunicator>(axis, std::move(state), device);
+  return std::make_shared<NcclState>(comm, device, label);
 }
 
 }  // namespace

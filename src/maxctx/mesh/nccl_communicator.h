@@ -21,9 +21,11 @@
 
 namespace maxctx {
 
-// Collective over `axis` (an MPI-backed communicator: a mesh group or a split of the world):
-// rank 0 makes the NCCL unique id, the axis broadcasts it, every rank joins on GPU `device`
-// (which it also makes current). The result has the axis's ranks, rank order and label.
+// A communicator over `axis` (an MPI-backed communicator: a mesh group or a split of the world)
+// on GPU `device` (made current here). Its NCCL communicator is made by its first verb that moves
+// data, collectively over the axis (rank 0 makes the NCCL unique id, the axis broadcasts it,
+// every rank joins): a communicator never used costs no NCCL state. The result has the axis's
+// ranks, rank order and label.
 Communicator make_nccl_communicator(const Communicator& axis, int device);
 
 }  // namespace maxctx

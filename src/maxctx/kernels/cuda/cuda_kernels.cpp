@@ -14,6 +14,7 @@
 #include "maxctx/kernels/cuda/gemm.h"
 #include "maxctx/kernels/cuda/int8.h"
 #include "maxctx/kernels/cuda/ops.h"
+#include "maxctx/kernels/cuda/stream.h"
 #include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::kernels::cuda {
@@ -74,6 +75,14 @@ class CudaKernels final : public Kernels {
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
   const Allocator& allocator() const override { return cuda_allocator(); }
+  void synchronize() const override { synchronize_stream(); }
+  Event record_event() const override { return record_stream_event(); }
+  void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const override {
+    copy_from_host_staged(backend_memory, host, bytes);
+  }
+  Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    return copy_to_host_staged(host, backend_memory, bytes);
+  }
 
   void matmul_forward(TensorView out, TensorView in, TensorView weight) const override {
     constexpr const char* kOp = "matmul_forward";
@@ -198,6 +207,7 @@ class CudaKernels final : public Kernels {
                          const int32_t* k_seg, const AttentionParams& p,
                          AttentionStats* stats) const override {
     check_device_attention_views(out, lse, q, k, v, p);
+    check_attention_alignment(q, k, v, p, "attention_forward");
     if (flash_supports(p)) {
       flash_attention_forward(out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p, stats, nullptr);
       return;
@@ -211,6 +221,7 @@ class CudaKernels final : public Kernels {
                           AttentionStats* stats) const override {
     check_device_attention_views(out, lse, q, k, v, p);
     check_device_attention_views(d_out, lse, dq, dk, dv, p);
+    check_attention_alignment(q, k, v, p, "attention_backward");
     if (flash_supports(p)) {
       flash_attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, p,
                                stats, nullptr);

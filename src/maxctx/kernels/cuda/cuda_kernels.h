@@ -1,5 +1,6 @@
 // The cuda backend's op table: kernels/kernels.h implemented on device memory (views with
-// Device::kCuda) by the kernels of this folder and cuBLASLt, all on the legacy default stream.
+// Device::kCuda) by the kernels of this folder and cuBLASLt, all on the legacy default stream
+// (its synchronize, events and staged copies: stream.h).
 // Plain C++, so kernels/backends.cpp can name it under MAXCTX_HAVE_CUDA.
 #pragma once
 

@@ -187,7 +187,7 @@ void flash_attention_backward(TensorView dq, TensorView dk, TensorView dv, Tenso
     const Masks m{q_pos, q_seg, k_pos, k_seg, q_bounds.data(), k_bounds.data()};
     const Scratch delta(sizeof(float) * static_cast<size_t>(p.batch * p.heads_q * p.seq_q), stream);
     flash::launch_row_delta(delta.as<float>(), d_out.raw(), elem_of(d_out), out.raw(), elem_of(out),
-                            g.batch, g.seq_q, g.heads_q, g.dim, stream);
+                            elem_of(q), g.batch, g.seq_q, g.heads_q, g.dim, stream);
     flash::launch_backward(dq.data<float>(), dk.data<float>(), dv.data<float>(), d_out.raw(),
                            elem_of(d_out), lse.data<float>(), delta.as<float>(), q.raw(), k.raw(),
                            v.raw(), elem_of(q), m, g, stream);

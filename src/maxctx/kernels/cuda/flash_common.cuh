@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "maxctx/kernels/cuda/cuda_check.h"
 #include "maxctx/kernels/cuda/flash_launch.h"
 #include "maxctx/kernels/mask.h"
 
@@ -46,6 +47,16 @@ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
 template <typename In>
 __device__ inline float round_operand(float x) {
   return to_float(from_float<In>(x));
+}
+
+// Raises `kernel`'s dynamic shared-memory limit to `bytes`. The limit is an attribute of the
+// kernel, not of a launch: a launcher calls this from a function-local static, once per kernel
+// instantiation and process (one device per process), instead of a driver call on every launch.
+template <typename Kernel>
+bool allow_dynamic_shared_memory(Kernel kernel, size_t bytes) {
+  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(bytes)));
+  return true;
 }
 
 // f(float{}) or f(__nv_bfloat16{}).

@@ -384,12 +384,10 @@ void backward_for_dim(float* dq, float* dk, float* dv, const DOut* d_out, const 
                       const float* delta, const In* q, const In* k, const In* v, const Masks& m,
                       const Shape& g, cudaStream_t stream) {
   constexpr size_t smem = backward_smem_bytes<D>();
-  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(backward_dkdv_kernel<D, In, DOut>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
-  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(backward_dq_kernel<D, In, DOut>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+  static const bool kSharedMemoryAllowed =
+      allow_dynamic_shared_memory(backward_dkdv_kernel<D, In, DOut>, smem) &&
+      allow_dynamic_shared_memory(backward_dq_kernel<D, In, DOut>, smem);
+  (void)kSharedMemoryAllowed;
   backward_dkdv_kernel<D, In, DOut><<<dim3(g.n_kb, g.heads_kv, g.batch), kThreads, smem, stream>>>(
       dk, dv, d_out, lse, delta, q, k, v, m, g);
   MAXCTX_CUDA_LAUNCHED("flash attention backward (dk, dv)");

@@ -234,9 +234,9 @@ template <int D, typename Out>
 void launch_for_dim(Out* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
                     const __nv_bfloat16* v, const Masks& m, const Shape& g, cudaStream_t stream) {
   const size_t smem = 3 * 64 * (D + 8) * sizeof(__nv_bfloat16) + 4 * 64 * sizeof(int32_t);
-  MAXCTX_CUDA_CHECK(cudaFuncSetAttribute(forward_mma_kernel<D, Out>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(smem)));
+  static const bool kSharedMemoryAllowed =
+      allow_dynamic_shared_memory(forward_mma_kernel<D, Out>, smem);
+  (void)kSharedMemoryAllowed;
   const dim3 grid(g.n_qb * g.n_chunks, g.heads_kv, g.batch);
   forward_mma_kernel<D, Out><<<grid, kThreads, smem, stream>>>(out, lse, q, k, v, m, g);
   MAXCTX_CUDA_LAUNCHED("flash attention forward (mma)");

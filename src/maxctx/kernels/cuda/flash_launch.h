@@ -64,9 +64,11 @@ void launch_backward(float* dq, float* dk, float* dv, const void* d_out, Elem d_
 // bounds[b * ceil(rows / block) + blk] of (batch, rows) positions/segments.
 void launch_block_bounds(BlockBounds* bounds, const int32_t* pos, const int32_t* seg, int batch,
                          int rows, int block, void* stream);
-// delta (B, Hq, Sq) = Σ_d d_out·out per query row.
+// delta (B, Hq, Sq) = Σ_d d_out·out per query row, d_out rounded as an operand of in_type (the
+// q, k, v dtype: bf16 rounds it, kernels.h's precision contract).
 void launch_row_delta(float* delta, const void* d_out, Elem d_out_type, const void* out,
-                      Elem out_type, int batch, int seq_q, int heads_q, int dim, void* stream);
+                      Elem out_type, Elem in_type, int batch, int seq_q, int heads_q, int dim,
+                      void* stream);
 void* scratch_alloc(size_t bytes, void* stream);  // stream-ordered; never null
 void scratch_free(void* data, void* stream);
 // Waits for the stream, then copies count bounds to the host.

@@ -20,8 +20,10 @@ __global__ void block_bounds_kernel(BlockBounds* bounds, const int32_t* pos, con
 }
 
 // One warp per query row (B·Sq·Hq rows of out's layout), lanes over d, then a fixed shuffle tree:
-// the same bits every run.
-template <typename DOut, typename Out>
+// the same bits every run. d_out is rounded as the products use it (round_operand<In>: to bf16
+// when q, k, v are bf16), as the cpu and the device reference do: delta = Σ dO·O must be the
+// rowsum of the dO the backward's products see, or dS = P·(dO·vᵀ − delta) does not cancel.
+template <typename In, typename DOut, typename Out>
 __global__ void row_delta_kernel(float* delta, const DOut* d_out, const Out* out, int batch,
                                  int seq_q, int heads_q, int dim) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -29,7 +31,8 @@ __global__ void row_delta_kernel(float* delta, const DOut* d_out, const Out* out
   if (row >= static_cast<int64_t>(batch) * seq_q * heads_q) return;  // whole warps leave
   float sum = 0.0f;
   for (int d = lane; d < dim; d += 32) {
-    sum = fmaf(to_float(d_out[row * dim + d]), to_float(out[row * dim + d]), sum);
+    sum =
+        fmaf(round_operand<In>(to_float(d_out[row * dim + d])), to_float(out[row * dim + d]), sum);
   }
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane != 0) return;
@@ -52,19 +55,23 @@ void launch_block_bounds(BlockBounds* bounds, const int32_t* pos, const int32_t*
 }
 
 void launch_row_delta(float* delta, const void* d_out, Elem d_out_type, const void* out,
-                      Elem out_type, int batch, int seq_q, int heads_q, int dim, void* stream) {
+                      Elem out_type, Elem in_type, int batch, int seq_q, int heads_q, int dim,
+                      void* stream) {
   const int64_t rows = static_cast<int64_t>(batch) * seq_q * heads_q;
   if (rows == 0) return;
   constexpr int kThreads = 256;  // 8 rows per block
   const auto blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
-  with_elem(d_out_type, [&](auto d_out_elem) {
-    using DOut = decltype(d_out_elem);
-    with_elem(out_type, [&](auto out_elem) {
-      using Out = decltype(out_elem);
-      row_delta_kernel<DOut, Out><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-          delta, static_cast<const DOut*>(d_out), static_cast<const Out*>(out), batch, seq_q,
-          heads_q, dim);
-      MAXCTX_CUDA_LAUNCHED("flash attention backward delta");
+  with_elem(in_type, [&](auto in_elem) {
+    using In = decltype(in_elem);
+    with_elem(d_out_type, [&](auto d_out_elem) {
+      using DOut = decltype(d_out_elem);
+      with_elem(out_type, [&](auto out_elem) {
+        using Out = decltype(out_elem);
+        row_delta_kernel<In, DOut, Out><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+            delta, static_cast<const DOut*>(d_out), static_cast<const Out*>(out), batch, seq_q,
+            heads_q, dim);
+        MAXCTX_CUDA_LAUNCHED("flash attention backward delta");
+      });
     });
   });
 }

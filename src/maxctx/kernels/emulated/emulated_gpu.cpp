@@ -8,6 +8,8 @@
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cpu/cpu_kernels.h"
 #include "maxctx/kernels/emulated/emulated_memory.h"
+#include "maxctx/kernels/emulated/late_downloads.h"
+#include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::kernels::emulated {
 namespace {
@@ -31,151 +33,62 @@ struct OnHost {
   }
 };
 
-// The body of every op: the cpu backend's same op on the undisguised arguments.
-#define MAXCTX_EMULATED_OP(op, ...)                                        \
-  return [this](const OnHost& on_host, auto&&... args) -> decltype(auto) { \
-    return cpu_.op(on_host(std::forward<decltype(args)>(args))...);        \
-  }(OnHost{#op}, __VA_ARGS__)
-
-class EmulatedGpuKernels final : public Kernels {
+// Every op of the op list as the cpu backend's same op on the undisguised arguments. The int8
+// packs are the backend's own host structures (kernels/types.h), as on the cpu.
+class OnCpuKernels : public Kernels {
  public:
   const char* name() const override { return "emulated-gpu"; }
   Device device() const override { return Device::kCuda; }
   const Allocator& allocator() const override { return allocator_; }
 
-  void matmul_forward(TensorView out, TensorView in, TensorView weight) const override {
-    MAXCTX_EMULATED_OP(matmul_forward, out, in, weight);
+#define MAXCTX_KERNEL_OP(result, op, params, args)                  \
+  result op params const override {                                 \
+    const OnHost on_host{#op};                                      \
+    return [&](auto&&... arg) -> result {                           \
+      return cpu_.op(on_host(std::forward<decltype(arg)>(arg))...); \
+    } args;                                                         \
   }
-  void matmul_backward(TensorView d_in, TensorView d_weight, TensorView d_out, TensorView in,
-                       TensorView weight) const override {
-    MAXCTX_EMULATED_OP(matmul_backward, d_in, d_weight, d_out, in, weight);
-  }
-  void matmul_backward_accumulate_input(TensorView d_in, TensorView d_weight, TensorView d_out,
-                                        TensorView in, TensorView weight) const override {
-    MAXCTX_EMULATED_OP(matmul_backward_accumulate_input, d_in, d_weight, d_out, in, weight);
-  }
-  void embedding_forward(TensorView out, const int32_t* tokens, TensorView table) const override {
-    MAXCTX_EMULATED_OP(embedding_forward, out, tokens, table);
-  }
-  void embedding_backward(TensorView d_table, TensorView d_out,
-                          const int32_t* tokens) const override {
-    MAXCTX_EMULATED_OP(embedding_backward, d_table, d_out, tokens);
-  }
-  void rmsnorm_forward(TensorView out, TensorView rstd, TensorView in, TensorView weight,
-                       float eps) const override {
-    MAXCTX_EMULATED_OP(rmsnorm_forward, out, rstd, in, weight, eps);
-  }
-  void rmsnorm_backward(TensorView d_in, TensorView d_weight, TensorView d_out, TensorView in,
-                        TensorView weight, TensorView rstd) const override {
-    MAXCTX_EMULATED_OP(rmsnorm_backward, d_in, d_weight, d_out, in, weight, rstd);
-  }
-  void rope_cos_sin(TensorView cos, TensorView sin, const int32_t* positions,
-                    const RopeParams& params) const override {
-    MAXCTX_EMULATED_OP(rope_cos_sin, cos, sin, positions, params);
-  }
-  void rope_forward(TensorView out, TensorView in, TensorView cos, TensorView sin) const override {
-    MAXCTX_EMULATED_OP(rope_forward, out, in, cos, sin);
-  }
-  void rope_backward(TensorView d_in, TensorView d_out, TensorView cos,
-                     TensorView sin) const override {
-    MAXCTX_EMULATED_OP(rope_backward, d_in, d_out, cos, sin);
-  }
-  void swiglu_forward(TensorView out, TensorView gate, TensorView up) const override {
-    MAXCTX_EMULATED_OP(swiglu_forward, out, gate, up);
-  }
-  void swiglu_backward(TensorView d_gate, TensorView d_up, TensorView d_out, TensorView gate,
-                       TensorView up) const override {
-    MAXCTX_EMULATED_OP(swiglu_backward, d_gate, d_up, d_out, gate, up);
-  }
-  void cross_entropy_forward(TensorView loss, TensorView lse, TensorView logits,
-                             const int32_t* targets, TensorView weights) const override {
-    MAXCTX_EMULATED_OP(cross_entropy_forward, loss, lse, logits, targets, weights);
-  }
-  void cross_entropy_backward(TensorView d_logits, TensorView logits, TensorView lse,
-                              const int32_t* targets, TensorView weights,
-                              float d_loss) const override {
-    MAXCTX_EMULATED_OP(cross_entropy_backward, d_logits, logits, lse, targets, weights, d_loss);
-  }
-  void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
-                         const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
-                         const int32_t* k_seg, const AttentionParams& params,
-                         AttentionStats* stats) const override {
-    MAXCTX_EMULATED_OP(attention_forward, out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, params,
-                       stats);
-  }
-  void attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
-                          TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
-                          const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
-                          const int32_t* k_seg, const AttentionParams& params,
-                          AttentionStats* stats) const override {
-    MAXCTX_EMULATED_OP(attention_backward, dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg,
-                       k_pos, k_seg, params, stats);
-  }
-  void attention_merge(TensorView out, TensorView lse, TensorView out_a, TensorView lse_a,
-                       TensorView out_b, TensorView lse_b, int64_t batch, int64_t seq_q,
-                       int64_t heads_q, int64_t head_dim) const override {
-    MAXCTX_EMULATED_OP(attention_merge, out, lse, out_a, lse_a, out_b, lse_b, batch, seq_q, heads_q,
-                       head_dim);
-  }
-  void single_query_attention(TensorView out, TensorView lse, TensorView q, TensorView k,
-                              TensorView v, const int32_t* q_pos, const int32_t* q_seg,
-                              const int32_t* k_pos, const int32_t* k_seg,
-                              const AttentionParams& params) const override {
-    MAXCTX_EMULATED_OP(single_query_attention, out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg,
-                       params);
-  }
-  void single_query_attention_int8(TensorView out, TensorView lse, TensorView q, TensorView k_codes,
-                                   TensorView k_scale, TensorView v_codes, TensorView v_scale,
-                                   const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
-                                   const int32_t* k_seg,
-                                   const AttentionParams& params) const override {
-    MAXCTX_EMULATED_OP(single_query_attention_int8, out, lse, q, k_codes, k_scale, v_codes, v_scale,
-                       q_pos, q_seg, k_pos, k_seg, params);
-  }
-  // The int8 packs are the backend's own host structures (kernels/types.h), as on the cpu.
-  Int8Weights int8_pack_weights(TensorView weight) const override {
-    MAXCTX_EMULATED_OP(int8_pack_weights, weight);
-  }
-  Int8Weights int8_pack_codes(TensorView codes, TensorView scale) const override {
-    MAXCTX_EMULATED_OP(int8_pack_codes, codes, scale);
-  }
-  void int8_quantize_rows(Int8Rows& rows, TensorView in) const override {
-    MAXCTX_EMULATED_OP(int8_quantize_rows, rows, in);
-  }
-  void int8_matmul_forward(TensorView out, const Int8Rows& rows,
-                           const Int8Weights& weight) const override {
-    MAXCTX_EMULATED_OP(int8_matmul_forward, out, rows, weight);
-  }
-  void quantize_rows_int8(TensorView codes, TensorView scale, TensorView x,
-                          float levels) const override {
-    MAXCTX_EMULATED_OP(quantize_rows_int8, codes, scale, x, levels);
-  }
-  void dequantize_rows_int8(TensorView x, TensorView codes, TensorView scale) const override {
-    MAXCTX_EMULATED_OP(dequantize_rows_int8, x, codes, scale);
-  }
-  void add(TensorView out, TensorView a, TensorView b) const override {
-    MAXCTX_EMULATED_OP(add, out, a, b);
-  }
-  void add_inplace(TensorView acc, TensorView x) const override {
-    MAXCTX_EMULATED_OP(add_inplace, acc, x);
-  }
-  void scale(TensorView out, TensorView in, float alpha) const override {
-    MAXCTX_EMULATED_OP(scale, out, in, alpha);
-  }
-  void fill_zero(TensorView x) const override { MAXCTX_EMULATED_OP(fill_zero, x); }
-  double sum_of_squares(TensorView x) const override { MAXCTX_EMULATED_OP(sum_of_squares, x); }
-  void copy(TensorView dst, TensorView src) const override { MAXCTX_EMULATED_OP(copy, dst, src); }
-  void adamw_update(TensorView params, TensorView grads, TensorView mu, TensorView nu,
-                    const AdamWStep& step) const override {
-    MAXCTX_EMULATED_OP(adamw_update, params, grads, mu, nu, step);
-  }
+#include "maxctx/kernels/kernel_ops.inc"
+#undef MAXCTX_KERNEL_OP
 
  private:
   const Kernels& cpu_ = cpu::cpu_kernels();
   const Allocator& allocator_ = emulated_allocator();
 };
 
-#undef MAXCTX_EMULATED_OP
+// What a GPU refuses and the cpu does not is refused here too (the checks of view_checks.h that
+// the cuda backend makes before a launch), so that such a call fails in CI as well.
+class EmulatedGpuKernels final : public OnCpuKernels {
+ public:
+  // Downloads arrive as late as on a GPU (late_downloads.h); everything else has finished when
+  // its call returns, uploads included.
+  void synchronize() const override { downloads_.deliver_all(); }
+  Event record_event() const override { return downloads_.mark(); }
+  Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    MAXCTX_CHECK(!is_disguised(host), "emulated GPU: copy_to_host_async into device memory");
+    return downloads_.download(host, host_address(backend_memory, "copy_to_host_async"), bytes);
+  }
+
+  void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
+                         const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                         const int32_t* k_seg, const AttentionParams& params,
+                         AttentionStats* stats) const override {
+    check_attention_alignment(q, k, v, params, "attention_forward");
+    OnCpuKernels::attention_forward(out, lse, q, k, v, q_pos, q_seg, k_pos, k_seg, params, stats);
+  }
+  void attention_backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
+                          TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
+                          const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
+                          const int32_t* k_seg, const AttentionParams& params,
+                          AttentionStats* stats) const override {
+    check_attention_alignment(q, k, v, params, "attention_backward");
+    OnCpuKernels::attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, q_pos, q_seg, k_pos,
+                                     k_seg, params, stats);
+  }
+
+ private:
+  mutable LateDownloads downloads_;
+};
 
 }  // namespace
 

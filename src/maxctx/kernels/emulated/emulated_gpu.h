@@ -9,9 +9,11 @@
 // a maxctx::Error naming the op, not a silent success.
 //
 // Its allocator (emulated_memory.h) counts committed bytes as a GPU's would, and faults on a
-// touch of decommitted memory. What it is not: a GPU model. There are no streams, no asynchrony
-// and no memory limit; it checks placement and residency, not timing. Selected for tests only:
-// hardware=gpu with MAXCTX_EMULATE_GPU=1 in the environment (cli/hardware.h reads it, once).
+// touch of decommitted memory. What it is not: a GPU model. There are no streams and no memory
+// limit; it checks placement and residency, not timing. The one asynchrony it keeps is the
+// contract's: an asynchronous download reaches host memory only at the synchronize that
+// guarantees it (late_downloads.h). Selected for tests only: hardware=gpu with
+// MAXCTX_EMULATE_GPU=1 in the environment (cli/hardware.h reads it, once).
 #pragma once
 
 #include <cstdint>
