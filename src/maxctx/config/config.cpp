@@ -15,6 +15,7 @@
 #include "maxctx/config/size_limits.h"
 #include "maxctx/config/values.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
 
 namespace maxctx {
 namespace {
@@ -82,6 +83,7 @@ struct Setting {
   std::string key;
   YAML::Node value;
   std::string where;
+  std::string text;  // the value as written on the command line (empty from a file)
 };
 
 // fs::exists without its exception: a name the system cannot look up (longer than a file name
@@ -151,7 +153,7 @@ void collect_yaml_chain(const fs::path& path, std::vector<fs::path>& visiting,
     const std::string key = entry.first.Scalar();
     if (key == "base_config") continue;
     require_known_key(key, where);
-    settings.push_back({key, entry.second, where});
+    settings.push_back({key, entry.second, where, {}});
   }
   sources.push_back(path.string());
 }
@@ -260,6 +262,12 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   d.num_kv_heads = scaled_size(c.base_num_kv_heads, head_scale, limits::kMaxHeads, "num_kv_heads",
                                "base_num_kv_heads");
   d.mlp_dim = scaled_size(c.base_mlp_dim, head_scale, limits::kMaxWidth, "mlp_dim", "base_mlp_dim");
+  // MaxText's rule for a model whose every layer is an MoE layer (all of maxctx's): the experts'
+  // width base_moe_mlp_dim, when given, is base_mlp_dim.
+  require(c.num_experts <= 1 || c.base_moe_mlp_dim == -1 || c.base_moe_mlp_dim == c.base_mlp_dim,
+          fmt::format("base_moe_mlp_dim = {} must equal base_mlp_dim = {} when num_experts > 1 "
+                      "(every layer is an MoE layer; MaxText's rule), or be -1",
+                      c.base_moe_mlp_dim, c.base_mlp_dim));
   d.num_decoder_layers = scaled_size(c.base_num_decoder_layers, base_scale, limits::kMaxLayers,
                                      "num_decoder_layers", "base_num_decoder_layers");
   at_most(c.head_dim, limits::kMaxHeadDim, "head_dim");
@@ -509,13 +517,23 @@ Config load_config(const std::string& config_path, const std::vector<std::string
     const std::string key = argument.substr(0, equals);
     const std::string where = "on the command line";
     require_known_key(key, where);
+    const std::string text = argument.substr(equals + 1);
+    // MaxText's rule: a key given twice takes the later value (its seed lines repeat
+    // profiler=xplane); a note when the values differ, so the first is not lost silently.
     if (!set_on_command_line.insert(key).second) {
-      fail("config key '{}' is given twice on the command line", key);
+      const auto earlier = std::find_if(command_line.begin(), command_line.end(),
+                                        [&](const Setting& s) { return s.key == key; });
+      if (earlier->text != text) {
+        log::info(
+            "note: config key '{}' is given twice on the command line; the later value '{}' "
+            "is used, not '{}'",
+            key, text, earlier->text);
+      }
+      command_line.erase(earlier);
     }
-    command_line.push_back({key,
-                            node_from_text(*find_key(key), argument.substr(equals + 1),
-                                           fmt::format("{} ({})", where, argument)),
-                            where});
+    command_line.push_back(
+        {key, node_from_text(*find_key(key), text, fmt::format("{} ({})", where, argument)), where,
+         text});
   }
   std::vector<Setting> environment;
   for (const KeyInfo& info : all_keys()) {
@@ -529,7 +547,7 @@ Config load_config(const std::string& config_path, const std::vector<std::string
            variable);
     }
     const std::string where = fmt::format("in ${}", variable);
-    environment.push_back({info.name, node_from_text(info, value, where), where});
+    environment.push_back({info.name, node_from_text(info, value, where), where, value});
   }
 
   Config config;

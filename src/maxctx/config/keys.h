@@ -32,6 +32,9 @@ using StringList = std::vector<std::string>;
   X(int64_t, base_num_query_heads, 16, "", "Query heads")                                       \
   X(int64_t, base_num_kv_heads, 16, "", "Key/value heads (GQA when fewer than query heads)")    \
   X(int64_t, base_mlp_dim, 7168, "", "SwiGLU hidden width")                                     \
+  X(int64_t, base_moe_mlp_dim, -1, "",                                                          \
+    "An expert's SwiGLU width when num_experts > 1 (MaxText's presets set it); every maxctx "   \
+    "MoE layer is an MoE layer, so it must equal base_mlp_dim (MaxText's rule); -1: unset")    \
   X(int64_t, base_num_decoder_layers, 16, "", "Decoder layers")                                 \
   X(int64_t, head_dim, 128, "", "Width of one attention head")                                  \
   X(int64_t, vocab_size, 32000, "", "Vocabulary size")                                          \
@@ -82,6 +85,9 @@ using StringList = std::vector<std::string>;
   X(bool, scan_layers, true, "",                                                                \
     "MaxText: jax.lax.scan over the layers (one compiled layer); no effect here, the layers "   \
     "always run as a loop over one layer function")                                             \
+  X(bool, enable_dropout, true, "",                                                             \
+    "MaxText's dropout switch (its presets set false); accepted, no effect: maxctx has no "     \
+    "dropout, as MaxText's default dropout_rate 0 has none")                                    \
   X(std::string, attention_type, "global", "global|local_sliding",                              \
     "global: causal; local_sliding: causal within sliding_window_size")                         \
   X(std::string, dtype, "float32", "float32|bfloat16",                                          \
