@@ -187,7 +187,9 @@ TextCorpus text_corpus_from(const Config& c, bool eval) {
   corpus.format = c.hf_path;
   corpus.files = expand_data_files(key, spec);
   corpus.column = columns.empty() ? "text" : columns.front();
-  corpus.tokenizer_path = c.tokenizer_path;
+  // Resolved here, so that the cache key names the file read (MaxText's assets/<name>).
+  corpus.tokenizer_path =
+      c.tokenizer_path.empty() ? "" : tokenizer::resolve_tokenizer_path(c.tokenizer_path);
   corpus.add_bos = c.add_bos;
   corpus.add_eos = c.add_eos;
   return corpus;
