@@ -212,11 +212,18 @@ TEST(Config, BadValuesSayWhatIsAllowed) {
 // stays an error (InheritanceErrors).
 TEST(Config, ACommandLineKeyGivenTwiceTakesTheLaterValue) {
   ::testing::internal::CaptureStdout();
-  const Config c =
-      load_config(kBase, {"steps=1", "profiler=xplane", "steps=2", "profiler=xplane"}, 1);
+  // Every other key keeps its own value (the first version shifted YAML nodes over each other
+  // and gave model_name run_name's value).
+  const Config c = load_config(kBase,
+                               {"steps=1", "profiler=xplane", "model_name=maxctx-tiny",
+                                "run_name=abc", "steps=2", "log_period=7", "profiler=xplane"},
+                               1);
   const std::string printed = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(c.steps, 2);
   EXPECT_EQ(c.profiler, "xplane");
+  EXPECT_EQ(c.model_name, "maxctx-tiny");
+  EXPECT_EQ(c.run_name, "abc");
+  EXPECT_EQ(c.log_period, 7);
   EXPECT_NE(printed.find("note: config key 'steps' is given twice on the command line; the later "
                          "value '2' is used, not '1'"),
             std::string::npos)

@@ -83,7 +83,6 @@ struct Setting {
   std::string key;
   YAML::Node value;
   std::string where;
-  std::string text;  // the value as written on the command line (empty from a file)
 };
 
 // fs::exists without its exception: a name the system cannot look up (longer than a file name
@@ -153,7 +152,7 @@ void collect_yaml_chain(const fs::path& path, std::vector<fs::path>& visiting,
     const std::string key = entry.first.Scalar();
     if (key == "base_config") continue;
     require_known_key(key, where);
-    settings.push_back({key, entry.second, where, {}});
+    settings.push_back({key, entry.second, where});
   }
   sources.push_back(path.string());
 }
@@ -506,8 +505,12 @@ std::string closest_key(std::string_view name) {
 
 Config load_config(const std::string& config_path, const std::vector<std::string>& overrides,
                    int64_t num_devices) {
-  // Command-line settings first, so that a typo fails before any file is read.
-  std::vector<Setting> command_line;
+  // Command-line settings first, so that a typo fails before any file is read. MaxText's rule:
+  // a key given twice takes the later value (its seed lines repeat profiler=xplane), with a note
+  // when the values differ so that the first is not lost silently. The arguments are resolved
+  // as text before any YAML node is made (a YAML::Node assigned over another rewrites the node
+  // both share).
+  std::vector<std::pair<std::string, std::string>> given;  // key, argument
   std::set<std::string> set_on_command_line;
   for (const std::string& argument : overrides) {
     const size_t equals = argument.find('=');
@@ -515,25 +518,29 @@ Config load_config(const std::string& config_path, const std::vector<std::string
       fail("argument '{}' is not key=value", argument);
     }
     const std::string key = argument.substr(0, equals);
-    const std::string where = "on the command line";
-    require_known_key(key, where);
-    const std::string text = argument.substr(equals + 1);
-    // MaxText's rule: a key given twice takes the later value (its seed lines repeat
-    // profiler=xplane); a note when the values differ, so the first is not lost silently.
-    if (!set_on_command_line.insert(key).second) {
-      const auto earlier = std::find_if(command_line.begin(), command_line.end(),
-                                        [&](const Setting& s) { return s.key == key; });
-      if (earlier->text != text) {
-        log::info(
-            "note: config key '{}' is given twice on the command line; the later value '{}' "
-            "is used, not '{}'",
-            key, text, earlier->text);
-      }
-      command_line.erase(earlier);
+    require_known_key(key, "on the command line");
+    if (set_on_command_line.insert(key).second) {
+      given.emplace_back(key, argument);
+      continue;
     }
-    command_line.push_back(
-        {key, node_from_text(*find_key(key), text, fmt::format("{} ({})", where, argument)), where,
-         text});
+    auto& earlier = std::find_if(given.begin(), given.end(), [&](const auto& g) {
+                      return g.first == key;
+                    })->second;
+    if (earlier != argument) {
+      log::info(
+          "note: config key '{}' is given twice on the command line; the later value '{}' is "
+          "used, not '{}'",
+          key, argument.substr(equals + 1), earlier.substr(equals + 1));
+    }
+    earlier = argument;
+  }
+  std::vector<Setting> command_line;
+  for (const auto& [key, argument] : given) {
+    const std::string where = "on the command line";
+    command_line.push_back({key,
+                            node_from_text(*find_key(key), argument.substr(key.size() + 1),
+                                           fmt::format("{} ({})", where, argument)),
+                            where});
   }
   std::vector<Setting> environment;
   for (const KeyInfo& info : all_keys()) {
@@ -547,7 +554,7 @@ Config load_config(const std::string& config_path, const std::vector<std::string
            variable);
     }
     const std::string where = fmt::format("in ${}", variable);
-    environment.push_back({info.name, node_from_text(info, value, where), where, value});
+    environment.push_back({info.name, node_from_text(info, value, where), where});
   }
 
   Config config;
