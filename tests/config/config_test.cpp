@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -247,6 +248,45 @@ TEST(Config, BaseMoeMlpDimFollowsMaxTextsRule) {
             std::string::npos);
   EXPECT_EQ(load_config(kBase, {"base_moe_mlp_dim=64"}, 1).derived.mlp_dim, 7168);
   EXPECT_EQ(load_config(kBase, {"model_name=mixtral-8x7b"}, 1).base_moe_mlp_dim, 14336);
+}
+
+// Every key of MaxText's own Llama 2/3, Mistral and Mixtral presets (maxtext 0.2.5's
+// configs/models/, fetched by tools/reference/fetch_assets.sh; skipped without them) loads, each
+// preset over maxctx's base.yml: logical_axis_rules, enable_dropout and base_moe_mlp_dim included.
+TEST(Config, MaxTextsLlamaMistralMixtralPresetsLoad) {
+  const char* env = std::getenv("MAXCTX_ASSETS");
+  const char* home = std::getenv("HOME");
+  const fs::path presets = (env != nullptr    ? fs::path(env)
+                            : home != nullptr ? fs::path(home) / ".cache/maxctx/assets"
+                                              : fs::path("/nonexistent")) /
+                           "configs/models";
+  if (!fs::exists(presets / "mixtral-8x7b.yml")) {
+    GTEST_SKIP() << presets << " holds no MaxText presets (tools/reference/fetch_assets.sh)";
+  }
+  TempDir dir;
+  int loaded = 0;
+  for (const auto& entry : fs::directory_iterator(presets)) {
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string path =
+        dir.write(entry.path().filename().string(), "base_config: " + kBase + "\n" + text);
+    EXPECT_EQ(load_error(path, {}), "") << entry.path();
+    ++loaded;
+  }
+  EXPECT_EQ(loaded, 13);
+  // The sharding rules are read and checked, not ignored.
+  TempDir rules;
+  const Config c = load_config(
+      rules.write("rules.yml", "base_config: " + kBase +
+                                   "\nlogical_axis_rules: [['norm', 'fsdp'], [embed, [fsdp, "
+                                   "tensor]], [heads, null]]\n"),
+      {}, 1);
+  EXPECT_EQ(format_value(c, "logical_axis_rules"),
+            "[[norm, [fsdp]], [embed, [fsdp, tensor]], [heads, []]]");
+  EXPECT_NE(load_error(kBase, {"logical_axis_rules=[[norm]]"}).find("[logical axis, mesh axes]"),
+            std::string::npos);
+  EXPECT_EQ(load_config(kBase, {"logical_axis_rules=[[norm, fsdp]]"}, 1).logical_axis_rules.size(),
+            1u);
 }
 
 TEST(Config, MaxTextTpuKeysAreAcceptedAndChecked) {

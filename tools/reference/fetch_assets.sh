@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Fetches the tokenizer files other projects ship into a cache outside the repository (they are
 # never committed): the `maxtext` wheel's assets/tokenizers/ (SentencePiece mistral-v1,
-# mistral-v3, llama2, gemma, gemma3; Qwen3's tokenizer.json; the Llama 3 tiktoken file).
+# mistral-v3, llama2, gemma, gemma3; Qwen3's tokenizer.json; the Llama 3 tiktoken file), and its
+# Llama 2/3, Mistral and Mixtral model presets (configs/models/).
 #
 #   tools/reference/fetch_assets.sh [dir]     # dir: $MAXCTX_ASSETS, else ~/.cache/maxctx/assets
 #
-# Afterwards <dir>/tokenizers/<name> holds each file: the tokenizer conformance test reads them
-# (it skips, saying why, while they are absent), and `tokenizer_path=assets/<name>` (MaxText's
-# relative asset names) resolves there. Needs pip (any Python 3) and PyPI; idempotent.
+# Afterwards <dir>/tokenizers/<name> holds each tokenizer and <dir>/configs/models/ the presets:
+# tokenizer_test's conformance and config_test read them (skipping, saying why, while they are
+# absent), and `tokenizer_path=assets/<name>` (MaxText's relative asset names) resolves there. Needs pip (any Python 3) and PyPI; idempotent.
 set -euo pipefail
 dir=${1:-${MAXCTX_ASSETS:-$HOME/.cache/maxctx/assets}}
 maxtext_version=0.2.5
+stamp=.maxtext-$maxtext_version-2
 python=${PYTHON:-python3}
 
-if [[ -f "$dir/tokenizers/.maxtext-$maxtext_version" ]]; then
-  echo "fetch_assets: $dir/tokenizers is already maxtext $maxtext_version's"
+if [[ -f "$dir/$stamp" ]]; then
+  echo "fetch_assets: $dir already holds maxtext $maxtext_version's files"
   exit 0
 fi
 work=$(mktemp -d)
@@ -24,14 +26,24 @@ wheel=$(ls "$work"/maxtext-"$maxtext_version"-*.whl)
 "$python" - "$wheel" "$dir/tokenizers" <<'PY'
 import os, sys, zipfile
 wheel, out = sys.argv[1:]
-prefix = "maxtext/assets/tokenizers/"
+# The tokenizers, and MaxText's Llama, Mistral and Mixtral model presets (config_test loads them).
+copies = {"maxtext/assets/tokenizers/": out,
+          "maxtext/configs/models/": os.path.join(os.path.dirname(out), "configs", "models")}
+models = ("llama2", "llama3", "mistral", "mixtral")
+count = 0
 with zipfile.ZipFile(wheel) as z:
-    names = [n for n in z.namelist() if n.startswith(prefix) and not n.endswith("/")]
-    for name in names:
-        target = os.path.join(out, name[len(prefix):])
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        with z.open(name) as src, open(target, "wb") as dst:
-            dst.write(src.read())
-print(f"fetch_assets: {len(names)} files from {os.path.basename(wheel)} into {out}")
+    for name in z.namelist():
+        for prefix, target_dir in copies.items():
+            rest = name[len(prefix):]
+            if not name.startswith(prefix) or name.endswith("/"):
+                continue
+            if "configs" in prefix and not rest.startswith(models):
+                continue
+            target = os.path.join(target_dir, rest)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with z.open(name) as src, open(target, "wb") as dst:
+                dst.write(src.read())
+            count += 1
+print(f"fetch_assets: {count} files from {os.path.basename(wheel)} into {os.path.dirname(out)}")
 PY
-touch "$dir/tokenizers/.maxtext-$maxtext_version"
+touch "$dir/$stamp"

@@ -30,6 +30,7 @@ constexpr KeyType key_type_of() {
   if constexpr (std::is_same_v<T, std::string>) return KeyType::kString;
   if constexpr (std::is_same_v<T, IntList>) return KeyType::kIntList;
   if constexpr (std::is_same_v<T, StringList>) return KeyType::kStringList;
+  if constexpr (std::is_same_v<T, AxisRules>) return KeyType::kAxisRules;
 }
 
 const KeyInfo* find_key(std::string_view name) {
@@ -459,6 +460,8 @@ std::string_view key_type_name(KeyType type) {
       return "int list";
     case KeyType::kStringList:
       return "string list";
+    case KeyType::kAxisRules:
+      return "axis rules";
   }
   return "?";
 }

@@ -11,12 +11,16 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace maxctx {
 
 using IntList = std::vector<int64_t>;
 using StringList = std::vector<std::string>;
+// MaxText's logical_axis_rules: each logical tensor axis with the mesh axes it shards over
+// ([[norm, fsdp], [embed, [fsdp, tensor]], [heads, null]]).
+using AxisRules = std::vector<std::pair<std::string, StringList>>;
 
 }  // namespace maxctx
 
@@ -85,6 +89,10 @@ using StringList = std::vector<std::string>;
   X(bool, scan_layers, true, "",                                                                \
     "MaxText: jax.lax.scan over the layers (one compiled layer); no effect here, the layers "   \
     "always run as a loop over one layer function")                                             \
+  X(AxisRules, logical_axis_rules, (AxisRules{}), "",                                            \
+    "MaxText's logical-to-mesh sharding rules (its Llama 2 presets set [[norm, fsdp]]); "       \
+    "checked as a list of [logical axis, mesh axes or null] pairs, no effect: parallel/ decides " \
+    "every tensor's sharding")                                                                  \
   X(bool, enable_dropout, true, "",                                                             \
     "MaxText's dropout switch (its presets set false); accepted, no effect: maxctx has no "     \
     "dropout, as MaxText's default dropout_rate 0 has none")                                    \
