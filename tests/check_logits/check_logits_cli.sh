@@ -50,6 +50,16 @@ for np in 1 2; do
   grep -E "^(Max|prompt)" "$work/bf16_np$np.log" | sed "s/^/bf16 np $np: /"
 done
 
+# bf16 without max_kl_div: MaxText's bf16 bound (0.015) instead of the fp32 default, said once;
+# a given max_kl_div is kept.
+check_bf16 dtype=bfloat16 > "$work/bf16_default.log" 2>&1 ||
+  { echo "FAIL: dtype=bfloat16 with default tolerances"; tail -20 "$work/bf16_default.log"; exit 1; }
+grep -q "check-logits: bfloat16, so max_kl_div = 0.015 (MaxText's bf16 bound" "$work/bf16_default.log"
+grep -q "(max_kl_div 0.015)" "$work/bf16_default.log"
+check_bf16 dtype=bfloat16 max_kl_div=1e-4 > "$work/bf16_given.log" 2>&1
+grep -q "(max_kl_div 0.0001)" "$work/bf16_given.log"
+! grep -q "so max_kl_div = 0.015" "$work/bf16_given.log"
+
 # Row 0's first logit of prompt 0 set to 9: far outside atol.
 sed -E '1s/"logits": \[\[[^,]*,/"logits": [[9.0,/' "$fixture/golden_logits.jsonl" > "$work/perturbed.jsonl"
 if check 2 "$work/perturbed.jsonl" > "$work/perturbed.log" 2>&1; then
