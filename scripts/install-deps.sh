@@ -11,7 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libopenblas-openmp-dev
   libhwy-dev libfmt-dev nlohmann-json3-dev libcli11-dev libyaml-cpp-dev
-  libsentencepiece-dev sentencepiece
+  libsentencepiece-dev sentencepiece libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev protobuf-compiler libprotobuf-dev
   # The fuzz preset (make fuzz): clang, libFuzzer (libclang_rt.fuzzer), OpenMP for clang.

@@ -21,6 +21,7 @@ int run_trace_summary(const Args& args);
 int run_plot(const Args& args);
 int run_plan(const Args& args);
 int run_probe_hardware(const Args& args);
+int run_tokenize(const Args& args);
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> table = {
@@ -46,6 +47,10 @@ const std::vector<Command>& commands() {
        run_plan},
       {"probe-hardware", "measure this machine into a hardware profile YAML for `maxctx plan`",
        run_probe_hardware},
+      {"tokenize",
+       "text to token ids and back with a tokenizer file (or a JSON Lines file's texts; "
+       "--bos/--eos, --decode)",
+       run_tokenize},
       {"mesh", "print each rank's host, node and mesh coordinates, and every axis size", run_mesh},
       {"config", "print the resolved config (every key, then the derived values)", run_config},
       {"config-doc", "print the documentation of every config key (docs/config.md)",

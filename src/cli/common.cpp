@@ -3,16 +3,21 @@
 // so no subcommand names MPI.
 #include "cli/common.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <string>
 
 #include "cli/hardware.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
+#include "maxctx/io/gguf.h"
 #include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/mesh/trace_file.h"
+#include "maxctx/model/gguf_import.h"
 #include "maxctx/train/profiler.h"
 
 namespace maxctx::cli {
@@ -22,10 +27,43 @@ Config load_command_config(const Args& args, const char* command) {
     fail("{} needs a config file first: maxctx {} configs/base.yml [key=value ...]", command,
          command);
   }
-  const Config config =
+  Config config =
       load_config(args[0], Args(args.begin() + 1, args.end()), Communicator::world().size());
   set_collective_timeout(config.collective_timeout_seconds);
+  use_gguf_as_hf_directory(config);
   return config;
+}
+
+void use_gguf_as_hf_directory(Config& config) {
+  namespace fs = std::filesystem;
+  const fs::path gguf = config.load_parameters_path;
+  if (gguf.extension() != ".gguf" || !fs::is_regular_file(gguf)) return;
+  // One directory per file version: the name follows the path, size and modification time.
+  std::error_code error;
+  const std::string identity =
+      fmt::format("{}|{}|{}", fs::absolute(gguf).string(), fs::file_size(gguf, error),
+                  fs::last_write_time(gguf, error).time_since_epoch().count());
+  uint64_t hash = 14695981039346656037ull;  // FNV-1a: a stable name, not a security property
+  for (const unsigned char c : identity) hash = (hash ^ c) * 1099511628211ull;
+  const fs::path base = config.base_output_directory.empty()
+                            ? fs::path("runs")
+                            : fs::path(config.base_output_directory);
+  const fs::path dir = base / "gguf" / fmt::format("{}-{:016x}", gguf.stem().string(), hash);
+  run_on_root(Communicator::world(), [&] {
+    if (fs::exists(dir / "config.json")) {
+      log::info("{}: reusing its Hugging Face form {}", gguf.string(), dir.string());
+      return;
+    }
+    const fs::path tmp = dir.string() + ".tmp";
+    fs::remove_all(tmp);
+    const std::string what = model::write_hf_directory_from_gguf(io::GgufFile(gguf), tmp);
+    fs::rename(tmp, dir);
+    log::info("{}: {}, into {}", gguf.string(), what, dir.string());
+  });
+  config.load_parameters_path = dir.string();
+  if (config.tokenizer_path.empty() && fs::exists(dir / "tokenizer.json")) {
+    config.tokenizer_path = (dir / "tokenizer.json").string();
+  }
 }
 
 MeshSpec mesh_spec_from(const Config& config) {

@@ -11,8 +11,14 @@
 
 namespace maxctx::cli {
 
-// The config file and overrides of `args`; the world size sets the device count.
+// The config file and overrides of `args`; the world size sets the device count. Then
+// use_gguf_as_hf_directory.
 Config load_command_config(const Args& args, const char* command);
+// load_parameters_path=<file.gguf>: rank 0 writes its Hugging Face form once
+// (model/gguf_import.h) into <base_output_directory, else runs>/gguf/<stem>-<hash of the path,
+// size and time>/, reused after that, and the config loads that directory instead; its
+// tokenizer.json becomes tokenizer_path when none is given. Anything else is left as it is.
+void use_gguf_as_hf_directory(Config& config);
 MeshSpec mesh_spec_from(const Config& config);
 // The op table the run computes with: the backend of `hardware` (cli/hardware.h), inside trace
 // spans when `profiler` is set.

@@ -24,8 +24,8 @@
 
 #include "cli/common.h"
 #include "maxctx/core/check.h"
-#include "maxctx/core/log.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/kernels/kernels.h"
@@ -104,9 +104,9 @@ void write_hf_files(const io::SliceReader& tensors, const std::vector<model::Wei
     total_bytes += bytes;
   }
   const auto file_name = [&](size_t f) {
-    return files.size() == 1 ? std::string("model.safetensors")
-                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1,
-                                           files.size());
+    return files.size() == 1
+               ? std::string("model.safetensors")
+               : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
   };
   std::vector<float> buffer;
   json weight_map = json::object();
@@ -114,9 +114,9 @@ void write_hf_files(const io::SliceReader& tensors, const std::vector<model::Wei
     std::vector<io::TensorHeader> headers;
     for (const size_t i : files[f]) {
       const model::WeightSpec& s = specs[i];
-      headers.push_back({s.name, io::StDType::kF32,
-                         s.cols == 1 ? std::vector<int64_t>{s.rows}
-                                     : std::vector<int64_t>{s.rows, s.cols}});
+      headers.push_back(
+          {s.name, io::StDType::kF32,
+           s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols}});
       weight_map[s.name] = file_name(f);
     }
     io::write_safetensors_streamed(out / file_name(f), headers, {{"format", "pt"}}, [&](size_t k) {
@@ -211,7 +211,6 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(
   fail("tokenizer_path {}: cannot tell which files make up this tokenizer", path.string());
 }
 
-
 }  // namespace
 
 int run_export(const Args& args) {
@@ -274,7 +273,8 @@ int run_export(const Args& args) {
   write_text(out / "config.json", hf_config(c, m, tokenizer.get()).dump(2) + "\n");
   std::string copied;
   if (tokenizer) {
-    for (const auto& [from, name] : tokenizer_files(c.tokenizer_path, *tokenizer)) {
+    for (const auto& [from, name] :
+         tokenizer_files(tokenizer::resolve_tokenizer_path(c.tokenizer_path), *tokenizer)) {
       fs::copy_file(from, out / name, fs::copy_options::overwrite_existing);
       copied += ", " + name;
     }

@@ -50,6 +50,31 @@ for np in 1 2; do
   grep -E "^(Max|prompt)" "$work/bf16_np$np.log" | sed "s/^/bf16 np $np: /"
 done
 
+# bf16 without max_kl_div: MaxText's bf16 bound (0.015) instead of the fp32 default, said once;
+# a given max_kl_div is kept.
+check_bf16 dtype=bfloat16 > "$work/bf16_default.log" 2>&1 ||
+  { echo "FAIL: dtype=bfloat16 with default tolerances"; tail -20 "$work/bf16_default.log"; exit 1; }
+grep -q "check-logits: bfloat16, so max_kl_div = 0.015 (MaxText's bf16 bound" "$work/bf16_default.log"
+grep -q "(max_kl_div 0.015)" "$work/bf16_default.log"
+check_bf16 dtype=bfloat16 max_kl_div=1e-4 > "$work/bf16_given.log" 2>&1
+grep -q "(max_kl_div 0.0001)" "$work/bf16_given.log"
+! grep -q "so max_kl_div = 0.015" "$work/bf16_given.log"
+
+# load_parameters_path=<file.gguf>: tiny_llama's weights as llama.cpp writes them, in six tensor
+# types down to 4 bits (tests/fixtures/gguf), converted once on rank 0 and then reused: the
+# logits stay near the F32 goldens (measured max |delta| 0.51, KL 1.1e-2, from the 4-bit tensors).
+gguf=$src/tests/fixtures/gguf/tiny_llama_mixed.gguf
+rm -rf "$work/gguf_runs"
+for run in first second; do
+  "${mpirun[@]}" -np 2 "$maxctx" check-logits "$src/configs/base.yml" load_parameters_path="$gguf" \
+    golden_logits_path="$fixture/golden_logits.jsonl" base_output_directory="$work/gguf_runs" \
+    max_kl_div=2e-2 atol=1 rtol=0 > "$work/gguf_$run.log" 2>&1 ||
+    { echo "FAIL: check-logits of the GGUF ($run)"; tail -20 "$work/gguf_$run.log"; exit 1; }
+  grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/gguf_$run.log"
+done
+grep -q "21 tensors (2 BF16, 3 F16, 6 F32, 3 Q4_0, 3 Q4_1, 4 Q8_0) dequantized" "$work/gguf_first.log"
+grep -q "reusing its Hugging Face form" "$work/gguf_second.log"
+
 # Row 0's first logit of prompt 0 set to 9: far outside atol.
 sed -E '1s/"logits": \[\[[^,]*,/"logits": [[9.0,/' "$fixture/golden_logits.jsonl" > "$work/perturbed.jsonl"
 if check 2 "$work/perturbed.jsonl" > "$work/perturbed.log" 2>&1; then

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -123,7 +124,7 @@ TEST(Config, InheritanceErrors) {
   EXPECT_NE(load_error(dir.write("long_model.yml", "steps: 3\n"), {"model_name=" + long_name})
                 .find(long_name),
             std::string::npos);
-  // A key given twice in a file is refused, as on the command line (it used to take the last).
+  // A key given twice in a file is refused (the command line follows MaxText: the later wins).
   EXPECT_NE(load_error(dir.write("twice.yml", "steps: 3\nsteps: 5\n"), {})
                 .find("sets 'steps' twice; give each key once"),
             std::string::npos);
@@ -192,7 +193,6 @@ TEST(Config, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(load_error(kBase, {"max_target_length=0"}).find("must be positive"), std::string::npos);
   EXPECT_NE(load_error(kBase, {"steps=-2"}).find("steps = -2 is negative"), std::string::npos);
   EXPECT_NE(load_error(kBase, {"steps"}).find("not key=value"), std::string::npos);
-  EXPECT_NE(load_error(kBase, {"steps=1", "steps=2"}).find("twice"), std::string::npos);
   EXPECT_NE(load_error(kBase, {"global_parameter_scale=3"}).find("power of two"),
             std::string::npos);
   EXPECT_NE(load_error(kBase, {"base_num_query_heads=6", "base_num_kv_heads=4"})
@@ -208,6 +208,87 @@ TEST(Config, BadValuesSayWhatIsAllowed) {
 
 // MaxText keys that steer only XLA/TPU here (issue #17): accepted with MaxText's values,
 // validated as MaxText would, and a value the engine cannot honour is one clear error.
+// MaxText's command-line rule: a key given twice takes the later value (the seed's training line
+// gives profiler=xplane twice), with one note line when the values differ; a file's repeated key
+// stays an error (InheritanceErrors).
+TEST(Config, ACommandLineKeyGivenTwiceTakesTheLaterValue) {
+  ::testing::internal::CaptureStdout();
+  // Every other key keeps its own value (the first version shifted YAML nodes over each other
+  // and gave model_name run_name's value).
+  const Config c = load_config(kBase,
+                               {"steps=1", "profiler=xplane", "model_name=maxctx-tiny",
+                                "run_name=abc", "steps=2", "log_period=7", "profiler=xplane"},
+                               1);
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(c.steps, 2);
+  EXPECT_EQ(c.profiler, "xplane");
+  EXPECT_EQ(c.model_name, "maxctx-tiny");
+  EXPECT_EQ(c.run_name, "abc");
+  EXPECT_EQ(c.log_period, 7);
+  EXPECT_NE(printed.find("note: config key 'steps' is given twice on the command line; the later "
+                         "value '2' is used, not '1'"),
+            std::string::npos)
+      << printed;
+  EXPECT_EQ(printed.find("'profiler'"), std::string::npos) << "same value: no note";
+  // The later value is still checked.
+  EXPECT_NE(load_error(kBase, {"steps=1", "steps=x"}).find("steps"), std::string::npos);
+}
+
+// MaxText's Mixtral presets give base_moe_mlp_dim; every maxctx MoE layer is an MoE layer, so
+// it must equal base_mlp_dim (MaxText's rule for a fully-MoE model). Without experts it is unused.
+TEST(Config, BaseMoeMlpDimFollowsMaxTextsRule) {
+  const Config c = load_config(kBase,
+                               {"decoder_block=mixtral", "num_experts=4", "num_experts_per_tok=2",
+                                "base_mlp_dim=96", "base_moe_mlp_dim=96", "enable_dropout=false"},
+                               1);
+  EXPECT_EQ(c.derived.mlp_dim, 96);
+  EXPECT_NE(load_error(kBase, {"decoder_block=mixtral", "num_experts=4", "base_mlp_dim=96",
+                               "base_moe_mlp_dim=64"})
+                .find("base_moe_mlp_dim = 64 must equal base_mlp_dim = 96 when num_experts > 1"),
+            std::string::npos);
+  EXPECT_EQ(load_config(kBase, {"base_moe_mlp_dim=64"}, 1).derived.mlp_dim, 7168);
+  EXPECT_EQ(load_config(kBase, {"model_name=mixtral-8x7b"}, 1).base_moe_mlp_dim, 14336);
+}
+
+// Every key of MaxText's own Llama 2/3, Mistral and Mixtral presets (maxtext 0.2.5's
+// configs/models/, fetched by tools/reference/fetch_assets.sh; skipped without them) loads, each
+// preset over maxctx's base.yml: logical_axis_rules, enable_dropout and base_moe_mlp_dim included.
+TEST(Config, MaxTextsLlamaMistralMixtralPresetsLoad) {
+  const char* env = std::getenv("MAXCTX_ASSETS");
+  const char* home = std::getenv("HOME");
+  const fs::path presets = (env != nullptr    ? fs::path(env)
+                            : home != nullptr ? fs::path(home) / ".cache/maxctx/assets"
+                                              : fs::path("/nonexistent")) /
+                           "configs/models";
+  if (!fs::exists(presets / "mixtral-8x7b.yml")) {
+    GTEST_SKIP() << presets << " holds no MaxText presets (tools/reference/fetch_assets.sh)";
+  }
+  TempDir dir;
+  int loaded = 0;
+  for (const auto& entry : fs::directory_iterator(presets)) {
+    std::ifstream in(entry.path());
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string path =
+        dir.write(entry.path().filename().string(), "base_config: " + kBase + "\n" + text);
+    EXPECT_EQ(load_error(path, {}), "") << entry.path();
+    ++loaded;
+  }
+  EXPECT_EQ(loaded, 13);
+  // The sharding rules are read and checked, not ignored.
+  TempDir rules;
+  const Config c = load_config(
+      rules.write("rules.yml", "base_config: " + kBase +
+                                   "\nlogical_axis_rules: [['norm', 'fsdp'], [embed, [fsdp, "
+                                   "tensor]], [heads, null]]\n"),
+      {}, 1);
+  EXPECT_EQ(format_value(c, "logical_axis_rules"),
+            "[[norm, [fsdp]], [embed, [fsdp, tensor]], [heads, []]]");
+  EXPECT_NE(load_error(kBase, {"logical_axis_rules=[[norm]]"}).find("[logical axis, mesh axes]"),
+            std::string::npos);
+  EXPECT_EQ(load_config(kBase, {"logical_axis_rules=[[norm, fsdp]]"}, 1).logical_axis_rules.size(),
+            1u);
+}
+
 TEST(Config, MaxTextTpuKeysAreAcceptedAndChecked) {
   const Config c =
       load_config(kBase,

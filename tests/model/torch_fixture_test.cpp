@@ -117,7 +117,7 @@ TEST(HfConfig, HostileFieldsAreClearErrors) {
   };
   const std::vector<Case> cases = {
       {"model_type", "5", "has a field of the wrong type"},
-      {"rope_scaling", "5", "has a field of the wrong type"},
+      {"rope_scaling", "5", "'rope_scaling' = 5 must be an object"},
       {"tie_word_embeddings", "\"yes\"", "has a field of the wrong type"},
       {"hidden_size", "[[1]]", "'hidden_size' = <array> must be a whole"},
       {"rms_norm_eps", "[[1]]", "has the wrong type (<array>)"},
@@ -211,6 +211,124 @@ TEST(HfConfig, MixtralFieldsAreChecked) {
   EXPECT_NE(error_with("\"model_type\": \"mixtral\"", "\"model_type\": \"llama\"")
                 .find("need model_type mixtral"),
             std::string::npos);
+}
+
+// config.json files of every transformers vintage (tests/fixtures/hf_config_vintages, written by
+// tools/reference/hf_config_vintages.py with transformers 4.57 and 5.25, save_pretrained's file
+// and the use_diff=False dump of each): each model loads to the same LlamaConfig whatever wrote
+// it, and to the dimensions the script gave. Then the RoPE fields' own rules: rope_theta inside
+// or outside rope_parameters, disagreements and unknown rope types or fields refused by name.
+namespace fs = std::filesystem;
+
+const fs::path kVintages = fs::path(MAXCTX_TEST_FIXTURES) / "hf_config_vintages";
+
+void expect_same(const LlamaConfig& a, const LlamaConfig& b, const std::string& what) {
+  EXPECT_EQ(a.vocab_size, b.vocab_size) << what;
+  EXPECT_EQ(a.emb_dim, b.emb_dim) << what;
+  EXPECT_EQ(a.num_query_heads, b.num_query_heads) << what;
+  EXPECT_EQ(a.num_kv_heads, b.num_kv_heads) << what;
+  EXPECT_EQ(a.head_dim, b.head_dim) << what;
+  EXPECT_EQ(a.mlp_dim, b.mlp_dim) << what;
+  EXPECT_EQ(a.num_layers, b.num_layers) << what;
+  EXPECT_EQ(a.norm_eps, b.norm_eps) << what;
+  EXPECT_EQ(a.rope.theta, b.rope.theta) << what;
+  EXPECT_EQ(a.rope.scaling, b.rope.scaling) << what;
+  EXPECT_EQ(a.rope.factor, b.rope.factor) << what;
+  EXPECT_EQ(a.rope.low_freq_factor, b.rope.low_freq_factor) << what;
+  EXPECT_EQ(a.rope.high_freq_factor, b.rope.high_freq_factor) << what;
+  EXPECT_EQ(a.rope.original_max_position_embeddings, b.rope.original_max_position_embeddings)
+      << what;
+  EXPECT_EQ(a.tie_embeddings, b.tie_embeddings) << what;
+  EXPECT_EQ(a.sliding_window, b.sliding_window) << what;
+  EXPECT_EQ(a.moe, b.moe) << what;
+  EXPECT_EQ(a.num_experts, b.num_experts) << what;
+  EXPECT_EQ(a.num_experts_per_tok, b.num_experts_per_tok) << what;
+}
+
+LlamaConfig expected_model(const std::string& name) {
+  LlamaConfig m;
+  m.norm_eps = 1e-5f;
+  if (name == "llama3") {
+    m.vocab_size = 96, m.emb_dim = 32, m.num_query_heads = 4, m.num_kv_heads = 2;
+    m.head_dim = 8, m.mlp_dim = 48, m.num_layers = 2;
+    m.rope.theta = 500000.0;
+    m.rope.scaling = kernels::RopeScaling::kLlama3;
+    m.rope.original_max_position_embeddings = 256.0;
+  } else if (name == "llama_tied") {
+    m.vocab_size = 64, m.emb_dim = 48, m.num_query_heads = 3, m.num_kv_heads = 1;
+    m.head_dim = 16, m.mlp_dim = 64, m.num_layers = 2;
+    m.rope.theta = 100000.0;
+    m.tie_embeddings = true;
+  } else if (name == "mistral") {
+    m.vocab_size = 64, m.emb_dim = 32, m.num_query_heads = 2, m.num_kv_heads = 1;
+    m.head_dim = 16, m.mlp_dim = 48, m.num_layers = 2;
+    m.norm_eps = 1e-6f;
+    m.sliding_window = 5;
+  } else {
+    m.vocab_size = 96, m.emb_dim = 32, m.num_query_heads = 4, m.num_kv_heads = 2;
+    m.head_dim = 8, m.mlp_dim = 24, m.num_layers = 2;
+    m.rope.theta = 1e6;
+    m.moe = true, m.num_experts = 4, m.num_experts_per_tok = 2;
+  }
+  return m;
+}
+
+TEST(HfConfigVintages, EveryTransformersVintageLoadsToTheSameModel) {
+  for (const std::string model : {"llama3", "llama_tied", "mistral", "mixtral"}) {
+    const LlamaConfig expected = expected_model(model);
+    for (const std::string vintage : {"t4", "t4.full", "t5", "t5.full"}) {
+      const fs::path file = kVintages / (model + "." + vintage + ".json");
+      ASSERT_TRUE(fs::exists(file)) << file;
+      expect_same(llama_config_from_hf(file), expected, file.filename().string());
+    }
+  }
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::string vintage_error(const std::string& text) {
+  return import_error(text, "vintage_config.json");
+}
+
+std::string replaced(std::string text, const std::string& from, const std::string& to) {
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) text.replace(at, from.size(), to);
+  return text;
+}
+
+TEST(HfConfigVintages, RopeFieldsAreCheckedByName) {
+  struct Case {
+    const char* file;
+    std::string from, to;
+    const char* expected;  // part of the error, or "no error"
+  };
+  const std::string pad = "\"pad_token_id\"";
+  const std::vector<Case> cases = {
+      // rope_theta beside rope_parameters is the same model when it agrees, an error when not.
+      {"llama3.t5.json", pad, "\"rope_theta\": 500000.0, " + pad, "no error"},
+      {"llama3.t5.json", pad, "\"rope_theta\": 10000.0, " + pad,
+       "rope_theta = 10000 and rope_parameters.rope_theta = 500000 disagree"},
+      {"llama3.t5.json", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"",
+       "rope_parameters rope_type 'yarn' is not supported"},
+      {"llama3.t4.json", "\"rope_type\": \"llama3\"", "\"rope_type\": \"dynamic\"",
+       "rope_scaling rope_type 'dynamic' is not supported"},
+      {"llama3.t5.json", "\"factor\": 8.0", "\"factor\": 8.0, \"beta_fast\": 32",
+       "'rope_parameters' fields not supported by the Llama import: beta_fast"},
+      // Bookkeeping is accepted; a field that changes the math is still refused by name.
+      {"llama3.t5.json", pad, "\"unk_token_id\": 0, " + pad, "no error"},
+      {"llama3.t5.json", pad, "\"qk_layernorm\": true, " + pad,
+       "fields not supported by the Llama import: qk_layernorm"},
+      {"llama3.t5.json", pad, "\"rope_interleaved\": true, " + pad,
+       "'rope_interleaved' = true is not supported"},
+  };
+  for (const Case& c : cases) {
+    const std::string error = vintage_error(replaced(read_text(kVintages / c.file), c.from, c.to));
+    EXPECT_NE(error.find(c.expected), std::string::npos) << c.to << ": " << error;
+  }
 }
 
 // quantization=int8 quantizes every expert's w1, w3, w2 (the router stays fp32): the forward

@@ -200,14 +200,17 @@ TEST(ByteLevelBpe, LoaderErrorsNameTheProblem) {
   unknown_pattern["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{N}+";
   expect_load_error(unknown_pattern, "is not implemented");
   json normalizer = tiny_tokenizer_json();
-  normalizer["normalizer"] = {{"type", "NFC"}};
-  expect_load_error(normalizer, "normalizer");
+  normalizer["normalizer"] = {{"type", "NFKC"}};
+  expect_load_error(normalizer, "normalizer {\"type\":\"NFKC\"} is not supported");
+  json digits_after = tiny_tokenizer_json();
+  digits_after["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}});
+  expect_load_error(digits_after, "a step after ByteLevel");
+  json unknown_unk = tiny_tokenizer_json();
+  unknown_unk["model"]["unk_token"] = "<unk>";
+  expect_load_error(unknown_unk, "the unk_token \"<unk>\" is not in the vocabulary");
   json bad_merge = tiny_tokenizer_json();
   bad_merge["model"]["merges"].push_back("he zz");
   expect_load_error(bad_merge, "\"zz\", which is not in the vocabulary");
-  json missing_byte = tiny_tokenizer_json();
-  missing_byte["model"]["vocab"].erase(spelled("\n"));
-  expect_load_error(missing_byte, "byte 0x0A has no single-byte token");
   json not_byte_level = tiny_tokenizer_json();
   not_byte_level["model"]["vocab"]["\xE2\x96\x81the"] = 290;  // ▁the: SentencePiece spelling
   expect_load_error(not_byte_level, "not in the byte-level alphabet");
@@ -217,6 +220,70 @@ TEST(ByteLevelBpe, LoaderErrorsNameTheProblem) {
   json lstrip = tiny_tokenizer_json();
   lstrip["added_tokens"][2]["lstrip"] = true;
   expect_load_error(lstrip, "lstrip = true");
+}
+
+// A byte whose single-byte token the vocabulary lacks (SmolLM2 lacks 21) is dropped before the
+// merges, so its neighbours may merge across it; with the model's unk_token it becomes that
+// token (fuse_unk: one for a run), as tokenizers' BPE does.
+TEST(ByteLevelBpe, BytesWithoutATokenAreDroppedOrUnknown) {
+  TempDir dir;
+  json root = tiny_tokenizer_json();
+  root["model"]["vocab"].erase(spelled("\x04"));
+  root["model"]["vocab"].erase(spelled("\x05"));
+  const auto dropped =
+      ByteLevelBpe::from_tokenizer_json(write_json(dir.path() / "tokenizer.json", root));
+  // "\x04hello" is one pre-token (Llama 3's optional leading character): without its first
+  // byte it is "hello", one token.
+  EXPECT_EQ(dropped->encode("\x04hello", false), (std::vector<int32_t>{259}));
+  EXPECT_EQ(dropped->encode("\x04", false), (std::vector<int32_t>{}));
+  root["model"]["vocab"]["<unk>"] = 262;
+  root["model"]["unk_token"] = "<unk>";
+  const auto unknown =
+      ByteLevelBpe::from_tokenizer_json(write_json(dir.path() / "tokenizer.json", root));
+  EXPECT_EQ(unknown->encode("a\x04\x05"
+                            "b",
+                            false),
+            (std::vector<int32_t>{'a', 262, 262, 'b'}));
+  root["model"]["fuse_unk"] = true;
+  const auto fused =
+      ByteLevelBpe::from_tokenizer_json(write_json(dir.path() / "tokenizer.json", root));
+  EXPECT_EQ(fused->encode("a\x04\x05"
+                          "b\x04",
+                          false),
+            (std::vector<int32_t>{'a', 262, 'b', 262}));
+}
+
+// Digits before ByteLevel (SmolLM2, StarCoder2): every number character its own pre-token, the
+// GPT-2 pattern inside the rest; Digits without individual_digits cuts out runs.
+TEST(SplitDigits, IndividualAndRuns) {
+  const auto pieces = [](std::string_view text, DigitSplit d) {
+    const std::vector<std::string_view> p = split_digits(text, d);
+    return Pieces(p.begin(), p.end());
+  };
+  EXPECT_EQ(pieces("ab 123x", DigitSplit::kIndividual), (Pieces{"ab ", "1", "2", "3", "x"}));
+  EXPECT_EQ(pieces("ab 123x", DigitSplit::kRuns), (Pieces{"ab ", "123", "x"}));
+  // Arabic-Indic three (Nd) and one half (No) are numbers too.
+  EXPECT_EQ(pieces("\xD9\xA3\xC2\xBD", DigitSplit::kIndividual), (Pieces{"\xD9\xA3", "\xC2\xBD"}));
+  EXPECT_EQ(pieces("", DigitSplit::kIndividual), Pieces{});
+  TempDir dir;
+  json root = tiny_tokenizer_json();
+  root["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       json::array({{{"type", "Digits"}, {"individual_digits", true}},
+                    {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}})}};
+  root["model"]["vocab"]["12"] = 263;
+  root["model"]["merges"].push_back("1 2");
+  const auto bpe =
+      ByteLevelBpe::from_tokenizer_json(write_json(dir.path() / "tokenizer.json", root));
+  EXPECT_EQ(bpe->encode("x 12", false), (std::vector<int32_t>{'x', ' ', '1', '2'}));
+}
+
+// Qwen2's pattern: Llama 3's with one digit at a time.
+TEST(SplitPretokens, Qwen2Pattern) {
+  const SplitPattern p = SplitPattern::kQwen2;
+  EXPECT_EQ(split("x 1234", p), (Pieces{"x", " ", "1", "2", "3", "4"}));
+  EXPECT_EQ(split("DON'T we'LL", p), (Pieces{"DON", "'T", " we", "'LL"}));
 }
 
 // Token ids that are not whole numbers in [0, 2^31 - 1] are one-line errors (fuzz_tokenizer

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -125,8 +127,32 @@ TEST(LoadTokenizer, ChoosesByContent) {
   };
   expect_error("", "tokenizer_path is empty");
   expect_error((dir.path() / "absent.model").string(), "no such file");
+  // A tiktoken rank file loads with MaxText's Llama 3 specials after its ranks; a bad line is
+  // refused by number.
   std::ofstream(dir.path() / "tiktoken.model") << "IQ== 0\nIg== 1\n";
-  expect_error((dir.path() / "tiktoken.model").string(), "tiktoken");
+  const auto tiktoken = load_tokenizer((dir.path() / "tiktoken.model").string());
+  EXPECT_EQ(tiktoken->encode("!\"<|eot_id|>", true), (std::vector<int32_t>{2, 0, 1, 11}));
+  EXPECT_EQ(tiktoken->eos_id(), 3);
+  EXPECT_EQ(tiktoken->vocab_size(), 2 + 256);
+  // MaxText's relative asset names resolve from $MAXCTX_ASSETS (the wheel's tokenizers/ layout);
+  // an absent one says how to get it.
+  std::filesystem::create_directories(dir.path() / "tokenizers");
+  std::filesystem::copy_file(dir.path() / "tiktoken.model",
+                             dir.path() / "tokenizers" / "tokenizer_test.tiktoken");
+  const char* outer = std::getenv("MAXCTX_ASSETS");
+  const std::string saved = outer == nullptr ? "" : outer;
+  ::setenv("MAXCTX_ASSETS", dir.path().c_str(), 1);
+  EXPECT_EQ(resolve_tokenizer_path("assets/tokenizer_test.tiktoken"),
+            (dir.path() / "tokenizers" / "tokenizer_test.tiktoken").string());
+  EXPECT_EQ(load_tokenizer("assets/tokenizer_test.tiktoken")->vocab_size(), 258);
+  expect_error("assets/tokenizer.mistral-v3", "run tools/reference/fetch_assets.sh");
+  if (outer == nullptr) {
+    ::unsetenv("MAXCTX_ASSETS");
+  } else {
+    ::setenv("MAXCTX_ASSETS", saved.c_str(), 1);
+  }
+  std::ofstream(dir.path() / "bad.tiktoken") << "IQ== 0\nI@== 1\n";
+  expect_error((dir.path() / "bad.tiktoken").string(), "bad.tiktoken:2: a tiktoken line is");
   std::ofstream(dir.path() / "garbage.model") << "not a model at all";
   expect_error((dir.path() / "garbage.model").string(), "not a SentencePiece model");
   std::ofstream(dir.path() / "other.json") << R"({"a": "b"})";

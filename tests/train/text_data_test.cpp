@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -101,6 +102,42 @@ TEST_F(TextDataTest, DocumentsAreBosIdsEosInFileOrder) {
   const std::string text_out = (dir_ / "text.tokens").string();
   tokenize_to_token_file(corpus({kCorpus + "/train.txt"}, "text"), text_out);
   EXPECT_EQ(read_all(text_out), expected);
+}
+
+// A chat transcript's turns end with the tokenizer's EOS (SmolLM2's <|im_end|>; here the
+// conformance fixture's <|endoftext|>, its EOS by name): the document stays one, as MaxText packs
+// per input document, and the EOS inside it is a scored token like any other.
+TEST_F(TextDataTest, AnEosInsideADocumentDoesNotSplitIt) {
+  TextCorpus c =
+      corpus({write("chat.jsonl",
+                    "{\"text\": \"user: hi<|endoftext|>assistant: hello<|endoftext|>\"}\n"
+                    "{\"text\": \"second document\"}\n")});
+  c.tokenizer_path =
+      std::string(MAXCTX_TEST_FIXTURES) + "/tokenizer_conformance/qwen_nfc.tokenizer.json";
+  c.add_bos = false;
+  const std::string out = (dir_ / "chat.tokens").string();
+  const TokenizeStats stats = tokenize_to_token_file(c, out);
+  EXPECT_EQ(stats.documents, 2);
+  const auto tok = tokenizer::load_tokenizer(c.tokenizer_path);
+  const std::vector<int32_t> first =
+      tok->encode("user: hi<|endoftext|>assistant: hello<|endoftext|>", false);
+  ASSERT_EQ(std::count(first.begin(), first.end(), tok->eos_id()), 2);
+  const auto first_size = static_cast<int64_t>(first.size()) + 1;  // + the document's EOS
+  EXPECT_EQ(TokenFile(out).document_starts(), (std::vector<int64_t>{0, first_size}));
+  TokenDataOptions o;
+  o.path = out;
+  o.vocab_size = tok->vocab_size();
+  o.seq_len = 64;
+  o.eos_id = tok->eos_id();
+  o.shuffle = false;
+  const FirstFitSource source(o, 1);
+  const Batch rows = source.read(0, 1);
+  for (int64_t i = 0; i < first_size; ++i) {
+    EXPECT_EQ(rows.segment_ids[i], 1) << i;
+    EXPECT_EQ(rows.positions[i], i);
+    EXPECT_EQ(rows.target_segment_ids[i], i + 1 < first_size ? 1 : 0) << i;
+  }
+  EXPECT_EQ(rows.segment_ids[first_size], 2);
 }
 
 TEST_F(TextDataTest, CacheNameFollowsTheInputs) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/train/data_first_fit.h"
 #include "maxctx/train/data_tokens.h"
 
 namespace maxctx {
@@ -99,7 +100,9 @@ TEST(TokenFile, EveryErrorSaysWhatIsWrong) {
 
   rewrite();
   patch_u32(file.path(), 8, 2);
-  EXPECT_NE(open().find("version 2 is not supported"), std::string::npos) << open();
+  EXPECT_NE(open().find("truncated"), std::string::npos) << "version 2 needs its index";
+  patch_u32(file.path(), 8, 3);
+  EXPECT_NE(open().find("version 3 is not supported"), std::string::npos) << open();
 
   rewrite();
   patch_u32(file.path(), 12, 3);
@@ -184,6 +187,72 @@ TEST(TokenFileSource, PacksDocumentsWithSegmentsPositionsAndTargets) {
   // Past the last row the next epoch starts over (shuffle off).
   EXPECT_EQ(source.read(3, 3), rows);
   EXPECT_EQ(source.row_span(2), (TokenRange{15, 23}));
+}
+
+// Version 2 files (what dataset_type=hf writes) record where each document ends: an EOS inside a
+// document (a chat transcript's <|im_end|> turns; eos 2 here) neither splits it nor goes
+// unscored, in both packers; the document's final token is the one unscored.
+TEST(TokenFileSource, IndexedDocumentsKeepTheirOwnEos) {
+  TempFile file("indexed.tok");
+  {
+    TokenFileWriter writer(file.path(), 2, TokenWidth::kUInt16, /*document_index=*/true);
+    for (const Ints& doc : {Ints{10, 2, 11, 2, 12, 2}, Ints{20, 2, 21}, Ints{30, 2}}) {
+      writer.append(doc);
+      writer.end_document();
+    }
+    writer.finish();
+  }
+  const TokenFile reader(file.path());
+  EXPECT_EQ(reader.document_starts(), (std::vector<int64_t>{0, 6, 9}));
+  std::ifstream raw(file.path(), std::ios::binary | std::ios::ate);
+  EXPECT_EQ(static_cast<size_t>(raw.tellg()), 32 + 11 * 2 + 3 * 8 + 8);
+
+  const TokenFileSource greedy(options_for(file.path(), true));
+  EXPECT_EQ(greedy.num_documents(), 3);
+  const FirstFitSource first_fit(options_for(file.path(), true), 1);
+  for (const DataSource* source :
+       {static_cast<const DataSource*>(&greedy), static_cast<const DataSource*>(&first_fit)}) {
+    const Batch rows = source->read(0, 2);
+    // Row 0: the first document whole (8 columns; the second does not fit); row 1: the others.
+    EXPECT_EQ(rows.tokens, (Ints{10, 2, 11, 2, 12, 2, 0, 0,  //
+                                 20, 2, 21, 30, 2, 0, 0, 0}));
+    EXPECT_EQ(rows.segment_ids, (Ints{1, 1, 1, 1, 1, 1, 0, 0,  //
+                                      1, 1, 1, 2, 2, 0, 0, 0}));
+    EXPECT_EQ(rows.positions, (Ints{0, 1, 2, 3, 4, 5, 0, 0,  //
+                                    0, 1, 2, 0, 1, 0, 0, 0}));
+    EXPECT_EQ(rows.targets, (Ints{2, 11, 2, 12, 2, 0, 0, 0,  //
+                                  2, 21, 0, 2, 0, 0, 0, 0}));
+    EXPECT_EQ(rows.target_segment_ids, (Ints{1, 1, 1, 1, 1, 0, 0, 0,  //
+                                             1, 1, 0, 2, 0, 0, 0, 0}));
+  }
+}
+
+// A version 2 file's index is checked: it must ascend and end at the last token.
+TEST(TokenFile, ABrokenDocumentIndexIsRefused) {
+  TempFile file("bad_index.tok");
+  {
+    TokenFileWriter writer(file.path(), 2, TokenWidth::kUInt32, /*document_index=*/true);
+    writer.append(Ints{5, 6, 7});
+    writer.end_document();
+    writer.append(Ints{8});
+    writer.end_document();
+    writer.finish();
+  }
+  const auto patch_u64 = [&](std::streamoff offset, uint64_t value) {
+    std::fstream f(file.path(), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(offset);
+    f.write(reinterpret_cast<const char*>(&value), 8);
+  };
+  const auto open = [&] { return error_of([&] { TokenFile reader(file.path()); }); };
+  EXPECT_EQ(open(), "");
+  const std::streamoff index = 32 + 4 * 4;
+  patch_u64(index, 5);
+  EXPECT_NE(open().find("document 0 ends at 5, not in (0, 4]"), std::string::npos) << open();
+  patch_u64(index, 3);
+  patch_u64(index + 8, 3);
+  EXPECT_NE(open().find("document 1 ends at 3, not in (3, 4]"), std::string::npos) << open();
+  patch_u64(index + 16, 1000);
+  EXPECT_NE(open().find("says 1000 documents"), std::string::npos) << open();
 }
 
 TEST(TokenFileSource, WithoutPackingEachRowIsOneDocumentPrefix) {

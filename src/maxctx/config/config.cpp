@@ -15,6 +15,7 @@
 #include "maxctx/config/size_limits.h"
 #include "maxctx/config/values.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/log.h"
 
 namespace maxctx {
 namespace {
@@ -29,6 +30,7 @@ constexpr KeyType key_type_of() {
   if constexpr (std::is_same_v<T, std::string>) return KeyType::kString;
   if constexpr (std::is_same_v<T, IntList>) return KeyType::kIntList;
   if constexpr (std::is_same_v<T, StringList>) return KeyType::kStringList;
+  if constexpr (std::is_same_v<T, AxisRules>) return KeyType::kAxisRules;
 }
 
 const KeyInfo* find_key(std::string_view name) {
@@ -260,6 +262,12 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   d.num_kv_heads = scaled_size(c.base_num_kv_heads, head_scale, limits::kMaxHeads, "num_kv_heads",
                                "base_num_kv_heads");
   d.mlp_dim = scaled_size(c.base_mlp_dim, head_scale, limits::kMaxWidth, "mlp_dim", "base_mlp_dim");
+  // MaxText's rule for a model whose every layer is an MoE layer (all of maxctx's): the experts'
+  // width base_moe_mlp_dim, when given, is base_mlp_dim.
+  require(c.num_experts <= 1 || c.base_moe_mlp_dim == -1 || c.base_moe_mlp_dim == c.base_mlp_dim,
+          fmt::format("base_moe_mlp_dim = {} must equal base_mlp_dim = {} when num_experts > 1 "
+                      "(every layer is an MoE layer; MaxText's rule), or be -1",
+                      c.base_moe_mlp_dim, c.base_mlp_dim));
   d.num_decoder_layers = scaled_size(c.base_num_decoder_layers, base_scale, limits::kMaxLayers,
                                      "num_decoder_layers", "base_num_decoder_layers");
   at_most(c.head_dim, limits::kMaxHeadDim, "head_dim");
@@ -452,6 +460,8 @@ std::string_view key_type_name(KeyType type) {
       return "int list";
     case KeyType::kStringList:
       return "string list";
+    case KeyType::kAxisRules:
+      return "axis rules";
   }
   return "?";
 }
@@ -498,8 +508,12 @@ std::string closest_key(std::string_view name) {
 
 Config load_config(const std::string& config_path, const std::vector<std::string>& overrides,
                    int64_t num_devices) {
-  // Command-line settings first, so that a typo fails before any file is read.
-  std::vector<Setting> command_line;
+  // Command-line settings first, so that a typo fails before any file is read. MaxText's rule:
+  // a key given twice takes the later value (its seed lines repeat profiler=xplane), with a note
+  // when the values differ so that the first is not lost silently. The arguments are resolved
+  // as text before any YAML node is made (a YAML::Node assigned over another rewrites the node
+  // both share).
+  std::vector<std::pair<std::string, std::string>> given;  // key, argument
   std::set<std::string> set_on_command_line;
   for (const std::string& argument : overrides) {
     const size_t equals = argument.find('=');
@@ -507,13 +521,27 @@ Config load_config(const std::string& config_path, const std::vector<std::string
       fail("argument '{}' is not key=value", argument);
     }
     const std::string key = argument.substr(0, equals);
-    const std::string where = "on the command line";
-    require_known_key(key, where);
-    if (!set_on_command_line.insert(key).second) {
-      fail("config key '{}' is given twice on the command line", key);
+    require_known_key(key, "on the command line");
+    if (set_on_command_line.insert(key).second) {
+      given.emplace_back(key, argument);
+      continue;
     }
+    auto& earlier = std::find_if(given.begin(), given.end(), [&](const auto& g) {
+                      return g.first == key;
+                    })->second;
+    if (earlier != argument) {
+      log::info(
+          "note: config key '{}' is given twice on the command line; the later value '{}' is "
+          "used, not '{}'",
+          key, argument.substr(equals + 1), earlier.substr(equals + 1));
+    }
+    earlier = argument;
+  }
+  std::vector<Setting> command_line;
+  for (const auto& [key, argument] : given) {
+    const std::string where = "on the command line";
     command_line.push_back({key,
-                            node_from_text(*find_key(key), argument.substr(equals + 1),
+                            node_from_text(*find_key(key), argument.substr(key.size() + 1),
                                            fmt::format("{} ({})", where, argument)),
                             where});
   }

@@ -42,7 +42,7 @@ struct Config {
   std::vector<std::string> explicit_keys;
 };
 
-enum class KeyType { kBool, kInt, kFloat, kString, kIntList, kStringList };
+enum class KeyType { kBool, kInt, kFloat, kString, kIntList, kStringList, kAxisRules };
 
 // What keys.h says about one key, for docs, error messages and generic code.
 struct KeyInfo {

@@ -11,12 +11,16 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace maxctx {
 
 using IntList = std::vector<int64_t>;
 using StringList = std::vector<std::string>;
+// MaxText's logical_axis_rules: each logical tensor axis with the mesh axes it shards over
+// ([[norm, fsdp], [embed, [fsdp, tensor]], [heads, null]]).
+using AxisRules = std::vector<std::pair<std::string, StringList>>;
 
 }  // namespace maxctx
 
@@ -32,6 +36,9 @@ using StringList = std::vector<std::string>;
   X(int64_t, base_num_query_heads, 16, "", "Query heads")                                       \
   X(int64_t, base_num_kv_heads, 16, "", "Key/value heads (GQA when fewer than query heads)")    \
   X(int64_t, base_mlp_dim, 7168, "", "SwiGLU hidden width")                                     \
+  X(int64_t, base_moe_mlp_dim, -1, "",                                                          \
+    "An expert's SwiGLU width when num_experts > 1 (MaxText's presets set it); every maxctx "   \
+    "MoE layer is an MoE layer, so it must equal base_mlp_dim (MaxText's rule); -1: unset")    \
   X(int64_t, base_num_decoder_layers, 16, "", "Decoder layers")                                 \
   X(int64_t, head_dim, 128, "", "Width of one attention head")                                  \
   X(int64_t, vocab_size, 32000, "", "Vocabulary size")                                          \
@@ -82,6 +89,13 @@ using StringList = std::vector<std::string>;
   X(bool, scan_layers, true, "",                                                                \
     "MaxText: jax.lax.scan over the layers (one compiled layer); no effect here, the layers "   \
     "always run as a loop over one layer function")                                             \
+  X(AxisRules, logical_axis_rules, (AxisRules{}), "",                                            \
+    "MaxText's logical-to-mesh sharding rules (its Llama 2 presets set [[norm, fsdp]]); "       \
+    "checked as a list of [logical axis, mesh axes or null] pairs, no effect: parallel/ decides " \
+    "every tensor's sharding")                                                                  \
+  X(bool, enable_dropout, true, "",                                                             \
+    "MaxText's dropout switch (its presets set false); accepted, no effect: maxctx has no "     \
+    "dropout, as MaxText's default dropout_rate 0 has none")                                    \
   X(std::string, attention_type, "global", "global|local_sliding",                              \
     "global: causal; local_sliding: causal within sliding_window_size")                         \
   X(std::string, dtype, "float32", "float32|bfloat16",                                          \
@@ -170,8 +184,10 @@ using StringList = std::vector<std::string>;
     "Keep only the newest this many checkpoints, deleting the oldest once a new one is "        \
     "complete (0: keep all, MaxText's None)")                                                   \
   X(std::string, load_parameters_path, "", "",                                                  \
-    "Parameters to start from (fresh optimizer, step 0): a Hugging Face directory or a "        \
-    "checkpoint directory <run>/checkpoints/<step>")                                            \
+    "Parameters to start from (fresh optimizer, step 0): a Hugging Face directory, a "          \
+    "checkpoint directory <run>/checkpoints/<step>, or a llama.cpp Llama GGUF file (F32, F16, "  \
+    "BF16, Q8_0, Q4_0, Q4_1; dequantized once into <base_output_directory>/gguf/, its "         \
+    "byte-level tokenizer becoming tokenizer_path when none is given)")                         \
   X(std::string, load_full_state_path, "", "",                                                  \
     "Full state to start from: a checkpoint directory <run>/checkpoints/<step> (parameters, "  \
     "AdamW moments, step and data position), or a run directory (its latest checkpoint)")      \

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "maxctx/core/check.h"
 
@@ -102,11 +103,40 @@ void parse(const YAML::Node& node, StringList& out, std::string_view key, std::s
   for (const YAML::Node& item : node) out.push_back(scalar_of(item, key, where, "a string"));
 }
 
+void parse(const YAML::Node& node, AxisRules& out, std::string_view key, std::string_view where) {
+  const auto refuse = [&] {
+    fail(
+        "config key '{}' {}: expected a list of [logical axis, mesh axes] pairs such as "
+        "[[norm, fsdp], [embed, [fsdp, tensor]], [heads, null]]",
+        key, where);
+  };
+  if (!node.IsSequence()) refuse();
+  out.clear();
+  for (const YAML::Node& rule : node) {
+    if (!rule.IsSequence() || rule.size() != 2 || !rule[0].IsScalar()) refuse();
+    StringList axes;
+    if (rule[1].IsScalar()) {
+      axes.push_back(rule[1].Scalar());
+    } else if (rule[1].IsSequence()) {
+      for (const YAML::Node& axis : rule[1]) axes.push_back(scalar_of(axis, key, where, "a name"));
+    } else if (!rule[1].IsNull()) {
+      refuse();
+    }
+    out.emplace_back(rule[0].Scalar(), std::move(axes));
+  }
+}
+
 std::string format(bool value) { return value ? "true" : "false"; }
 std::string format(int64_t value) { return fmt::format("{}", value); }
 std::string format(double value) { return fmt::format("{}", value); }
 std::string format(const std::string& value) { return value.empty() ? "''" : value; }
 std::string format(const IntList& value) { return fmt::format("[{}]", fmt::join(value, ", ")); }
 std::string format(const StringList& value) { return fmt::format("[{}]", fmt::join(value, ", ")); }
+std::string format(const AxisRules& value) {
+  std::vector<std::string> rules;
+  for (const auto& [name, axes] : value)
+    rules.push_back(fmt::format("[{}, {}]", name, format(axes)));
+  return fmt::format("[{}]", fmt::join(rules, ", "));
+}
 
 }  // namespace maxctx::config_values

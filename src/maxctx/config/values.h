@@ -23,6 +23,7 @@ void parse(const YAML::Node& node, double& out, std::string_view key, std::strin
 void parse(const YAML::Node& node, std::string& out, std::string_view key, std::string_view where);
 void parse(const YAML::Node& node, IntList& out, std::string_view key, std::string_view where);
 void parse(const YAML::Node& node, StringList& out, std::string_view key, std::string_view where);
+void parse(const YAML::Node& node, AxisRules& out, std::string_view key, std::string_view where);
 
 std::string format(bool value);
 std::string format(int64_t value);
@@ -30,5 +31,6 @@ std::string format(double value);
 std::string format(const std::string& value);
 std::string format(const IntList& value);
 std::string format(const StringList& value);
+std::string format(const AxisRules& value);
 
 }  // namespace maxctx::config_values

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <type_traits>
 
@@ -23,19 +24,38 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// Fields with no effect on the math (bookkeeping, generation defaults).
-const std::set<std::string> kIgnoredFields = {"architectures",        "model_type",
-                                              "torch_dtype",          "bos_token_id",
-                                              "eos_token_id",         "pad_token_id",
-                                              "transformers_version", "use_cache",
-                                              "initializer_range",    "max_position_embeddings",
-                                              "_name_or_path",        "attention_dropout",
-                                              "pretraining_tp",       "hidden_act",
-                                              "attention_bias",       "mlp_bias"};
+// Fields with no effect on the math: bookkeeping, token ids, generation defaults and output
+// switches. transformers < 4.56 writes `torch_dtype`, later ones `dtype`; a config saved with
+// use_diff=False carries PretrainedConfig's whole list (id2label, num_beams, ...); SmolLM2-style
+// files add is_llama_config and transformers.js_config. The few bookkeeping fields that would
+// change the model (cross-attention, pruned heads, interleaved RoPE) must hold their defaults
+// (require_value below).
+const std::set<std::string> kIgnoredFields = {
+    // identity and bookkeeping
+    "architectures", "model_type", "torch_dtype", "dtype", "transformers_version", "_name_or_path",
+    "tokenizer_class", "finetuning_task", "task_specific_params", "prefix", "is_llama_config",
+    "transformers.js_config", "torchscript", "tf_legacy_loss", "use_bfloat16", "initializer_range",
+    "max_position_embeddings", "problem_type", "id2label", "label2id", "is_decoder",
+    "is_encoder_decoder", "cross_attention_hidden_size", "chunk_size_feed_forward",
+    // checked below: must hold the value maxctx implements
+    "hidden_act", "attention_bias", "mlp_bias", "pretraining_tp", "rope_interleaved",
+    "add_cross_attention", "tie_encoder_decoder", "pruned_heads",
+    // token ids
+    "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id",
+    // outputs, caching and training-only switches
+    "use_cache", "attention_dropout", "output_attentions", "output_hidden_states", "return_dict",
+    // generation defaults (transformers 4.x kept them in the model config)
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups",
+    "diversity_penalty", "temperature", "top_k", "top_p", "typical_p", "repetition_penalty",
+    "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size", "bad_words_ids",
+    "num_return_sequences", "output_scores", "return_dict_in_generate", "remove_invalid_values",
+    "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens"};
 const std::set<std::string> kMappedFields = {
-    "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
-    "head_dim",    "num_hidden_layers", "vocab_size",          "rms_norm_eps",
-    "rope_theta",  "rope_scaling",      "tie_word_embeddings", "sliding_window"};
+    "hidden_size",   "intermediate_size", "num_attention_heads", "num_key_value_heads",
+    "head_dim",      "num_hidden_layers", "vocab_size",          "rms_norm_eps",
+    "rope_theta",    "rope_scaling",      "rope_parameters",     "tie_word_embeddings",
+    "sliding_window"};
 // MixtralConfig's own fields: its experts (mapped), and the router's training-time settings
 // (router_aux_loss_coef, output_router_logits: maxctx uses load_balance_loss_weight instead;
 // router_jitter_noise must be 0).
@@ -86,6 +106,87 @@ void require_value(const json& config, const char* name, const json& allowed,
   }
 }
 
+// RoPE of every vintage: transformers 4.x writes `rope_theta` and `rope_scaling` (null, or
+// {rope_type or type, factor, ...}); 5.x writes `rope_parameters` {rope_theta, rope_type, ...}.
+// A file may hold both (a 4.x config re-saved by hand): what both state must agree. rope_type
+// "default" is plain RoPE; "llama3" is the one scaling maxctx implements; any other type, or a
+// field of the scaling this mapping does not know, is refused by name.
+kernels::RopeParams rope_from_json(const json& config, const fs::path& path) {
+  kernels::RopeParams rope;
+  const auto present = [&](const char* name) {
+    return config.contains(name) && !config.at(name).is_null();
+  };
+  std::optional<double> theta;
+  if (present("rope_theta")) theta = field<double>(config, "rope_theta", path);
+  std::vector<std::pair<std::string, const json*>> scalings;
+  for (const char* name : {"rope_scaling", "rope_parameters"}) {
+    if (!present(name)) continue;
+    const json& s = config.at(name);
+    if (!s.is_object()) {
+      fail("{}: config.json '{}' = {} must be an object", path.string(), name, shown(s));
+    }
+    scalings.emplace_back(name, &s);
+  }
+  std::optional<kernels::RopeParams> scaled;
+  std::string scaled_from;
+  for (const auto& [name, s_ptr] : scalings) {
+    const json& s = *s_ptr;
+    static const std::set<std::string> kKnown = {"rope_type",
+                                                 "type",
+                                                 "rope_theta",
+                                                 "factor",
+                                                 "low_freq_factor",
+                                                 "high_freq_factor",
+                                                 "original_max_position_embeddings"};
+    std::vector<std::string> unknown;
+    for (const auto& [key, value] : s.items()) {
+      if (!kKnown.count(key)) unknown.push_back(key);
+    }
+    if (!unknown.empty()) {
+      fail("{}: config.json '{}' fields not supported by the Llama import: {}", path.string(), name,
+           fmt::join(unknown, ", "));
+    }
+    if (s.contains("rope_theta")) {
+      const double inner = field<double>(s, "rope_theta", path);
+      if (theta && *theta != inner) {
+        fail("{}: config.json rope_theta = {} and {}.rope_theta = {} disagree", path.string(),
+             *theta, name, inner);
+      }
+      theta = inner;
+    }
+    const std::string type = s.value("rope_type", s.value("type", "default"));
+    kernels::RopeParams p;
+    if (type == "llama3") {
+      p.scaling = kernels::RopeScaling::kLlama3;
+      p.factor = field<double>(s, "factor", path);
+      p.low_freq_factor = field<double>(s, "low_freq_factor", path);
+      p.high_freq_factor = field<double>(s, "high_freq_factor", path);
+      p.original_max_position_embeddings =
+          field<double>(s, "original_max_position_embeddings", path);
+    } else if (type != "default") {
+      fail(
+          "{}: config.json {} rope_type '{}' is not supported; maxctx implements 'default' and "
+          "'llama3'",
+          path.string(), name, type);
+    }
+    if (scaled &&
+        (scaled->scaling != p.scaling || scaled->factor != p.factor ||
+         scaled->low_freq_factor != p.low_freq_factor ||
+         scaled->high_freq_factor != p.high_freq_factor ||
+         scaled->original_max_position_embeddings != p.original_max_position_embeddings)) {
+      fail("{}: config.json {} and {} describe different RoPE scalings", path.string(), scaled_from,
+           name);
+    }
+    scaled = p;
+    scaled_from = name;
+  }
+  if (scaled) rope = *scaled;
+  rope.theta = theta.value_or(1e4);
+  if (!(rope.theta > 0.0) || !std::isfinite(rope.theta)) {
+    fail("{}: config.json rope_theta = {} must be a positive number", path.string(), rope.theta);
+  }
+  return rope;
+}
 }  // namespace
 
 namespace {
@@ -139,6 +240,11 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
   require_value(config, "attention_bias", false, path);
   require_value(config, "mlp_bias", false, path);
   require_value(config, "pretraining_tp", 1, path);
+  // Interleaved (GPT-J) rotation pairs x[2i] with x[2i+1]; maxctx rotates halves.
+  require_value(config, "rope_interleaved", false, path);
+  require_value(config, "add_cross_attention", false, path);
+  require_value(config, "tie_encoder_decoder", false, path);
+  require_value(config, "pruned_heads", json::object(), path);
 
   LlamaConfig m;
   m.emb_dim = field<int64_t>(config, "hidden_size", path);
@@ -157,25 +263,11 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
   m.num_layers = field<int64_t>(config, "num_hidden_layers", path);
   m.vocab_size = field<int64_t>(config, "vocab_size", path);
   m.norm_eps = static_cast<float>(field<double>(config, "rms_norm_eps", path));
-  m.rope.theta = config.contains("rope_theta") ? field<double>(config, "rope_theta", path) : 1e4;
   m.tie_embeddings = config.value("tie_word_embeddings", false);
   if (config.contains("sliding_window") && !config.at("sliding_window").is_null()) {
     m.sliding_window = field<int32_t>(config, "sliding_window", path);
   }
-  if (config.contains("rope_scaling") && !config.at("rope_scaling").is_null()) {
-    const json& s = config.at("rope_scaling");
-    const std::string type = s.value("rope_type", s.value("type", ""));
-    if (type != "llama3") {
-      fail("{}: rope_scaling type '{}' is not supported; maxctx implements 'llama3'", path.string(),
-           type);
-    }
-    m.rope.scaling = kernels::RopeScaling::kLlama3;
-    m.rope.factor = field<double>(s, "factor", path);
-    m.rope.low_freq_factor = field<double>(s, "low_freq_factor", path);
-    m.rope.high_freq_factor = field<double>(s, "high_freq_factor", path);
-    m.rope.original_max_position_embeddings =
-        field<double>(s, "original_max_position_embeddings", path);
-  }
+  m.rope = rope_from_json(config, path);
   if (model_type == "mixtral") {
     m.moe = true;
     m.num_experts = field<int64_t>(config, "num_local_experts", path);
@@ -214,10 +306,6 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
   if (!(m.norm_eps > 0.0f) || !std::isfinite(m.norm_eps)) {
     fail("{}: config.json rms_norm_eps = {} must be a positive number", path.string(),
          shown(config.at("rms_norm_eps")));
-  }
-  if (!(m.rope.theta > 0.0) || !std::isfinite(m.rope.theta)) {
-    fail("{}: config.json rope_theta = {} must be a positive number", path.string(),
-         shown(config.at("rope_theta")));
   }
   if (config.contains("sliding_window") && !config.at("sliding_window").is_null() &&
       m.sliding_window <= 0) {

@@ -8,11 +8,13 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/tokenizer/bpe_unicode.h"
+#include "maxctx/tokenizer/normalize.h"
 
 namespace maxctx::tokenizer {
 namespace {
@@ -55,48 +57,84 @@ std::string token_content(const json& value) {
   return {};
 }
 
-// The pre_tokenizer of a tokenizer.json: ByteLevel (use_regex: the GPT-2 pattern), or a
-// Sequence of one Split with a known pattern and a ByteLevel without its own regex.
-SplitPattern parse_pre_tokenizer(const json& pre, const fs::path& path) {
-  const auto check_byte_level = [&](const json& node) {
-    if (node.value("add_prefix_space", false)) {
-      fail("{}: pre_tokenizer ByteLevel add_prefix_space = true is not supported", path.string());
-    }
+struct PreTokenizer {
+  SplitPattern pattern = SplitPattern::kGpt2;
+  DigitSplit digits = DigitSplit::kNone;
+};
+
+// The pre_tokenizer of a tokenizer.json: an optional Digits first, then ByteLevel with its own
+// regex (the GPT-2 pattern), or a Split with a known pattern and a ByteLevel without its regex.
+// That covers GPT-2, Llama 3, Qwen and SmolLM2/StarCoder2 (Digits + ByteLevel).
+PreTokenizer parse_pre_tokenizer(const json& pre, const fs::path& path) {
+  const auto refuse = [&](const std::string& why) {
+    fail(
+        "{}: pre_tokenizer {} is not supported ({}); byte-level BPE needs ByteLevel, optionally "
+        "after Digits and a Split with the GPT-2, Llama 3 or Qwen2 pattern. A SentencePiece-style "
+        "tokenizer.json (Llama 2) is read from the checkpoint's tokenizer.model instead",
+        path.string(), pre.dump().substr(0, 300), why);
   };
+  std::vector<json> steps;
   const std::string type = pre.is_object() ? pre.value("type", "") : "";
-  if (type == "ByteLevel") {
-    check_byte_level(pre);
-    if (!pre.value("use_regex", true)) {
-      fail("{}: a ByteLevel pre_tokenizer without a split pattern is not supported", path.string());
-    }
-    return SplitPattern::kGpt2;
+  if (type == "Sequence" && pre.contains("pretokenizers") && pre.at("pretokenizers").is_array()) {
+    for (const json& step : pre.at("pretokenizers")) steps.push_back(step);
+  } else {
+    steps.push_back(pre);
   }
-  if (type == "Sequence" && pre.contains("pretokenizers") && pre.at("pretokenizers").size() == 2) {
-    const json& split = pre.at("pretokenizers")[0];
-    const json& byte_level = pre.at("pretokenizers")[1];
-    if (split.value("type", "") == "Split" && byte_level.value("type", "") == "ByteLevel" &&
-        !byte_level.value("use_regex", true)) {
-      check_byte_level(byte_level);
-      if (split.value("behavior", "") != "Isolated" || split.value("invert", false)) {
-        fail("{}: pre_tokenizer Split must have behavior Isolated and invert false (got {})",
-             path.string(), split.dump());
-      }
-      const std::string regex =
-          split.contains("pattern") ? split.at("pattern").value("Regex", "") : "";
-      for (SplitPattern p : {SplitPattern::kGpt2, SplitPattern::kLlama3}) {
-        if (regex == split_pattern_regex(p)) return p;
-      }
+  PreTokenizer out;
+  size_t at = 0;
+  const auto step_type = [&](size_t i) {
+    return i < steps.size() && steps[i].is_object() ? steps[i].value("type", "") : "";
+  };
+  if (step_type(at) == "Digits") {
+    out.digits =
+        steps[at].value("individual_digits", false) ? DigitSplit::kIndividual : DigitSplit::kRuns;
+    ++at;
+  }
+  std::optional<SplitPattern> split;
+  if (step_type(at) == "Split") {
+    const json& node = steps[at];
+    if (node.value("behavior", "") != "Isolated" || node.value("invert", false)) {
+      fail("{}: pre_tokenizer Split must have behavior Isolated and invert false (got {})",
+           path.string(), node.dump().substr(0, 300));
+    }
+    const std::string regex = node.contains("pattern") ? node.at("pattern").value("Regex", "") : "";
+    for (SplitPattern p : {SplitPattern::kGpt2, SplitPattern::kLlama3, SplitPattern::kQwen2}) {
+      if (regex == split_pattern_regex(p)) split = p;
+    }
+    if (!split) {
       fail(
-          "{}: pre_tokenizer split pattern {} is not implemented; maxctx knows the GPT-2 and "
-          "Llama 3 patterns",
+          "{}: pre_tokenizer split pattern {} is not implemented; maxctx knows the GPT-2, "
+          "Llama 3 and Qwen2 patterns",
           path.string(), json(regex).dump());
     }
+    ++at;
   }
-  fail(
-      "{}: pre_tokenizer {} is not supported; byte-level BPE needs ByteLevel, or Split + "
-      "ByteLevel (Llama 3). A SentencePiece-style tokenizer.json (Llama 2) is read from the "
-      "checkpoint's tokenizer.model instead",
-      path.string(), pre.dump());
+  if (step_type(at) != "ByteLevel") refuse("no ByteLevel where expected");
+  const json& byte_level = steps[at];
+  if (byte_level.value("add_prefix_space", false)) {
+    fail("{}: pre_tokenizer ByteLevel add_prefix_space = true is not supported", path.string());
+  }
+  const bool own_regex = byte_level.value("use_regex", true);
+  if (split.has_value() == own_regex) {
+    refuse(own_regex ? "a Split and a ByteLevel that splits again"
+                     : "a ByteLevel without a split pattern");
+  }
+  if (at + 1 != steps.size()) refuse("a step after ByteLevel");
+  out.pattern = split.value_or(SplitPattern::kGpt2);
+  return out;
+}
+
+// The normalizer of a tokenizer.json: none, or NFC (alone or as a one-step Sequence; Qwen).
+bool parse_normalizer(const json& root, const std::string& origin) {
+  if (!root.contains("normalizer") || root.at("normalizer").is_null()) return false;
+  json node = root.at("normalizer");
+  if (node.is_object() && node.value("type", "") == "Sequence" && node.contains("normalizers") &&
+      node.at("normalizers").is_array() && node.at("normalizers").size() == 1) {
+    node = node.at("normalizers")[0];
+  }
+  if (node.is_object() && node.value("type", "") == "NFC") return true;
+  fail("{}: tokenizer normalizer {} is not supported; maxctx implements NFC (Qwen)", origin,
+       root.at("normalizer").dump().substr(0, 300));
 }
 
 // A token id of an untrusted file: a whole number in [0, 2^31 - 1]. (nlohmann's get<int32_t>
@@ -113,6 +151,41 @@ int32_t parse_token_id(const json& id, const fs::path& path, std::string_view to
          INT32_MAX);
   }
   return static_cast<int32_t>(id.get<int64_t>());
+}
+
+// Standard base64 (RFC 4648, padded) of one tiktoken line; nullopt when it is not.
+std::optional<std::string> decode_base64(std::string_view text) {
+  const auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  if (text.empty() || text.size() % 4 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 4) {
+    const bool last = i + 4 == text.size();
+    const int pad = last ? (text[i + 3] == '=') + (text[i + 2] == '=') : 0;
+    uint32_t bits = 0;
+    for (int k = 0; k < 4; ++k) {
+      const int v = k >= 4 - pad ? 0 : value(text[i + k]);
+      if (v < 0) return std::nullopt;
+      bits = (bits << 6) | static_cast<uint32_t>(v);
+    }
+    out += static_cast<char>(bits >> 16);
+    if (pad < 2) out += static_cast<char>((bits >> 8) & 0xFF);
+    if (pad < 1) out += static_cast<char>(bits & 0xFF);
+  }
+  return out;
+}
+
+// A token's raw bytes in the files' byte-to-unicode spelling.
+std::string spelled_bytes(std::string_view bytes) {
+  std::string out;
+  for (const char b : bytes) unicode::append_utf8(byte_to_unicode()[static_cast<uint8_t>(b)], out);
+  return out;
 }
 
 }  // namespace
@@ -150,7 +223,11 @@ std::optional<std::string> unicode_to_bytes(std::string_view spelled) {
 }
 
 ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
-    : pattern_(spec.pattern), ignore_merges_(spec.ignore_merges) {
+    : pattern_(spec.pattern),
+      digits_(spec.digits),
+      nfc_(spec.nfc),
+      ignore_merges_(spec.ignore_merges),
+      fuse_unk_(spec.fuse_unk) {
   int64_t size = 0;
   for (const auto& [token, id] : spec.vocab) size = std::max<int64_t>(size, int64_t{id} + 1);
   for (const AddedToken& t : spec.added_tokens) size = std::max<int64_t>(size, int64_t{t.id} + 1);
@@ -199,15 +276,30 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(
         static_cast<int32_t>(i));
   }
-  for (int b = 0; b < 256; ++b) {
-    const int32_t id = token_id(std::string(1, static_cast<char>(b)));
-    if (id < 0) {
-      std::string spelled;
-      unicode::append_utf8(byte_to_unicode()[b], spelled);
-      fail("{}: byte 0x{:02X} has no single-byte token (spelled {}); not a byte-level vocabulary",
-           origin, b, json(spelled).dump());
+  // A byte without a single-byte token (SmolLM2 lacks 21 control bytes) is dropped when met, or
+  // becomes unk_token: tokenizers' BPE does so for any character absent from the vocabulary.
+  for (int b = 0; b < 256; ++b) byte_id_[b] = token_id(std::string(1, static_cast<char>(b)));
+  if (!spec.unk_token.empty()) {
+    const std::optional<std::string> bytes = unicode_to_bytes(spec.unk_token);
+    unk_id_ = bytes ? token_id(*bytes) : -1;
+    for (const AddedToken& t : added_) {
+      if (t.content == spec.unk_token) unk_id_ = t.id;
     }
-    byte_id_[b] = id;
+    if (unk_id_ < 0) {
+      fail("{}: the unk_token {} is not in the vocabulary", origin, json(spec.unk_token).dump());
+    }
+  }
+  if (spec.merge_by_rank) {
+    // tiktoken: a pair merges when its concatenation is a token, ranked by that token's rank.
+    for (int32_t id = 0; id < static_cast<int32_t>(id_to_bytes_.size()); ++id) {
+      const std::string& bytes = id_to_bytes_[id];
+      if (bytes.size() < 2 || !used[id] || bytes_to_id_.count(bytes) == 0) continue;
+      for (size_t k = 1; k < bytes.size(); ++k) {
+        const int32_t l = token_id(std::string_view(bytes).substr(0, k));
+        const int32_t r = token_id(std::string_view(bytes).substr(k));
+        if (l >= 0 && r >= 0) merges_.emplace(pair_key(l, r), Merge{id, id});
+      }
+    }
   }
   const auto id_of = [&](const std::string& spelled, size_t rank) {
     const std::optional<std::string> bytes = unicode_to_bytes(spelled);
@@ -261,8 +353,18 @@ void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, std::vector<int3
       return;
     }
   }
-  std::vector<int32_t> symbols(bytes.size());
-  for (size_t i = 0; i < bytes.size(); ++i) symbols[i] = byte_id_[static_cast<uint8_t>(bytes[i])];
+  std::vector<int32_t> symbols;
+  symbols.reserve(bytes.size());
+  bool after_unk = false;
+  for (const char byte : bytes) {
+    const int32_t id = byte_id_[static_cast<uint8_t>(byte)];
+    if (id >= 0) {
+      symbols.push_back(id);
+    } else if (unk_id_ >= 0 && !(fuse_unk_ && after_unk)) {
+      symbols.push_back(unk_id_);
+    }
+    after_unk = id < 0;
+  }
   // Merge the lowest-ranked adjacent pair, leftmost first, until no pair has a rank. Quadratic
   // in the pre-token's length, which the split keeps short (words, digit groups, space runs).
   while (symbols.size() > 1) {
@@ -285,7 +387,19 @@ void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, std::vector<int3
 }
 
 void ByteLevelBpe::encode_span(std::string_view text, std::vector<int32_t>& out) const {
-  for (std::string_view piece : split_pretokens(text, pattern_)) encode_pretoken_into(piece, out);
+  std::string normalized;
+  if (nfc_) {
+    normalized = nfc(text);
+    text = normalized;
+  }
+  const auto split = [&](std::string_view part) {
+    for (std::string_view piece : split_pretokens(part, pattern_)) encode_pretoken_into(piece, out);
+  };
+  if (digits_ == DigitSplit::kNone) {
+    split(text);
+    return;
+  }
+  for (std::string_view part : split_digits(text, digits_)) split(part);
 }
 
 std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_bos) const {
@@ -342,10 +456,6 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
     fail("{}: tokenizer model type '{}' is not supported; maxctx reads byte-level BPE", origin,
          model.value("type", ""));
   }
-  if (root.contains("normalizer") && !root.at("normalizer").is_null()) {
-    fail("{}: tokenizer normalizer {} is not supported (byte-level BPE tokenizers have none)",
-         origin, root.at("normalizer").dump());
-  }
   for (const char* field : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"}) {
     if (model.contains(field) && !model.at(field).is_null() &&
         !(model.at(field).is_string() && model.at(field).get<std::string>().empty())) {
@@ -358,8 +468,15 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
          origin);
   }
   BpeModelSpec spec;
-  spec.pattern = parse_pre_tokenizer(root.value("pre_tokenizer", json()), path);
+  spec.nfc = parse_normalizer(root, origin);
+  const PreTokenizer pre = parse_pre_tokenizer(root.value("pre_tokenizer", json()), path);
+  spec.pattern = pre.pattern;
+  spec.digits = pre.digits;
   spec.ignore_merges = model.value("ignore_merges", false);
+  if (model.contains("unk_token") && model.at("unk_token").is_string()) {
+    spec.unk_token = model.at("unk_token").get<std::string>();
+    spec.fuse_unk = model.value("fuse_unk", false);
+  }
   try {
     for (const auto& [token, id] : model.at("vocab").items()) {
       spec.vocab.emplace_back(token, parse_token_id(id, path, token));
@@ -450,6 +567,51 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& enco
     if (token == "<|endoftext|>") spec.bos_token = spec.eos_token = token;
   }
   return std::make_unique<ByteLevelBpe>(std::move(spec), encoder_json.string());
+}
+
+std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tiktoken(const fs::path& path) {
+  std::istringstream lines(read_file(path, "tiktoken rank file"));
+  BpeModelSpec spec;
+  spec.pattern = SplitPattern::kLlama3;
+  spec.ignore_merges = true;  // tiktoken encodes a piece that is a token as that token
+  spec.merge_by_rank = true;
+  std::string line;
+  int64_t line_number = 0;
+  while (std::getline(lines, line)) {
+    ++line_number;
+    if (line.empty()) continue;
+    const size_t space = line.find(' ');
+    std::optional<std::string> bytes =
+        space == std::string::npos ? std::nullopt : decode_base64(line.substr(0, space));
+    const std::string rank = space == std::string::npos ? "" : line.substr(space + 1);
+    if (!bytes || rank.empty() || rank.size() > 10 ||
+        rank.find_first_not_of("0123456789") != std::string::npos || std::stoll(rank) > INT32_MAX) {
+      fail("{}:{}: a tiktoken line is \"<base64 token> <rank>\", got {}", path.string(),
+           line_number, json(line.substr(0, 80)).dump());
+    }
+    spec.vocab.emplace_back(spelled_bytes(*bytes), static_cast<int32_t>(std::stoll(rank)));
+  }
+  if (spec.vocab.empty()) fail("{}: the tiktoken rank file holds no token", path.string());
+  // MaxText's TikTokenTokenizer: 256 special tokens numbered from the number of ranks.
+  const auto base = static_cast<int32_t>(spec.vocab.size());
+  std::vector<std::string> specials = {"<|begin_of_text|>",
+                                       "<|end_of_text|>",
+                                       "<|reserved_special_token_0|>",
+                                       "<|reserved_special_token_1|>",
+                                       "<|reserved_special_token_2|>",
+                                       "<|reserved_special_token_3|>",
+                                       "<|start_header_id|>",
+                                       "<|end_header_id|>",
+                                       "<|reserved_special_token_4|>",
+                                       "<|eot_id|>"};
+  for (int i = 5; i < 256 - 5; ++i)
+    specials.push_back(fmt::format("<|reserved_special_token_{}|>", i));
+  for (size_t i = 0; i < specials.size(); ++i) {
+    spec.added_tokens.push_back(AddedToken{specials[i], base + static_cast<int32_t>(i), true});
+  }
+  spec.bos_token = "<|begin_of_text|>";
+  spec.eos_token = "<|end_of_text|>";
+  return std::make_unique<ByteLevelBpe>(std::move(spec), path.string());
 }
 
 }  // namespace maxctx::tokenizer

@@ -1,15 +1,19 @@
-// Byte-level BPE (GPT-2, Llama 3): the pre-tokenizer split, the byte-to-unicode map and the
-// merges, written out by hand (no regex library here has lookahead or \p{L}).
+// Byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM2/StarCoder2) and tiktoken rank files: the
+// pre-tokenizer split, the byte-to-unicode map and the merges, written out by hand (no regex
+// library here has lookahead or \p{L}).
 //
 // Encoding, as Hugging Face tokenizers and tiktoken do it: added (special) tokens are cut out of
-// the text first (leftmost, longest); each remaining span is split into pre-tokens by the
-// model's pattern (split_pretokens); each pre-token's UTF-8 bytes start as one symbol per byte
-// and the adjacent pair with the lowest merge rank is merged until no pair has a rank (with
-// ignore_merges, a pre-token that is itself in the vocabulary is taken whole first). Internally
-// every token is its raw bytes; the byte-to-unicode map is only the spelling of the files.
-// Not supported, and refused at load with the field named: normalizers, add_prefix_space,
-// dropout, byte_fallback, subword prefixes/suffixes, other split patterns, added tokens that
-// strip whitespace or match single words.
+// the text first (leftmost, longest); each remaining span is NFC-normalized when the file says
+// so (Qwen), cut around digits by a Digits pre-tokenizer (SmolLM2: every digit alone), and split
+// into pre-tokens by the model's pattern (split_pretokens); each pre-token's UTF-8 bytes start as
+// one symbol per byte and the adjacent pair with the lowest merge rank is merged until no pair
+// has a rank (with ignore_merges, a pre-token that is itself in the vocabulary is taken whole
+// first). A byte whose single-byte token the vocabulary lacks (SmolLM2 lacks 21) is dropped
+// before merging, or becomes the model's unk_token when it has one, as tokenizers' BPE does.
+// Internally every token is its raw bytes; the byte-to-unicode map is only the spelling of the
+// files. Not supported, and refused at load with the component named: other normalizers,
+// add_prefix_space, dropout, byte_fallback, subword prefixes/suffixes, other split patterns,
+// added tokens that strip whitespace or match single words.
 #pragma once
 
 #include <array>
@@ -33,13 +37,22 @@ enum class SplitPattern {
   // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
   // \s*[\r\n]+|\s+(?!\S)|\s+   (the contractions' case-insensitivity is ASCII only)
   kLlama3,
+  // Qwen2/Qwen3: Llama 3's pattern with single digits (\p{N} for \p{N}{1,3})
+  kQwen2,
 };
+
+// A Digits pre-tokenizer before the split: each number character alone (individual_digits, as
+// SmolLM2 and StarCoder2), or each run of them, cut out as its own pre-token.
+enum class DigitSplit { kNone, kIndividual, kRuns };
 std::string_view split_pattern_regex(SplitPattern pattern);
 
 // The pre-tokens of UTF-8 `text`: the matches of the pattern's find-all, in order; they
 // concatenate to `text`. Bytes that are not valid UTF-8 count as one non-letter, non-number,
 // non-space character each.
 std::vector<std::string_view> split_pretokens(std::string_view text, SplitPattern pattern);
+// The pieces of a Digits pre-tokenizer (tokenizers' behavior Isolated): number characters alone
+// (kIndividual) or in runs (kRuns), the text between them as it is; they concatenate to `text`.
+std::vector<std::string_view> split_digits(std::string_view text, DigitSplit digits);
 
 // GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other 68 bytes to
 // U+0100.. in byte order, so every token is spelled in visible characters.
@@ -60,7 +73,14 @@ struct BpeModelSpec {
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
   std::vector<AddedToken> added_tokens;
   SplitPattern pattern = SplitPattern::kGpt2;
+  DigitSplit digits = DigitSplit::kNone;
+  bool nfc = false;  // normalizer NFC (Qwen)
   bool ignore_merges = false;
+  // tiktoken's rule instead of merges: any adjacent pair whose concatenation is a token merges,
+  // the lowest-ranked (lowest id) first.
+  bool merge_by_rank = false;
+  std::string unk_token;  // a byte without a single-byte token becomes this; empty: dropped
+  bool fuse_unk = false;  // consecutive unknown bytes give one unk_token
   std::string bos_token;  // contents of the BOS/EOS tokens; empty: none
   std::string eos_token;
 };
@@ -68,8 +88,8 @@ struct BpeModelSpec {
 class ByteLevelBpe final : public Tokenizer {
  public:
   // Every error names `origin` (the file the spec came from): a vocabulary token outside the
-  // byte map, a duplicate id, a merge whose parts or result are not in the vocabulary, a byte
-  // with no single-byte token, a BOS/EOS that is no token.
+  // byte map, a duplicate id, a merge whose parts or result are not in the vocabulary, a
+  // BOS/EOS/unk that is no token.
   ByteLevelBpe(BpeModelSpec spec, const std::string& origin);
 
   // A Hugging Face tokenizer.json (model.type BPE, ByteLevel pre-tokenizer, optionally after a
@@ -82,6 +102,13 @@ class ByteLevelBpe final : public Tokenizer {
   // added tokens (as OpenAI's encoder.py: "<|endoftext|>" in the text is ordinary text).
   static std::unique_ptr<ByteLevelBpe> from_gpt2_files(const std::filesystem::path& encoder_json,
                                                        const std::filesystem::path& vocab_bpe);
+  // A tiktoken rank file ("<base64 token> <rank>" lines; MaxText's tokenizer_llama3.tiktoken,
+  // Meta's Llama 3 tokenizer.model) with MaxText's Llama 3 setup (input_pipeline/tokenizer.py
+  // TikTokenTokenizer): the Llama 3 pattern, 256 special tokens numbered from the file's size
+  // (<|begin_of_text|> BOS, <|end_of_text|> EOS, <|start_header_id|>, <|end_header_id|>,
+  // <|eot_id|>, <|reserved_special_token_N|>), which are recognised in the text as
+  // allowed_special="all" and the Hugging Face conversion do.
+  static std::unique_ptr<ByteLevelBpe> from_tiktoken(const std::filesystem::path& path);
 
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
   std::string decode(std::span<const int32_t> ids) const override;
@@ -105,11 +132,15 @@ class ByteLevelBpe final : public Tokenizer {
   void encode_pretoken_into(std::string_view bytes, std::vector<int32_t>& out) const;
 
   SplitPattern pattern_;
+  DigitSplit digits_;
+  bool nfc_;
   bool ignore_merges_;
+  int32_t unk_id_ = -1;
+  bool fuse_unk_ = false;
   std::unordered_map<std::string, int32_t> bytes_to_id_;
   std::vector<std::string> id_to_bytes_;        // raw bytes of every id ("" for unused ids)
   std::vector<uint8_t> is_special_;             // per id: decodes to nothing
-  std::array<int32_t, 256> byte_id_{};          // the single-byte token of each byte
+  std::array<int32_t, 256> byte_id_{};          // the single-byte token of each byte, or -1
   std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
   std::vector<AddedToken> added_;               // longest first
   std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indices into added_, in order

@@ -1,4 +1,5 @@
-// The GPT-2 and Llama 3 split patterns, evaluated by hand, plus the Unicode helpers they need.
+// The GPT-2, Llama 3 and Qwen2 split patterns, evaluated by hand, plus the Unicode helpers they
+// need.
 //
 // A regex find-all tries the alternatives in order at the current position and takes the first
 // that matches (greedy quantifiers, backtracking inside an alternative), then continues after
@@ -174,7 +175,9 @@ size_t next_gpt2(const CodePoints& t, size_t i) {
   return match_trailing_space(t, i);
 }
 
-size_t next_llama3(const CodePoints& t, size_t i) {
+// Llama 3's pattern, and Qwen2's, which differs only in taking digits one at a time
+// (`max_digits` 3 and 1).
+size_t next_llama3(const CodePoints& t, size_t i, size_t max_digits) {
   if (size_t e = match_contraction(t, i, true); e != kNoMatch) return e;
   // [^\r\n\p{L}\p{N}]?\p{L}+ : a letter run, optionally led by one character that is neither a
   // line break, a letter nor a number. (A letter cannot be the optional character, so a letter
@@ -183,8 +186,8 @@ size_t next_llama3(const CodePoints& t, size_t i) {
   if (!t.is_crlf(i) && !t.is(i, CharClass::kNumber) && t.is(i + 1, CharClass::kLetter)) {
     return t.run(i + 1, CharClass::kLetter);
   }
-  // \p{N}{1,3}
-  if (t.is(i, CharClass::kNumber)) return std::min(i + 3, t.run(i, CharClass::kNumber));
+  // \p{N}{1,3} (Qwen2: \p{N})
+  if (t.is(i, CharClass::kNumber)) return std::min(i + max_digits, t.run(i, CharClass::kNumber));
   // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
   const size_t j = (t.cp[i] == ' ' && t.is(i + 1, CharClass::kOther)) ? i + 1 : i;
   if (t.is(j, CharClass::kOther)) {
@@ -210,6 +213,8 @@ std::string_view split_pattern_regex(SplitPattern pattern) {
       return R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
     case SplitPattern::kLlama3:
       return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    case SplitPattern::kQwen2:
+      return R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   }
   return {};
 }
@@ -218,10 +223,36 @@ std::vector<std::string_view> split_pretokens(std::string_view text, SplitPatter
   const CodePoints t(text);
   std::vector<std::string_view> pieces;
   for (size_t i = 0; i < t.size();) {
-    const size_t end = pattern == SplitPattern::kGpt2 ? next_gpt2(t, i) : next_llama3(t, i);
+    const size_t end = pattern == SplitPattern::kGpt2     ? next_gpt2(t, i)
+                       : pattern == SplitPattern::kLlama3 ? next_llama3(t, i, 3)
+                                                          : next_llama3(t, i, 1);
     pieces.push_back(text.substr(t.offsets[i], t.offsets[end] - t.offsets[i]));
     i = end;
   }
+  return pieces;
+}
+
+std::vector<std::string_view> split_digits(std::string_view text, DigitSplit digits) {
+  // tokenizers' Digits uses Rust's char::is_numeric, the categories Nd, Nl and No: \p{N}.
+  std::vector<std::string_view> pieces;
+  size_t begin = 0;  // start of the current non-digit run
+  for (size_t at = 0; at < text.size();) {
+    const unicode::DecodedCodePoint d = unicode::decode_utf8(text, at);
+    if (!unicode::is_number(d.cp)) {
+      at += d.length;
+      continue;
+    }
+    if (at > begin) pieces.push_back(text.substr(begin, at - begin));
+    size_t end = at + d.length;
+    while (digits == DigitSplit::kRuns && end < text.size()) {
+      const unicode::DecodedCodePoint next = unicode::decode_utf8(text, end);
+      if (!unicode::is_number(next.cp)) break;
+      end += next.length;
+    }
+    pieces.push_back(text.substr(at, end - at));
+    at = begin = end;
+  }
+  if (begin < text.size()) pieces.push_back(text.substr(begin));
   return pieces;
 }
 

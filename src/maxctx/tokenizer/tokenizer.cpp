@@ -4,6 +4,7 @@
 #include <sentencepiece_processor.h>
 
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -122,31 +123,49 @@ std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
         "encoder.json with vocab.bpe or merges.txt next to it; neither was found",
         path.string());
   }
-  if (looks_like_tiktoken(head)) {
-    fail(
-        "{}: this is a tiktoken rank file (Meta's original Llama 3 tokenizer.model), which "
-        "maxctx does not read; use the Hugging Face checkpoint's tokenizer.json",
-        path.string());
-  }
+  if (looks_like_tiktoken(head)) return ByteLevelBpe::from_tiktoken(path);
   return std::make_unique<SentencePieceTokenizer>(path);
 }
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path_text) {
-  if (path_text.empty()) {
+std::string resolve_tokenizer_path(const std::string& path) {
+  constexpr std::string_view kPrefix = "assets/";
+  if (path.rfind(kPrefix, 0) != 0 || fs::exists(path)) return path;
+  const char* env = std::getenv("MAXCTX_ASSETS");
+  const char* home = std::getenv("HOME");
+  const fs::path dir = env != nullptr    ? fs::path(env)
+                       : home != nullptr ? fs::path(home) / ".cache/maxctx/assets"
+                                         : fs::path();
+  const std::string name = path.substr(kPrefix.size());
+  for (const fs::path& candidate : {dir / name, dir / "tokenizers" / name}) {
+    if (!dir.empty() && fs::exists(candidate)) return candidate.string();
+  }
+  fail(
+      "tokenizer_path {}: a MaxText asset name, not found here nor in the assets directory {} "
+      "($MAXCTX_ASSETS); the maxtext wheel ships it under maxtext/assets/tokenizers/: run "
+      "tools/reference/fetch_assets.sh, or give the file's path",
+      path, dir.string());
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path_given) {
+  if (path_given.empty()) {
     fail("tokenizer_path is empty; set it to a tokenizer.model, a tokenizer.json or a directory");
   }
+  const std::string path_text = resolve_tokenizer_path(path_given);
   const fs::path path(path_text);
   if (!fs::exists(path)) fail("tokenizer_path {}: no such file or directory", path_text);
   if (!fs::is_directory(path)) return load_file(path);
+  // A checkpoint directory: its SentencePiece model, else its tokenizer.json, else a tiktoken
+  // tokenizer.model (Meta's original Llama 3 files ship only that).
   const fs::path sp_model = path / "tokenizer.model";
-  if (fs::exists(sp_model) && !looks_like_tiktoken(file_head(sp_model, 4096))) {
-    return load_file(sp_model);
-  }
+  const bool tiktoken_model =
+      fs::exists(sp_model) && looks_like_tiktoken(file_head(sp_model, 4096));
+  if (fs::exists(sp_model) && !tiktoken_model) return load_file(sp_model);
   for (const char* name : {"tokenizer.json", "encoder.json", "vocab.json"}) {
     if (fs::exists(path / name)) return load_file(path / name);
   }
+  if (tiktoken_model) return load_file(sp_model);
   fail(
       "tokenizer_path {}: the directory has no tokenizer.model (SentencePiece), tokenizer.json "
       "or encoder.json",

@@ -1,8 +1,9 @@
 // Tokenizers: text to token ids and back, for prompts (decode) and text data.
 //
 // Two kinds, chosen by the file (load_tokenizer): SentencePiece models (Llama 1/2, Mistral,
-// through libsentencepiece) and byte-level BPE (Llama 3, GPT-2: a Hugging Face tokenizer.json,
-// or GPT-2's encoder.json + vocab.bpe pair; see bpe.h). BOS and EOS follow Llama: encode
+// Gemma, through libsentencepiece) and byte-level BPE (Llama 3, GPT-2, Qwen, SmolLM2: a Hugging
+// Face tokenizer.json, GPT-2's encoder.json + vocab.bpe pair, or a tiktoken rank file; see
+// bpe.h). BOS and EOS follow Llama: encode
 // prepends BOS when asked and never appends EOS (generation stops at eos_id()); decode drops
 // control/special tokens (BOS, EOS, ...) and concatenates the rest's bytes, so its result is
 // exactly the encoded text for ids that came from encode.
@@ -39,10 +40,18 @@ class Tokenizer {
 //  - a JSON file with a "model" object: a Hugging Face tokenizer.json (byte-level BPE only);
 //  - any other JSON object of token -> id: GPT-2's encoder.json (or vocab.json), with vocab.bpe
 //    (or merges.txt) next to it;
-//  - anything else: a SentencePiece model proto. A tiktoken rank file (Meta's original Llama 3
-//    tokenizer.model) is recognised and refused with a pointer to the checkpoint's
-//    tokenizer.json.
-// Every problem is a maxctx::Error naming the path and what was expected.
+//  - a tiktoken rank file ("<base64> <rank>" lines: MaxText's tokenizer_llama3.tiktoken, Meta's
+//    original Llama 3 tokenizer.model): byte-level BPE with MaxText's Llama 3 setup;
+//  - anything else: a SentencePiece model proto.
+// `path` goes through resolve_tokenizer_path first. Every problem is a maxctx::Error naming the
+// path and what was expected.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+// MaxText's relative asset names: `assets/<name>` that does not exist as written is looked up
+// in the assets directory ($MAXCTX_ASSETS, default ~/.cache/maxctx/assets) as <dir>/<name>,
+// then <dir>/tokenizers/<name> (the maxtext wheel's layout, which
+// tools/reference/fetch_assets.sh copies there). Any other path is returned as it is. When the
+// asset is in neither place the error says how to get it.
+std::string resolve_tokenizer_path(const std::string& path);
 
 }  // namespace maxctx::tokenizer

@@ -12,7 +12,8 @@ FirstFitSource::FirstFitSource(const TokenDataOptions& options, int64_t bins)
     : DataSource(options.seq_len), options_(options), bins_(bins), file_(options.path) {
   MAXCTX_CHECK(options.packing, "first-fit rows are packed rows");
   if (bins < 1) fail("first-fit packing needs at least one open row (got {})", bins);
-  const std::vector<int64_t> doc_starts = scan_documents(file_, options);
+  doc_starts_ = scan_documents(file_, options);
+  const std::vector<int64_t>& doc_starts = doc_starts_;
   documents_ = static_cast<int64_t>(doc_starts.size());
   const int64_t seq = options.seq_len;
 
@@ -71,7 +72,6 @@ void FirstFitSource::fill_row(int64_t row, std::span<const TokenRange> ranges,
        {out.tokens, out.targets, out.positions, out.segment_ids, out.target_segment_ids}) {
     std::fill(array.begin(), array.end(), 0);
   }
-  const auto eos = static_cast<int32_t>(file_.eos_id());
   const std::vector<TokenRange> pieces = row_pieces(physical);
   size_t at = 0;  // where `range` starts in out
   for (const TokenRange& range : ranges) {
@@ -87,12 +87,16 @@ void FirstFitSource::fill_row(int64_t row, std::span<const TokenRange> ranges,
       file_.read(first, out.tokens.subspan(to, static_cast<size_t>(n)));
       const int64_t next_count = std::min(n, file_.count() - first - 1);
       file_.read(first + 1, out.targets.subspan(to, static_cast<size_t>(next_count)));
+      // The piece's document ends where the next one starts: its last token is unscored, an
+      // EOS inside it (version 2 files) is scored like any token.
+      const auto next_doc = std::upper_bound(doc_starts_.begin(), doc_starts_.end(), first);
+      const int64_t doc_end = next_doc == doc_starts_.end() ? file_.count() : *next_doc;
       for (int64_t k = 0; k < n; ++k) {
         const size_t c = to + static_cast<size_t>(k);
         const auto segment = static_cast<int32_t>(i + 1);
         out.positions[c] = static_cast<int32_t>(lo - column + k);
         out.segment_ids[c] = segment;
-        if (out.tokens[c] != eos && first + k + 1 < file_.count()) {
+        if (first + k + 1 < doc_end) {
           out.target_segment_ids[c] = segment;
         } else {
           out.targets[c] = 0;

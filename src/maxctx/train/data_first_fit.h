@@ -1,7 +1,8 @@
 // Rows packed first-fit from a token file: MaxText's packing for its Grain and Hugging Face
 // pipelines (grain's FirstFitPackIterDataset with num_packing_bins = the batch's rows).
 //
-// Documents (runs of the file ending with eos_id, the EOS included) are taken in file order.
+// Documents (the file's indexed documents, or in a version 1 file the runs ending with eos_id, the
+// EOS included; data_tokens.h) are taken in file order.
 // `bins` rows are open at a time; a document goes into the first open row with room for it;
 // when none has room, the open rows are closed (they become the next `bins` rows of the epoch,
 // in bin order) and a fresh set is opened. At the end of the file the open rows that hold
@@ -14,7 +15,7 @@
 // token (its EOS, or the file's last token) is unscored (target 0, target segment 0); the rest of
 // the row is padding (0 everywhere). Rows are visited in shuffled_index order per epoch when
 // shuffle is on. Reading a row reads only the file bytes of the columns asked for.
-// Memory: 16 bytes per piece and 8 per row, never the tokens.
+// Memory: 16 bytes per piece, 8 per row and 8 per document, never the tokens.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,7 @@ class FirstFitSource final : public DataSource {
   int64_t bins_;
   TokenFile file_;
   int64_t documents_ = 0;
+  std::vector<int64_t> doc_starts_;  // the first token of every document (8 bytes each)
   std::vector<TokenRange> pieces_;   // every row's pieces, row after row
   std::vector<int64_t> row_starts_;  // first piece of each row in pieces_, then pieces_.size()
 };

@@ -23,7 +23,9 @@ std::vector<int64_t> scan_documents(const TokenFile& file, const TokenDataOption
   if (file.count() == 0) fail("token file {} holds no tokens", path);
   constexpr int64_t kBlock = int64_t{1} << 20;
   std::vector<int32_t> block(static_cast<size_t>(std::min(kBlock, file.count())));
-  std::vector<int64_t> starts = {0};
+  // A version 2 file says where its documents end; a version 1 file ends one at each EOS.
+  const bool indexed = file.has_document_index();
+  std::vector<int64_t> starts = indexed ? file.document_starts() : std::vector<int64_t>{0};
   for (int64_t begin = 0; begin < file.count(); begin += kBlock) {
     const int64_t n = std::min(kBlock, file.count() - begin);
     file.read(begin, std::span<int32_t>(block).first(static_cast<size_t>(n)));
@@ -34,7 +36,7 @@ std::vector<int64_t> scan_documents(const TokenFile& file, const TokenDataOption
              begin + i, vocab_size);
       }
       const int64_t next = begin + i + 1;
-      if (id == file.eos_id() && next < file.count()) starts.push_back(next);
+      if (!indexed && id == file.eos_id() && next < file.count()) starts.push_back(next);
     }
   }
   return starts;
@@ -102,7 +104,6 @@ void TokenFileSource::fill_row(int64_t row, std::span<const TokenRange> ranges,
   const int64_t physical = row_in_epoch(row, rows_per_epoch(), options_.shuffle, options_.seed);
   const TokenRange span = row_span(physical);
   const int64_t first_doc = document_of(span.begin);
-  const auto eos = static_cast<int32_t>(file_.eos_id());
 
   std::fill(out.tokens.begin(), out.tokens.end(), 0);
   std::fill(out.targets.begin(), out.targets.end(), 0);
@@ -122,17 +123,22 @@ void TokenFileSource::fill_row(int64_t row, std::span<const TokenRange> ranges,
       file_.read(first + 1, out.targets.subspan(at, static_cast<size_t>(next_count)));
       int64_t doc = document_of(first);
       int64_t doc_start = std::max(span.begin, doc_starts_[static_cast<size_t>(doc)]);
+      const auto doc_end = [&] {
+        return doc + 1 < num_documents() ? doc_starts_[static_cast<size_t>(doc + 1)]
+                                         : file_.count();
+      };
       for (int64_t k = 0; k < real; ++k) {
         const size_t c = at + static_cast<size_t>(k);
         const int64_t token = first + k;
-        if (k > 0 && out.tokens[c - 1] == eos) {
+        if (token == doc_end()) {
           ++doc;
           doc_start = token;
         }
         const auto segment = static_cast<int32_t>(doc - first_doc + 1);
         out.positions[c] = static_cast<int32_t>(token - doc_start);
         out.segment_ids[c] = segment;
-        const bool scored = out.tokens[c] != eos && token + 1 < file_.count();
+        // A document's last token has no next token of its own; an EOS inside it does.
+        const bool scored = token + 1 < doc_end();
         if (scored) {
           out.target_segment_ids[c] = segment;
         } else {

@@ -1,9 +1,10 @@
 // dataset_type=tokens: rows cut from a token file (train/token_file.h), random-access by row.
 //
-// Documents are the runs of the file that end with eos_id (EOS belongs to its document; the
-// last document may end at the end of the file). Opening the file scans it once: every id must
-// be < vocab_size, and the document starts (8 bytes per document) and, with packing, the row
-// starts (8 bytes per row) are recorded. After that a row reads only the file bytes of the
+// Documents are those of the file's document index (version 2, train/token_file.h: an EOS inside
+// a document stays in it), or in a version 1 file the runs that end with eos_id (EOS belongs to
+// its document; the last document may end at the end of the file). Opening the file scans it once:
+// every id must be < vocab_size, and the document starts (8 bytes per document) and, with packing,
+// the row starts (8 bytes per row) are recorded. After that a row reads only the file bytes of the
 // columns asked for.
 //  - packing=true: documents are laid into rows of S greedily in file order. A document that
 //    does not fit in what is left of a row moves whole to the next row (the rest of the row is
@@ -13,8 +14,8 @@
 //    per document.
 //  - packing=false: row r is document r, truncated to its first S tokens, padded.
 // Targets are the next token of the same document, also across a split or truncation (the
-// next token is read past the row's end); the last token of a document (its EOS, or the file's
-// last token) is not scored: target 0, target segment 0. Padding is 0 in all five arrays.
+// next token is read past the row's end); the last token of a document (its final EOS, or the
+// file's last token) is not scored: target 0, target segment 0. Padding is 0 in all five arrays.
 // The rows of an epoch are visited in the order shuffled_index(row, rows, seed, epoch) when
 // shuffle is on; past the last row the next epoch starts.
 #pragma once

@@ -101,14 +101,21 @@ model::LlamaConfig hf_training_model(const Config& c, const fs::path& json) {
   model::apply_precision(c, m);
   const kernels::RopeParams from_json = m.rope;
   apply_explicit_rope_keys(c, m);
-  log::info("model from {}: RoPE theta {}{}{}", json.string(), m.rope.theta,
-            m.rope.scaling == kernels::RopeScaling::kLlama3
-                ? fmt::format(", Llama 3 scaling x{}", m.rope.factor)
-                : std::string(),
-            m.rope.theta != from_json.theta || m.rope.scaling != from_json.scaling ||
-                    m.rope.factor != from_json.factor
-                ? " (RoPE keys of the command line over config.json's)"
-                : "");
+  // The config printout above shows the base_* / head_dim / vocab_size keys, which the file's
+  // model replaces: its own dimensions are said here.
+  log::info(
+      "model from {} (its dimensions replace the config's model keys printed above): vocab {}, "
+      "emb {}, layers {}, heads {}/{} kv, head_dim {}, mlp {}{}, {} embeddings; RoPE theta {}{}{}",
+      json.string(), m.vocab_size, m.emb_dim, m.num_layers, m.num_query_heads, m.num_kv_heads,
+      m.head_dim, m.mlp_dim, m.moe ? fmt::format(" x {} experts", m.num_experts) : std::string(),
+      m.tie_embeddings ? "tied" : "untied", m.rope.theta,
+      m.rope.scaling == kernels::RopeScaling::kLlama3
+          ? fmt::format(", Llama 3 scaling x{}", m.rope.factor)
+          : std::string(),
+      m.rope.theta != from_json.theta || m.rope.scaling != from_json.scaling ||
+              m.rope.factor != from_json.factor
+          ? " (RoPE keys of the command line over config.json's)"
+          : "");
   return m;
 }
 

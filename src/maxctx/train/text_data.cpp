@@ -110,7 +110,7 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
          corpus.format);
   }
   if (!corpus.add_eos) {
-    fail("dataset_type=hf needs add_eos=true: EOS is what separates the packed documents");
+    fail("dataset_type=hf needs add_eos=true: each document ends with EOS (MaxText's pipeline)");
   }
   if (corpus.tokenizer_path.empty()) fail("dataset_type=hf needs tokenizer_path");
   const std::unique_ptr<tokenizer::Tokenizer> tok =
@@ -125,7 +125,8 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
   const TokenWidth width = tok->vocab_size() <= 65536 ? TokenWidth::kUInt16 : TokenWidth::kUInt32;
   const std::string tmp = fmt::format("{}.tmp-{}", path, ::getpid());
   try {
-    TokenFileWriter writer(tmp, static_cast<uint32_t>(stats.eos_id), width);
+    TokenFileWriter writer(tmp, static_cast<uint32_t>(stats.eos_id), width,
+                           /*document_index=*/true);
     std::string line;
     json parsed;
     for (const std::string& file : corpus.files) {
@@ -140,6 +141,7 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
         std::vector<int32_t> ids = tok->encode(*text, corpus.add_bos);
         ids.push_back(stats.eos_id);
         writer.append(ids);
+        writer.end_document();
         ++stats.documents;
         stats.bytes += static_cast<int64_t>(text->size());
       }
@@ -187,7 +189,9 @@ TextCorpus text_corpus_from(const Config& c, bool eval) {
   corpus.format = c.hf_path;
   corpus.files = expand_data_files(key, spec);
   corpus.column = columns.empty() ? "text" : columns.front();
-  corpus.tokenizer_path = c.tokenizer_path;
+  // Resolved here, so that the cache key names the file read (MaxText's assets/<name>).
+  corpus.tokenizer_path =
+      c.tokenizer_path.empty() ? "" : tokenizer::resolve_tokenizer_path(c.tokenizer_path);
   corpus.add_bos = c.add_bos;
   corpus.add_eos = c.add_eos;
   return corpus;

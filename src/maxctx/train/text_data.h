@@ -4,8 +4,10 @@
 //
 // One document per line: a JSON Lines line's `column` field (a string), or a text line as it is.
 // Blank lines are skipped. Each document is encoded as MaxText's pipeline does: BOS first when
-// add_bos, EOS last when add_eos (EOS is what separates packed documents, so add_eos must be
-// true). Tokenizing streams: the files are read a line at a time and the ids are appended to a
+// add_bos, EOS last when add_eos (add_eos must be true, MaxText's default). The token file records
+// where each document ends (version 2), so EOS ids inside a document (a chat transcript's
+// <|im_end|> turns) do not split it: packing is per input document, as MaxText's. Tokenizing
+// streams: the files are read a line at a time and the ids are appended to a
 // maxctx token file (train/token_file.h), so memory never holds the corpus; the token file is then
 // memory-mapped and its documents packed first-fit into rows of max_target_length as MaxText's
 // pipeline packs them (train/data_first_fit.h: segment ids, per-document positions; a document

@@ -21,6 +21,7 @@ static_assert(std::endian::native == std::endian::little, "token files are littl
 
 constexpr char kMagic[8] = {'M', 'X', 'C', 'T', 'O', 'K', 'E', 'N'};
 constexpr uint32_t kVersion = 1;
+constexpr uint32_t kIndexedVersion = 2;
 constexpr size_t kHeaderBytes = 32;
 
 struct Header {
@@ -40,11 +41,13 @@ struct ClosesFd {
 
 }  // namespace
 
-TokenFileWriter::TokenFileWriter(const std::string& path, uint32_t eos_id, TokenWidth width)
+TokenFileWriter::TokenFileWriter(const std::string& path, uint32_t eos_id, TokenWidth width,
+                                 bool document_index)
     : path_(path),
       file_(std::fopen(path.c_str(), "wb"), &std::fclose),
       eos_id_(eos_id),
-      width_(width) {
+      width_(width),
+      document_index_(document_index) {
   const uint32_t bytes = static_cast<uint32_t>(width);
   if (eos_id > limit()) fail("token file {}: eos_id {} does not fit {} bytes", path, eos_id, bytes);
   if (!file_) fail("token file {}: cannot open for writing: {}", path, std::strerror(errno));
@@ -60,7 +63,7 @@ uint64_t TokenFileWriter::limit() const {
 void TokenFileWriter::write_header() {
   Header header{};
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
-  header.version = kVersion;
+  header.version = document_index_ ? kIndexedVersion : kVersion;
   header.width = static_cast<uint32_t>(width_);
   header.eos_id = eos_id_;
   header.count = count_;
@@ -92,7 +95,24 @@ void TokenFileWriter::append(std::span<const int32_t> tokens) {
   count_ += tokens.size();
 }
 
+void TokenFileWriter::end_document() {
+  MAXCTX_CHECK(document_index_, "end_document() on a token file without a document index");
+  const uint64_t last = document_ends_.empty() ? 0 : document_ends_.back();
+  MAXCTX_CHECK(count_ > last, "token file {}: an empty document", path_);
+  document_ends_.push_back(count_);
+}
+
 void TokenFileWriter::finish() {
+  if (document_index_) {
+    MAXCTX_CHECK(count_ == (document_ends_.empty() ? 0 : document_ends_.back()),
+                 "token file {}: the last {} tokens are in no ended document", path_,
+                 count_ - (document_ends_.empty() ? 0 : document_ends_.back()));
+    const uint64_t n = document_ends_.size();
+    if ((n > 0 && std::fwrite(document_ends_.data(), sizeof(uint64_t), n, file_.get()) != n) ||
+        std::fwrite(&n, sizeof(n), 1, file_.get()) != 1) {
+      fail("token file {}: write failed: {}", path_, std::strerror(errno));
+    }
+  }
   write_header();
   if (std::fclose(file_.release()) != 0) {
     fail("token file {}: close failed: {}", path_, std::strerror(errno));
@@ -123,16 +143,28 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0) {
     fail("token file {}: bad magic (not a maxctx token file; expected \"MXCTOKEN\")", path);
   }
-  if (header.version != kVersion) {
-    fail("token file {}: version {} is not supported (this build reads version {})", path,
-         header.version, kVersion);
+  if (header.version != kVersion && header.version != kIndexedVersion) {
+    fail("token file {}: version {} is not supported (this build reads versions {} and {})", path,
+         header.version, kVersion, kIndexedVersion);
   }
   if (header.width != 2 && header.width != 4) {
     fail("token file {}: {} bytes per token is not a known dtype (2 = uint16, 4 = uint32)", path,
          header.width);
   }
-  const bool overflows = header.count > (UINT64_MAX - kHeaderBytes) / header.width;
-  const uint64_t expected = overflows ? UINT64_MAX : kHeaderBytes + header.count * header.width;
+  const bool overflows = header.count > (UINT64_MAX - kHeaderBytes - 8) / header.width;
+  const uint64_t ids_end = overflows ? UINT64_MAX : kHeaderBytes + header.count * header.width;
+  uint64_t documents = 0;  // version 2: the index's length, read from the file's last 8 bytes
+  if (header.version == kIndexedVersion && !overflows && file_bytes >= ids_end + 8) {
+    if (::pread(fd, &documents, 8, static_cast<off_t>(file_bytes - 8)) != 8) {
+      fail("token file {}: cannot read the document index: {}", path, std::strerror(errno));
+    }
+    if (documents > (file_bytes - ids_end - 8) / 8) {
+      fail("token file {}: the document index says {} documents; the file holds room for {}", path,
+           documents, (file_bytes - ids_end - 8) / 8);
+    }
+  }
+  const uint64_t expected =
+      header.version == kIndexedVersion && !overflows ? ids_end + 8 * documents + 8 : ids_end;
   if (file_bytes != expected) {
     fail("token file {}: {}: {} bytes, but the header says {} tokens of {} bytes = {} bytes", path,
          file_bytes < expected ? "truncated" : "trailing bytes after the tokens", file_bytes,
@@ -146,6 +178,24 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   count_ = static_cast<int64_t>(header.count);
   eos_id_ = header.eos_id;
   width_ = static_cast<TokenWidth>(header.width);
+  if (header.version == kIndexedVersion) {
+    document_starts_.reserve(documents);
+    uint64_t start = 0;
+    for (uint64_t d = 0; d < documents; ++d) {
+      uint64_t end;
+      std::memcpy(&end, map_ + ids_end + 8 * d, 8);
+      if (end <= start || end > header.count) {
+        fail("token file {}: document {} ends at {}, not in ({}, {}] (the index must ascend)", path,
+             d, end, start, header.count);
+      }
+      document_starts_.push_back(static_cast<int64_t>(start));
+      start = end;
+    }
+    if (start != header.count) {
+      fail("token file {}: the document index ends at token {}, the file holds {}", path, start,
+           header.count);
+    }
+  }
 }
 
 TokenFile::~TokenFile() {

@@ -1,0 +1,147 @@
+// GGUF in: tests/fixtures/gguf/tiny_llama_mixed.gguf (tools/reference/gguf_fixture.py: tiny_llama's
+// weights written by llama.cpp's gguf-py as its converter writes them, Q/K rows permuted, the
+// tensor types mixed over F32, F16, BF16, Q8_0, Q4_0 and Q4_1) converted to a Hugging Face
+// directory: every tensor equals gguf-py's dequantization in Hugging Face row order
+// (expected.json: sums, an order-sensitive sum, the first values), lies within its type's
+// rounding of the original F32 weights, the config maps back to tiny_llama's, and the embedded
+// byte-level tokenizer loads. Damaged files are one error naming the problem.
+#include "maxctx/io/gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "io/temp_dir.h"
+#include "maxctx/core/check.h"
+#include "maxctx/model/gguf_import.h"
+#include "maxctx/model/hf_import.h"
+#include "maxctx/model/weights.h"
+#include "maxctx/tokenizer/tokenizer.h"
+
+namespace maxctx::model {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kFixtures = fs::path(MAXCTX_TEST_FIXTURES);
+const fs::path kGguf = kFixtures / "gguf" / "tiny_llama_mixed.gguf";
+
+std::vector<float> load(const fs::path& dir, const LlamaConfig& config,
+                        std::vector<WeightSpec>& specs) {
+  specs = llama_weight_specs(config);
+  std::vector<float> flat(static_cast<size_t>(total_numel(specs)));
+  load_hf_weights(specs, flat.data(), dir);
+  return flat;
+}
+
+TEST(Gguf, MixedTypesDequantizeAndUnpermuteAsLlamaCpp) {
+  const io::GgufFile file(kGguf);
+  EXPECT_EQ(file.version(), 3u);
+  EXPECT_EQ(file.string("general.architecture"), "llama");
+  EXPECT_EQ(file.strings("tokenizer.ggml.tokens").size(), 96u);
+  const LlamaConfig gguf_config = llama_config_from_gguf(file);
+  const LlamaConfig hf_config = llama_config_from_hf(kFixtures / "tiny_llama" / "config.json");
+  EXPECT_EQ(gguf_config.num_parameters(), hf_config.num_parameters());
+  EXPECT_EQ(gguf_config.head_dim, 8);
+  EXPECT_EQ(gguf_config.num_kv_heads, 2);
+  EXPECT_EQ(gguf_config.rope.theta, hf_config.rope.theta);
+  EXPECT_FLOAT_EQ(gguf_config.norm_eps, hf_config.norm_eps);
+  EXPECT_FALSE(gguf_config.tie_embeddings);
+
+  io::TempDir dir;
+  const std::string what = write_hf_directory_from_gguf(file, dir.path() / "hf");
+  EXPECT_NE(what.find("21 tensors (2 BF16, 3 F16, 6 F32, 3 Q4_0, 3 Q4_1, 4 Q8_0)"),
+            std::string::npos)
+      << what;
+  std::vector<WeightSpec> specs, original_specs;
+  const std::vector<float> converted =
+      load(dir.path() / "hf", llama_config_from_hf(dir.path() / "hf" / "config.json"), specs);
+  const std::vector<float> original = load(kFixtures / "tiny_llama", hf_config, original_specs);
+  ASSERT_EQ(converted.size(), original.size());
+
+  const json expected = json::parse(std::ifstream(kFixtures / "gguf" / "expected.json"));
+  // The largest rounding of each type, relative to the tensor's largest magnitude: ggml's
+  // block scale d is amax/8 (Q4_0), (max - min)/15 (Q4_1), amax/127 (Q8_0), values round to d/2
+  // (Q4_0's +8 clips to +7: d there).
+  const std::map<std::string, double> bound = {{"F32", 0.0},     {"F16", 1e-3},  {"BF16", 4e-3},
+                                               {"Q8_0", 4.5e-3}, {"Q4_0", 0.13}, {"Q4_1", 6.8e-2}};
+  for (const WeightSpec& s : specs) {
+    SCOPED_TRACE(s.name);
+    const json& e = expected.at("tensors").at(s.name);
+    const float* got = converted.data() + s.offset;
+    const float* f32 = original.data() + s.offset;
+    double sum = 0, sum_sq = 0, weighted = 0, amax = 0, max_diff = 0;
+    for (int64_t k = 0; k < s.numel(); ++k) {
+      sum += got[k];
+      sum_sq += double{got[k]} * got[k];
+      weighted += double{got[k]} * static_cast<double>(k);
+      amax = std::max(amax, std::abs(double{f32[k]}));
+      max_diff = std::max(max_diff, std::abs(double{got[k]} - f32[k]));
+    }
+    weighted /= static_cast<double>(s.numel());
+    const auto near = [](double a, double b) {
+      return std::abs(a - b) <= 1e-9 * (1 + std::abs(b));
+    };
+    EXPECT_TRUE(near(sum, e.at("sum"))) << sum << " vs " << e.at("sum");
+    EXPECT_TRUE(near(sum_sq, e.at("sum_sq"))) << sum_sq << " vs " << e.at("sum_sq");
+    EXPECT_TRUE(near(weighted, e.at("index_weighted"))) << weighted;
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(got[k], e.at("first")[k].get<float>()) << k;
+    EXPECT_LE(max_diff, bound.at(e.at("type")) * amax) << e.at("type") << ": " << max_diff / amax;
+  }
+
+  // The embedded tokenizer: 94 printable bytes, Ġ for space, <|endoftext|> as BOS/EOS; digits
+  // alone (tokenizer.ggml.pre smollm); bytes without a token (é) dropped.
+  const auto tok = tokenizer::load_tokenizer((dir.path() / "hf" / "tokenizer.json").string());
+  EXPECT_EQ(tok->vocab_size(), 96);
+  EXPECT_EQ(tok->eos_id(), 95);
+  EXPECT_EQ(tok->encode("a 12\xC3\xA9", true),
+            (std::vector<int32_t>{95, 'a' - 33, 94, '1' - 33, '2' - 33}));
+}
+
+TEST(Gguf, DamagedFilesAreOneError) {
+  io::TempDir dir;
+  std::string bytes;
+  {
+    std::ifstream in(kGguf, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const auto error_of = [&](const std::string& content) {
+    const fs::path path = dir.path() / "damaged.gguf";
+    std::ofstream(path, std::ios::binary) << content;
+    try {
+      write_hf_directory_from_gguf(io::GgufFile(path), dir.path() / "out");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of("GGML" + bytes.substr(4)).find("not a GGUF file (bad magic)"),
+            std::string::npos);
+  EXPECT_NE(error_of(bytes.substr(0, 200)).find("runs past the end of the file"),
+            std::string::npos);
+  EXPECT_NE(error_of(bytes.substr(0, bytes.size() - 100)).find("lies outside the file"),
+            std::string::npos);
+  // The first tensor's type field (after its name, dimension count and two dimensions) set to
+  // Q5_0 (6), which maxctx does not read.
+  const io::GgufFile file(kGguf);
+  const std::string name = file.tensors().front().name;
+  const size_t at = bytes.find(name) + name.size() + 4 + 2 * 8;
+  std::string q5 = bytes;
+  q5[at] = 6;
+  EXPECT_NE(error_of(q5).find("is type 6; maxctx reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1"),
+            std::string::npos);
+  std::string other_arch = bytes;
+  const size_t arch = other_arch.find("llama", other_arch.find("general.architecture"));
+  other_arch.replace(arch, 5, "gemma");
+  EXPECT_NE(error_of(other_arch).find("general.architecture 'gemma' is not supported"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace maxctx::model

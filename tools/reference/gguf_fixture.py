@@ -1,0 +1,154 @@
+"""Writes tests/fixtures/gguf/: tiny_llama's weights as a GGUF file the way llama.cpp's
+converter writes one, with the tensor types mixed so that one small file holds every type maxctx
+reads (F32, F16, BF16, Q8_0, Q4_0, Q4_1), and what its dequantized tensors must be.
+
+    V=tools/reference/.venv-tok   # python -m venv $V && $V/bin/pip install gguf numpy
+    $V/bin/python tools/reference/gguf_fixture.py
+
+Written with the `gguf` package (llama.cpp's gguf-py): its GGUFWriter and its quantize /
+dequantize (numpy, bit-exact with ggml). The Q/K rows are permuted as convert_hf_to_gguf.py's
+LlamaModel.permute does. The embedded tokenizer is a 96-token byte-level vocabulary of our own
+(the printable ASCII bytes, Ġ for space, <|endoftext|> as a control token; tokenizer.ggml.pre
+"smollm": digits alone), so that most bytes have no token, as in SmolLM2's vocabulary.
+
+expected.json holds, for each Hugging Face weight name, gguf-py's dequantized values in Hugging
+Face row order summarised (sum, sum of squares, the index-weighted sum, first 8 values, float64)
+and the type the tensor has in the file; gguf_test checks maxctx's conversion against them and against the original
+F32 weights within each type's rounding.
+"""
+
+import importlib.metadata
+import json
+import os
+import struct
+import sys
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as T
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+SOURCE = os.path.join(ROOT, "tests", "fixtures", "tiny_llama")
+OUT = os.path.join(ROOT, "tests", "fixtures", "gguf")
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        assert info["dtype"] == "F32"
+        out[name] = np.frombuffer(data[begin:end], dtype=np.float32).reshape(info["shape"])
+    return out
+
+
+def permute(w, n_head):
+    """convert_hf_to_gguf.py's LlamaModel.permute (n_head: the tensor's own head count)."""
+    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+# Hugging Face name -> (GGUF name, type in the file)
+def layout(layers):
+    types = {
+        0: {"q_proj": T.Q4_0, "k_proj": T.Q4_1, "v_proj": T.Q8_0, "o_proj": T.F16,
+            "gate_proj": T.BF16, "up_proj": T.Q4_1, "down_proj": T.F32},
+        1: {"q_proj": T.Q8_0, "k_proj": T.Q4_0, "v_proj": T.Q4_1, "o_proj": T.BF16,
+            "gate_proj": T.Q8_0, "up_proj": T.F16, "down_proj": T.F16},
+    }
+    names = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output",
+             "gate_proj": "ffn_gate", "up_proj": "ffn_up", "down_proj": "ffn_down"}
+    out = {"model.embed_tokens.weight": ("token_embd.weight", T.Q8_0),
+           "model.norm.weight": ("output_norm.weight", T.F32),
+           "lm_head.weight": ("output.weight", T.Q4_0)}
+    for i in range(layers):
+        out[f"model.layers.{i}.input_layernorm.weight"] = (f"blk.{i}.attn_norm.weight", T.F32)
+        out[f"model.layers.{i}.post_attention_layernorm.weight"] = (f"blk.{i}.ffn_norm.weight", T.F32)
+        for proj, t in types[i].items():
+            group = "self_attn" if proj.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else "mlp"
+            out[f"model.layers.{i}.{group}.{proj}.weight"] = (f"blk.{i}.{names[proj]}.weight", t)
+    return out
+
+
+def main():
+    config = json.load(open(os.path.join(SOURCE, "config.json")))
+    weights = read_safetensors(os.path.join(SOURCE, "model.safetensors"))
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, "tiny_llama_mixed.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("tiny_llama (maxctx test fixture)")
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_key_length(config["head_dim"])
+    w.add_value_length(config["head_dim"])
+    w.add_rope_dimension_count(config["head_dim"])
+    w.add_rope_freq_base(config["rope_theta"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    # A 96-token byte-level vocabulary: '!'..'~' (94), 'Ġ' (space), <|endoftext|> (control).
+    tokens = [chr(c) for c in range(ord("!"), ord("~") + 1)] + ["\u0120", "<|endoftext|>"]
+    assert len(tokens) == config["vocab_size"]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 95 + [3])
+    w.add_token_merges([])
+    w.add_bos_token_id(95)
+    w.add_eos_token_id(95)
+    expected = {}
+    for hf_name, (gguf_name, t) in layout(config["num_hidden_layers"]).items():
+        value = weights[hf_name].astype(np.float32)
+        if hf_name.endswith("q_proj.weight"):
+            value = permute(value, heads)
+        elif hf_name.endswith("k_proj.weight"):
+            value = permute(value, kv_heads)
+        if t == T.F32:
+            data, stored = value, value
+        elif t == T.F16:
+            data = value.astype(np.float16)
+            stored = data.astype(np.float32)
+        else:
+            data = gguf.quants.quantize(value, t)
+            stored = gguf.quants.dequantize(data, t).reshape(value.shape).astype(np.float32)
+        w.add_tensor(gguf_name, data, raw_dtype=t)
+        # Back in Hugging Face row order (the inverse permutation), as maxctx must give it.
+        if hf_name.endswith("q_proj.weight"):
+            stored = unpermute(stored, heads)
+        elif hf_name.endswith("k_proj.weight"):
+            stored = unpermute(stored, kv_heads)
+        s = stored.astype(np.float64)
+        flat = s.reshape(-1)
+        expected[hf_name] = {"type": t.name, "sum": float(flat.sum()),
+                             "sum_sq": float((flat * flat).sum()),
+                             # order-sensitive: a row put back in the wrong place changes it
+                             "index_weighted": float((flat * np.arange(flat.size)).sum() / flat.size),
+                             "first": [float(x) for x in flat[:8]]}
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with open(os.path.join(OUT, "expected.json"), "w") as f:
+        json.dump({"generator": "tools/reference/gguf_fixture.py (gguf-py " +
+                   importlib.metadata.version("gguf") + ")",
+                   "tensors": expected}, f, indent=1)
+    print(f"wrote {path} ({os.path.getsize(path)} bytes) and expected.json")
+
+
+def unpermute(w, n_head):
+    """The inverse of permute: GGUF row 2i + j of a head is Hugging Face row j*D/2 + i."""
+    return (w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+            .swapaxes(1, 2).reshape(w.shape))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
