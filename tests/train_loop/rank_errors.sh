@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Issue #34: errors that only some ranks see, and work that only one rank does.
+#  - N2: a bad file on rank 1 only (rank 0 healthy) is printed once, naming rank 1, and ends
+#    every rank within 10 s (it used to print nothing and wait for the watchdog);
+#  - the same bad file on every rank is printed once, without a rank, and no rank aborts.
+#   rank_errors.sh <build dir> <source dir>
+set -euo pipefail
+src=$2
+source "$src/tests/support/expect_failure.sh"
+failure_test_setup "$1" train_loop/rank_errors
+fixture=$src/tests/fixtures/tiny_llama
+mpmd=(timeout 60 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1
+  -x OPENBLAS_NUM_THREADS=1)
+decode=(decode "$src/configs/inference.yml" max_prefill_predict_length=16 max_target_length=32
+  per_device_batch_size=1 prompt="1 2 3" collective_timeout_seconds=600)
+
+# A truncated model.safetensors, seen by rank 1 alone.
+mkdir -p "$work/truncated"
+cp "$fixture/config.json" "$work/truncated/"
+head -c 4000 "$fixture/model.safetensors" > "$work/truncated/model.safetensors"
+expect_failure "$work/rank1_only.log" 10 "[rank 1]" \
+  "${mpmd[@]}" -np 1 "$maxctx" "${decode[@]}" load_parameters_path="$fixture" \
+  : -np 1 "$maxctx" "${decode[@]}" load_parameters_path="$work/truncated"
+grep -q "maxctx: error: \[rank 1\] .*model.safetensors" "$work/rank1_only.log" ||
+  { echo "FAIL rank1_only: the line does not name the file"; cat "$work/rank1_only.log"; exit 1; }
+
+# The same file on every rank: one line, from rank 0, no abort.
+expect_failure "$work/every_rank.log" 10 "model.safetensors" \
+  "${mpirun[@]}" "$maxctx" "${decode[@]}" load_parameters_path="$work/truncated"
+if grep -q -e "\[rank " -e "MPI_ABORT" "$work/every_rank.log"; then
+  echo "FAIL every_rank: an error every rank shares was printed per rank or aborted"
+  cat "$work/every_rank.log"; exit 1
+fi
+echo "rank_errors: OK"
