@@ -24,8 +24,9 @@
 
 #include "cli/common.h"
 #include "maxctx/core/check.h"
-#include "maxctx/core/log.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/input_file.h"
+#include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/kernels/kernels.h"
@@ -104,9 +105,9 @@ void write_hf_files(const io::SliceReader& tensors, const std::vector<model::Wei
     total_bytes += bytes;
   }
   const auto file_name = [&](size_t f) {
-    return files.size() == 1 ? std::string("model.safetensors")
-                             : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1,
-                                           files.size());
+    return files.size() == 1
+               ? std::string("model.safetensors")
+               : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, files.size());
   };
   std::vector<float> buffer;
   json weight_map = json::object();
@@ -114,9 +115,9 @@ void write_hf_files(const io::SliceReader& tensors, const std::vector<model::Wei
     std::vector<io::TensorHeader> headers;
     for (const size_t i : files[f]) {
       const model::WeightSpec& s = specs[i];
-      headers.push_back({s.name, io::StDType::kF32,
-                         s.cols == 1 ? std::vector<int64_t>{s.rows}
-                                     : std::vector<int64_t>{s.rows, s.cols}});
+      headers.push_back(
+          {s.name, io::StDType::kF32,
+           s.cols == 1 ? std::vector<int64_t>{s.rows} : std::vector<int64_t>{s.rows, s.cols}});
       weight_map[s.name] = file_name(f);
     }
     io::write_safetensors_streamed(out / file_name(f), headers, {{"format", "pt"}}, [&](size_t k) {
@@ -195,8 +196,8 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(
     fail("tokenizer_path {}: export copies one tokenizer file; name the file", path.string());
   }
   if (tokenizer.kind() == "sentencepiece") return {{path, "tokenizer.model"}};
-  std::ifstream in(path);
-  const json root = json::parse(in);
+  const json root =
+      json::parse(read_input_file(path, "tokenizer file", tokenizer::kMaxTokenizerFileBytes));
   if (root.contains("model")) {
     std::vector<std::pair<fs::path, std::string>> files = {{path, "tokenizer.json"}};
     const fs::path config = path.parent_path() / "tokenizer_config.json";
@@ -210,7 +211,6 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(
   }
   fail("tokenizer_path {}: cannot tell which files make up this tokenizer", path.string());
 }
-
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 // (abort_job: one line naming the rank, then MPI_Abort), never std::terminate or a hang.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
   try {
     return maxctx::cli::run_command(args);
   } catch (const maxctx::Error& e) {
+    return runtime.finish_with_error(e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user named that the system cannot resolve (a symlink loop, a name too long):
+    // the input's fault, as a maxctx::Error is, and reported the same way.
     return runtime.finish_with_error(e.what());
   } catch (const std::bad_alloc&) {
     maxctx::abort_job("out of memory (an allocation failed; a smaller model, batch or sequence?)");

@@ -133,7 +133,8 @@ TEST(Config, InheritanceErrors) {
 TEST(Config, BaseConfigMustBeARegularFile) {
   TempDir dir;
   const std::string path = dir.write("child.yml", "base_config: /dev/zero\nsteps: 3\n");
-  EXPECT_NE(load_error(path, {}).find("config file '/dev/zero' is not a regular file"),
+  EXPECT_NE(load_error(path, {}).find(
+                "config file '/dev/zero' is a character device, not a regular file"),
             std::string::npos);
 }
 

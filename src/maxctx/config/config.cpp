@@ -15,6 +15,7 @@
 #include "maxctx/config/size_limits.h"
 #include "maxctx/config/values.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 
 namespace maxctx {
 namespace {
@@ -94,10 +95,10 @@ bool path_exists(const fs::path& path) {
 
 YAML::Node read_yaml_file(const fs::path& path) {
   if (!path_exists(path)) fail("config file '{}' does not exist", path.string());
-  // A device or a FIFO (base_config: /dev/zero) would be read forever.
-  if (!fs::is_regular_file(path)) fail("config file '{}' is not a regular file", path.string());
+  // A device or a FIFO (base_config: /dev/zero) would be read forever; real configs are a few KB.
+  const std::string text = read_input_file(path, "config file", 16 * kMiB);
   try {
-    YAML::Node root = YAML::LoadFile(path.string());
+    YAML::Node root = YAML::Load(text);
     if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) fail("config file '{}' must be a mapping of key: value", path.string());
     // yaml-cpp keeps both entries of a key given twice; the command line refuses a repeated

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -13,6 +12,7 @@
 #include "maxctx/config/size_limits.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
@@ -93,9 +93,7 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path);
 }  // namespace
 
 LlamaConfig llama_config_from_hf(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) fail("{}: cannot open the Hugging Face config", path.string());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_input_file(path, "Hugging Face config", 64 * kMiB);
   if (const JsonCheck check = check_json(text); check.too_deep) {
     fail("{}: config.json is {}", path.string(), *check.error);
   }

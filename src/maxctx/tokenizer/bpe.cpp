@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/tokenizer/bpe_unicode.h"
 
@@ -25,11 +25,7 @@ uint64_t pair_key(int32_t left, int32_t right) {
 }
 
 std::string read_file(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the {}", path.string(), what);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(path, what, kMaxTokenizerFileBytes);
 }
 
 json parse_json_file(const fs::path& path, const char* what) {
@@ -395,7 +391,8 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
 
   // BOS/EOS: tokenizer_config.json, then the post-processor's template, then the usual names.
   const fs::path config_path = path.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_path)) {
+  std::error_code absent;  // a looping or dangling symlink is there: opening it says what it is
+  if (fs::exists(fs::symlink_status(config_path, absent))) {
     const json config = parse_json_file(config_path, "tokenizer_config.json");
     if (config.contains("bos_token")) spec.bos_token = token_content(config.at("bos_token"));
     if (config.contains("eos_token")) spec.eos_token = token_content(config.at("eos_token"));

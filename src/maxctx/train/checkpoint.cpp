@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -30,6 +29,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/fault_injection.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/durable_file.h"
@@ -124,18 +124,9 @@ std::string brief(const nlohmann::json& value) {
 
 // Parses and validates state.json of the checkpoint directory for `step` (either format).
 CheckpointState parse_state(const fs::path& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) fail("checkpoint state '{}' cannot be read: {}", path.string(), errno_text());
   // A state.json is a few KB; its config string is the largest part. Bounded before parsing,
   // and its nesting checked, so a hostile file cannot exhaust memory or the stack.
-  constexpr std::streamsize kMaxStateBytes = 64 << 20;
-  std::string text(static_cast<size_t>(kMaxStateBytes) + 1, '\0');
-  in.read(text.data(), kMaxStateBytes + 1);
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<std::streamsize>(text.size()) > kMaxStateBytes) {
-    fail("checkpoint state '{}' is larger than 64 MiB; it is not a maxctx state.json",
-         path.string());
-  }
+  const std::string text = read_input_file(path, "checkpoint state", 64 * kMiB);
   const JsonCheck check = check_json(text);
   if (check.error)
     fail("checkpoint state '{}' is not valid JSON ({})", path.string(), *check.error);
@@ -378,7 +369,9 @@ OpenCheckpoint open_checkpoint(const fs::path& run_dir, int64_t step) {
          steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", ")));
   }
   const fs::path state_path = dir / kStateFile;
-  if (!fs::is_regular_file(state_path, ec)) {
+  // Missing only where no name is there: a FIFO, a device or a symlink loop is refused by name when
+  // it is read.
+  if (!fs::exists(fs::symlink_status(state_path, ec))) {
     fail("checkpoint file '{}' is missing; a checkpoint directory holds {}, {} and its shards",
          state_path.string(), kStateFile, io::kSliceIndexName);
   }

@@ -57,7 +57,8 @@ void apply_explicit_rope_keys(const Config& c, model::LlamaConfig& m) {
 fs::path hf_config_json(const Config& c) {
   if (c.load_parameters_path.empty()) return {};
   const fs::path json = fs::path(c.load_parameters_path) / "config.json";
-  return fs::exists(json) ? json : fs::path();
+  std::error_code error;  // a looping or dangling name is there: opening it says what it is
+  return fs::exists(fs::symlink_status(json, error)) ? json : fs::path();
 }
 
 fs::path without_trailing_separator(fs::path p) {

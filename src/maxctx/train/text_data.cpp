@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/tokenizer/tokenizer.h"
@@ -96,7 +96,10 @@ std::vector<std::string> expand_data_files(const std::string& key, const std::st
     if (status == 0) found.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
     ::globfree(&matches);
     std::sort(found.begin(), found.end());
-    std::erase_if(found, [](const std::string& f) { return fs::is_directory(f); });
+    std::erase_if(found, [](const std::string& f) {
+      std::error_code error;  // a symlink loop is kept: opening it says so
+      return fs::is_directory(f, error);
+    });
     if (found.empty()) fail("{}: '{}' matches no file", key, pattern);
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -129,10 +132,9 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
     std::string line;
     json parsed;
     for (const std::string& file : corpus.files) {
-      std::ifstream in(file, std::ios::binary);
-      if (!in) fail("{}: cannot open: {}", file, std::strerror(errno));
+      InputFile in(file, "data file", kAnySize);
       int64_t line_number = 0;
-      while (std::getline(in, line)) {
+      while (in.read_line(line)) {
         ++line_number;
         const std::optional<std::string_view> text =
             document_of(corpus, file, line_number, line, parsed);
@@ -143,7 +145,6 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
         ++stats.documents;
         stats.bytes += static_cast<int64_t>(text->size());
       }
-      if (in.bad()) fail("{}: read failed after line {}", file, line_number);
     }
     if (stats.documents == 0) {
       fail("no documents in {} (every line blank or the files empty)",
