@@ -2,7 +2,9 @@
 # Issue #34: errors that only some ranks see, and work that only one rank does.
 #  - N2: a bad file on rank 1 only (rank 0 healthy) is printed once, naming rank 1, and ends
 #    every rank within 10 s (it used to print nothing and wait for the watchdog);
-#  - the same bad file on every rank is printed once, without a rank, and no rank aborts.
+#  - the same bad file on every rank is printed once, without a rank, and no rank aborts;
+#  - N3: rank 0 alone tokenizing a corpus for longer than collective_timeout_seconds is slow, not
+#    stuck (its heartbeats keep rank 1's watchdog quiet): the job trains and saves.
 #   rank_errors.sh <build dir> <source dir>
 set -euo pipefail
 src=$2
@@ -31,4 +33,24 @@ if grep -q -e "\[rank " -e "MPI_ABORT" "$work/every_rank.log"; then
   echo "FAIL every_rank: an error every rank shares was printed per rank or aborted"
   cat "$work/every_rank.log"; exit 1
 fi
+# A corpus rank 0 tokenizes for a few seconds (about 4 MB) with a 1 s collective timeout.
+python3 - "$src/tests/fixtures/tokenizer/corpus.txt" "$work/corpus.txt" << 'PY'
+import random, sys
+random.seed(1)
+words = open(sys.argv[1]).read().split()
+with open(sys.argv[2], "w") as f:
+    for _ in range(10000):
+        f.write(" ".join(random.choice(words) for _ in range(60)) + "\n")
+PY
+if ! "${mpirun[@]}" "$maxctx" train "$src/configs/base.yml" model_name=maxctx-tiny \
+  override_model_config=true vocab_size=1000 max_target_length=64 steps=2 \
+  per_device_batch_size=1 ici_fsdp_parallelism=1 ici_data_parallelism=2 checkpoint_period=2 \
+  dataset_type=hf hf_path=text hf_train_files="$work/corpus.txt" \
+  tokenizer_path="$src/tests/fixtures/tokenizer/docs_spm.model" base_output_directory="$work" \
+  run_name=slow_root collective_timeout_seconds=1 > "$work/slow_root.log" 2>&1; then
+  echo "FAIL slow_root: the watchdog took rank 0's tokenizing for a stuck rank"
+  grep -v "^Config" "$work/slow_root.log" | tail; exit 1
+fi
+[[ -d $work/slow_root/checkpoints/2 ]] || { echo "FAIL slow_root: no checkpoint 2"; exit 1; }
+echo "slow_root: tokenized past collective_timeout_seconds = 1 and trained"
 echo "rank_errors: OK"

@@ -22,6 +22,7 @@
 #include "maxctx/core/dtype.h"
 #include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
+#include "maxctx/core/progress.h"
 
 namespace maxctx::io {
 
@@ -239,10 +240,13 @@ void narrow_to_i32(const std::filesystem::path& path, const TensorInfo& info, co
 
 std::string errno_text() { return std::strerror(errno); }
 
-// write(2) until everything is out; false (errno set) on failure.
+// write(2) until everything is out; false (errno set) on failure. In chunks of at most 64 MiB,
+// each noted as progress: a large shard is written while the other ranks wait (core/progress.h).
 bool write_all(int fd, const std::byte* data, size_t size) {
+  constexpr size_t kChunk = size_t{64} << 20;
   while (size > 0) {
-    const ssize_t written = ::write(fd, data, size);
+    const ssize_t written = ::write(fd, data, std::min(size, kChunk));
+    note_progress();
     if (written < 0) {
       if (errno == EINTR) continue;
       return false;

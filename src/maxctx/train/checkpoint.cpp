@@ -32,8 +32,10 @@
 #include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/progress.h"
 #include "maxctx/io/durable_file.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/root_task.h"
 
 namespace maxctx::train {
@@ -466,16 +468,18 @@ void CheckpointSaver::save(const CheckpointState& state, StagedSlices staged) {
     p->done.store(true, std::memory_order_release);
   };
   pending_ = std::move(pending);
-  if (options_.async) {
-    pending_->writer = std::thread([write] {
-      // The step loop is the job's critical path: the writer yields the core to it.
-      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
-      write();
-    });
-  } else {
+  // On a thread even when synchronous, so that this one can tell the ranks that wait for it that
+  // it still writes (finish()).
+  pending_->writer = std::thread([write, async = options_.async] {
+    // The step loop is the job's critical path: the writer yields the core to it.
+    if (async) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
     write();
+  });
+  if (options_.async) {
+    poll();
+  } else {
+    finish();
   }
-  poll();
 }
 
 void CheckpointSaver::poll() {
@@ -499,9 +503,20 @@ void CheckpointSaver::poll() {
 }
 
 void CheckpointSaver::finish() {
-  if (!pending_) return;
-  if (pending_->writer.joinable()) pending_->writer.join();
-  poll();
+  // Until the save commits, a poll (a collective) each heartbeat in which this rank's file got
+  // written or its writing progressed: a rank with little to write waits for one with much an
+  // interval at a time, and a writer that is stuck still trips the watchdog (issue #34 N3).
+  ProgressSince progress;
+  while (pending_) {
+    const auto beat =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(heartbeat_seconds());
+    while (!pending_->done.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < beat) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (!pending_->done.load(std::memory_order_acquire) && !progress.advanced()) continue;
+    poll();
+  }
 }
 
 void CheckpointSaver::commit(const Pending& p) {

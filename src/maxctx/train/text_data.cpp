@@ -14,6 +14,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/progress.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/data_first_fit.h"
@@ -143,6 +144,7 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
         ids.push_back(stats.eos_id);
         writer.append(ids);
         ++stats.documents;
+        note_progress();  // the other ranks wait for this loop (core/progress.h)
         stats.bytes += static_cast<int64_t>(text->size());
       }
     }
