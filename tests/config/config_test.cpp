@@ -127,6 +127,10 @@ TEST(Config, InheritanceErrors) {
   EXPECT_NE(load_error(dir.write("twice.yml", "steps: 3\nsteps: 5\n"), {})
                 .find("sets 'steps' twice; give each key once"),
             std::string::npos);
+  // A second YAML document is refused, not ignored (issue #34 N16).
+  EXPECT_NE(load_error(dir.write("two_docs.yml", "steps: 3\n---\nsteps: 5\n"), {})
+                .find("holds 2 YAML documents"),
+            std::string::npos);
 }
 
 // A base_config naming a device or a FIFO is refused before it is read (it would never end).

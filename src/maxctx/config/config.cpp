@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "maxctx/config/size_limits.h"
 #include "maxctx/config/values.h"
@@ -98,7 +99,13 @@ YAML::Node read_yaml_file(const fs::path& path) {
   // A device or a FIFO (base_config: /dev/zero) would be read forever; real configs are a few KB.
   const std::string text = read_input_file(path, "config file", 16 * kMiB);
   try {
-    YAML::Node root = YAML::Load(text);
+    // A second document ("---") would be ignored silently by YAML::Load (issue #34 N16).
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1) {
+      fail("config file '{}' holds {} YAML documents (separated by ---); a config is one",
+           path.string(), documents.size());
+    }
+    YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
     if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) fail("config file '{}' must be a mapping of key: value", path.string());
     // yaml-cpp keeps both entries of a key given twice; the command line refuses a repeated
@@ -304,6 +311,8 @@ void validate_and_derive(Config& c, int64_t num_devices) {
           fmt::format("sliding_window_size = {} has no effect with attention_type = {}; set "
                       "attention_type=local_sliding",
                       c.sliding_window_size, c.attention_type));
+  require(c.num_experts <= limits::kMaxExperts,
+          fmt::format("num_experts = {} is more than {}", c.num_experts, limits::kMaxExperts));
   require(
       c.num_experts >= 1 && c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts,
       fmt::format("num_experts_per_tok = {} must be between 1 and num_experts = {}",

@@ -40,7 +40,8 @@ MpiRuntime::~MpiRuntime() {
   if (!finalized) MPI_Finalize();
 }
 
-int MpiRuntime::finish_with_error(const std::string& message) {
+int MpiRuntime::finish_with_error(const std::string& raw_message) {
+  const std::string message = printable(raw_message);
   if (world_size_ == 1) {
     std::fprintf(stderr, "maxctx: error: %s\n", message.c_str());
     return 1;

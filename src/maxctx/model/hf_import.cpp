@@ -178,6 +178,11 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
     m.moe = true;
     m.num_experts = field<int64_t>(config, "num_local_experts", path);
     m.num_experts_per_tok = field<int64_t>(config, "num_experts_per_tok", path);
+    // Bounded before anything is sized by it (issue #34 N12: 2^20 experts allocated first).
+    if (m.num_experts > limits::kMaxExperts) {
+      fail("{}: num_local_experts = {} is more than {}", path.string(), m.num_experts,
+           limits::kMaxExperts);
+    }
     if (m.num_experts < 1 || m.num_experts_per_tok < 1 || m.num_experts_per_tok > m.num_experts) {
       fail("{}: num_experts_per_tok = {} must be between 1 and num_local_experts = {}",
            path.string(), m.num_experts_per_tok, m.num_experts);

@@ -151,10 +151,14 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
     }
     return state[key];
   };
+  // At most 2^62: a step or a row count past that cannot come from a run, and the data stream's
+  // row arithmetic (position + rows) must not overflow (issue #34 N11: 2^63 - 1).
+  constexpr int64_t kMaxCount = int64_t{1} << 62;
   const auto integer = [&](const char* key) {
     const nlohmann::json& value = field(key);
-    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-      fail("checkpoint state '{}': \"{}\" is {}, expected a non-negative integer", path.string(),
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() > kMaxCount) {
+      fail("checkpoint state '{}': \"{}\" is {}, expected an integer in [0, 2^62]", path.string(),
            key, brief(value));
     }
     return value.get<int64_t>();
