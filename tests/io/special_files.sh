@@ -2,7 +2,7 @@
 # Issue #34 N5 and N10: every file maxctx reads, given as a FIFO, as /dev/zero behind a symlink,
 # as a directory or as a symlink loop, is refused with one "maxctx: error" line naming it, on 2
 # ranks, within a few seconds (a FIFO used to hang every rank forever, /dev/zero was read for
-# gigabytes). The refusal is core/input_file.h's.
+# gigabytes). The refusal is core/input_file.h's. Last, a vocab.bpe that is not UTF-8.
 #   special_files.sh <build dir> <source dir>
 set -euo pipefail
 src=$2
@@ -115,4 +115,11 @@ for kind in fifo zero dir loop; do
   expect_failure "$work/$kind-state_json.log" $limit "${expected[$kind]}" \
     "${mpirun[@]}" "$maxctx" "${train[@]}" steps=4
 done
+# N10: a GPT-2 vocab.bpe with bytes that are not UTF-8 (quoting it in the error threw a JSON
+# library exception, and every rank ended through MPI_Abort).
+mkdir -p "$work/utf8"
+cp "$work/encoder.json" "$work/utf8/"
+printf '#version: 0.2\n\xff\xfe a\n' > "$work/utf8/vocab.bpe"
+expect_failure "$work/invalid_utf8.log" $limit "which is not in the vocabulary" \
+  "${mpirun[@]}" "$maxctx" "${text_decode[@]}" tokenizer_path="$work/utf8/encoder.json"
 echo "special_files: OK"

@@ -20,6 +20,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A token or line for an error message, JSON-quoted; bytes that are not UTF-8 (a GPT-2 vocab.bpe
+// may hold any) are replaced rather than making the quoting throw (issue #34 N10).
+std::string json_quoted(std::string_view text) {
+  return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
@@ -85,7 +91,7 @@ SplitPattern parse_pre_tokenizer(const json& pre, const fs::path& path) {
       fail(
           "{}: pre_tokenizer split pattern {} is not implemented; maxctx knows the GPT-2 and "
           "Llama 3 patterns",
-          path.string(), json(regex).dump());
+          path.string(), json_quoted(regex));
     }
   }
   fail(
@@ -163,16 +169,16 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   is_special_.assign(size, 0);
   std::vector<uint8_t> used(size, 0);
   const auto claim = [&](int32_t id, std::string_view name) {
-    if (id < 0) fail("{}: token {} has the negative id {}", origin, json(name).dump(), id);
+    if (id < 0) fail("{}: token {} has the negative id {}", origin, json_quoted(name), id);
     if (used[id])
-      fail("{}: id {} is given to two tokens (one is {})", origin, id, json(name).dump());
+      fail("{}: id {} is given to two tokens (one is {})", origin, id, json_quoted(name));
     used[id] = 1;
   };
   for (const auto& [spelled, id] : spec.vocab) {
     std::optional<std::string> bytes = unicode_to_bytes(spelled);
     if (!bytes) {
       fail("{}: vocabulary token {} is not in the byte-level alphabet (not a byte-level BPE)",
-           origin, json(spelled).dump());
+           origin, json_quoted(spelled));
     }
     claim(id, spelled);
     id_to_bytes_[id] = *bytes;
@@ -201,7 +207,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
       std::string spelled;
       unicode::append_utf8(byte_to_unicode()[b], spelled);
       fail("{}: byte 0x{:02X} has no single-byte token (spelled {}); not a byte-level vocabulary",
-           origin, b, json(spelled).dump());
+           origin, b, json_quoted(spelled));
     }
     byte_id_[b] = id;
   }
@@ -210,7 +216,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     const int32_t id = bytes ? token_id(*bytes) : -1;
     if (id < 0) {
       fail("{}: merge {} names {}, which is not in the vocabulary", origin, rank,
-           json(spelled).dump());
+           json_quoted(spelled));
     }
     return id;
   };
@@ -368,7 +374,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
       const std::string line = merge.get<std::string>();
       const size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        fail("{}: merge {} is not two tokens separated by one space", origin, json(line).dump());
+        fail("{}: merge {} is not two tokens separated by one space", origin, json_quoted(line));
       }
       spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     }
@@ -439,7 +445,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& enco
     const size_t space = line.find(' ');
     if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
       fail("{}:{}: a merge is two tokens separated by one space, got {}", vocab_bpe.string(),
-           line_number, json(line).dump());
+           line_number, json_quoted(line));
     }
     spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
