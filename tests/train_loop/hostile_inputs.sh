@@ -103,4 +103,20 @@ expect_failure "$work/evil_name.log" 30 'forged line\x1b[2J' \
 if grep -q $'\x1b' "$work/evil_name.log"; then
   echo "FAIL evil_name: an escape byte reached the output"; exit 1
 fi
+# N15: a huge but finite weight is legal: the decode runs, with a warning naming the tensor.
+mkdir -p "$work/huge_model"
+cp "$fixture/config.json" "$fixture/model.safetensors" "$work/huge_model/"
+python3 - "$work/huge_model/model.safetensors" << 'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    info = json.loads(f.read(n))["model.norm.weight"]
+    f.seek(8 + n + info["data_offsets"][0] + 4 * 3)
+    f.write(struct.pack("<f", 1e30))
+PY
+"${mpirun[@]}" "$maxctx" decode "$src/configs/inference.yml" load_parameters_path="$work/huge_model" \
+  max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3" \
+  > "$work/huge_weights.log" 2>&1 || { echo "FAIL huge_weights: exit non-zero"; exit 1; }
+grep -q "warning: tensor 'model.norm.weight' holds a value of magnitude 2^16 or more at element 3" \
+  "$work/huge_weights.log" || { echo "FAIL huge_weights: no warning"; tail "$work/huge_weights.log"; exit 1; }
 echo "hostile_inputs: OK"

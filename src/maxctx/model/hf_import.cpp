@@ -14,6 +14,7 @@
 #include "maxctx/core/finite.h"
 #include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
+#include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
 
@@ -274,6 +275,13 @@ void load_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>
           "tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
           "damaged",
           s.name, *bad);
+    }
+    // 2^16: far past any trained weight, yet finite, so legal: a warning, not an error.
+    if (const std::optional<int64_t> huge = first_with_magnitude_at_least(host, 16)) {
+      log::warn(
+          "tensor '{}' holds a value of magnitude 2^16 or more at element {}: activations may "
+          "overflow; check the weights",
+          s.name, *huge);
     }
     if (!host_memory) kernels.copy_from_host(out.raw(), host.raw(), out.bytes());
   }
