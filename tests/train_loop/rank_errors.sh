@@ -3,6 +3,7 @@
 #  - N2: a bad file on rank 1 only (rank 0 healthy) is printed once, naming rank 1, and ends
 #    every rank within 10 s (it used to print nothing and wait for the watchdog);
 #  - the same bad file on every rank is printed once, without a rank, and no rank aborts;
+#  - the tokenized corpus cache every rank reads must be the one rank 0 wrote;
 #  - N3: rank 0 alone tokenizing a corpus for longer than collective_timeout_seconds is slow, not
 #    stuck (its heartbeats keep rank 1's watchdog quiet): the job trains and saves.
 #   rank_errors.sh <build dir> <source dir>
@@ -33,6 +34,18 @@ if grep -q -e "\[rank " -e "MPI_ABORT" "$work/every_rank.log"; then
   echo "FAIL every_rank: an error every rank shares was printed per rank or aborted"
   cat "$work/every_rank.log"; exit 1
 fi
+# The data cache: rank 1 sees another run directory (no checkpoints, so no resume to compare), and
+# not the corpus rank 0 tokenized: one line naming rank 1, before any step.
+mkdir -p "$work/cache/rank0" "$work/cache/rank1"
+cache_train=(train "$src/configs/base.yml" model_name=maxctx-tiny override_model_config=true
+  vocab_size=1000 max_target_length=64 steps=2 per_device_batch_size=1 ici_fsdp_parallelism=1
+  ici_data_parallelism=2 enable_checkpointing=false dataset_type=hf hf_path=text
+  hf_train_files="$src/tests/fixtures/text_corpus/train.txt"
+  tokenizer_path="$src/tests/fixtures/tokenizer/docs_spm.model" run_name=cache)
+expect_failure "$work/cache.log" 10 "rank 1: token file" \
+  "${mpmd[@]}" -np 1 "$maxctx" "${cache_train[@]}" base_output_directory="$work/cache/rank0" \
+  : -np 1 "$maxctx" "${cache_train[@]}" base_output_directory="$work/cache/rank1"
+
 # A corpus rank 0 tokenizes for a few seconds (about 4 MB) with a 1 s collective timeout.
 python3 - "$src/tests/fixtures/tokenizer/corpus.txt" "$work/corpus.txt" << 'PY'
 import random, sys

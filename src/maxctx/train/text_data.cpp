@@ -215,7 +215,28 @@ TextSource open_text_source(const TextCorpus& corpus, const fs::path& cache_dir,
     log::info("{}: tokenized {} documents ({} bytes of text) into {} tokens: {}", prefix,
               stats.documents, stats.bytes, stats.tokens, path.string());
   });
-  const auto eos_id = static_cast<int64_t>(TokenFile(path.string()).eos_id());
+  // Every rank reads the cache rank 0 wrote: one that opens another file (a node-local run
+  // directory) or none would train on other data; its tokens and EOS against rank 0's, agreed.
+  int64_t eos_id = -1;
+  int64_t seen[2] = {0, 0};  // tokens, EOS id
+  std::string error;
+  try {
+    const TokenFile tokens(path.string());
+    eos_id = static_cast<int64_t>(tokens.eos_id());
+    seen[0] = tokens.count();
+    seen[1] = eos_id;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  int64_t root_seen[2] = {seen[0], seen[1]};
+  world.broadcast(std::span<int64_t>(root_seen, 2), 0);
+  if (error.empty() && (seen[0] != root_seen[0] || seen[1] != root_seen[1])) {
+    error = fmt::format(
+        "the tokenized corpus {} here holds {} tokens (EOS {}), rank 0's {} (EOS {}): the run "
+        "directory must be on storage every rank sees alike",
+        path.string(), seen[0], seen[1], root_seen[0], root_seen[1]);
+  }
+  agree_on_errors(world, error);
   TokenDataOptions options;
   options.path = path.string();
   options.vocab_size = c.vocab_size;
