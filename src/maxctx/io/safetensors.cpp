@@ -673,7 +673,8 @@ void write_safetensors_streamed(
 
   std::filesystem::path tmp = path;
   tmp += ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symlink planted at the name must not redirect the write (issue #34 N7).
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) bad_write(fmt::format("cannot create '{}': {}", tmp.string(), errno_text()));
   std::string reason;
   bool ok = true;
