@@ -98,7 +98,22 @@ out.mkdir(parents=True, exist_ok=True)
     "n": {"dtype": "BF16", "shape": [5], "slices": [
         {"file": "shard-00000.safetensors", "offset": [0], "shape": [5], "byte_range": [120, 130]}]}}}))
 
+# A state.json as a maxctx-tiny run of step 1 writes it (its config text shortened).
+out = corpus / "checkpoint_state"
+out.mkdir(parents=True, exist_ok=True)
+state = {"format": "maxctx-checkpoint-v2", "step": 1, "data_position": 8, "num_ranks": 2,
+         "config": "Config param model_name: maxctx-tiny\nConfig param steps: 1\n"}
+(out / "step_1.json").write_text(json.dumps(state))
+(out / "v1.json").write_text(json.dumps({"format": "maxctx-checkpoint-v1", "step": 1,
+                                         "data_position": 0, "config": ""}))
+
 regressions = root / "fuzz" / "regressions"
+out = regressions / "checkpoint_state"
+out.mkdir(parents=True, exist_ok=True)
+# Issue #34 N4 and N11: a deeply nested state.json, and a data position whose row arithmetic
+# overflowed.
+(out / "deep_nesting.json").write_text('{"format": ' + "[" * 100000 + "]" * 100000 + "}")
+(out / "data_position_max.json").write_text(json.dumps(dict(state, data_position=2**63 - 1)))
 out = regressions / "yaml_config"
 out.mkdir(parents=True, exist_ok=True)
 (out / "complex_key.yml").write_text("? [a, b]\n: 1\nsteps: 3\n")

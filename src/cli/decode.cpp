@@ -41,6 +41,21 @@ std::vector<int32_t> parse_token_ids(const std::string& prompt) {
   return ids;
 }
 
+// The text of `ids`, with ids the tokenizer does not have (a model vocabulary padded past the
+// tokenizer's) shown as <id N> between decoded runs, so that one such id does not cost the whole
+// output (issue #34 N13).
+std::string detokenize(const tokenizer::Tokenizer& tokenizer, std::span<const int32_t> ids) {
+  std::string text;
+  size_t begin = 0;
+  for (size_t i = 0; i <= ids.size(); ++i) {
+    if (i < ids.size() && ids[i] >= 0 && ids[i] < tokenizer.vocab_size()) continue;
+    text += tokenizer.decode(ids.subspan(begin, i - begin));
+    if (i < ids.size()) text += fmt::format("<id {}>", ids[i]);
+    begin = i + 1;
+  }
+  return text;
+}
+
 }  // namespace
 
 int run_decode(const Args& args) {
@@ -62,6 +77,12 @@ int run_decode(const Args& args) {
     fail("the tokenizer at '{}' has {} tokens, the model only {}: they do not belong together",
          config.tokenizer_path, tokenizer->vocab_size(), model.config.vocab_size);
   }
+  if (tokenizer != nullptr && tokenizer->vocab_size() < model.config.vocab_size) {
+    log::warn(
+        "the tokenizer at '{}' has {} tokens, the model {}: generated ids past the tokenizer's "
+        "are shown as <id N>",
+        config.tokenizer_path, tokenizer->vocab_size(), model.config.vocab_size);
+  }
   log::info("model: {}", model.source);
   infer::InferenceEngine engine(kernels_for(config), settings, model.config,
                                 std::move(model.weights), mesh, std::move(model.int8));
@@ -77,7 +98,7 @@ int run_decode(const Args& args) {
   log::info("{} slots x up to {} tokens on context_autoregressive = {}: {} tokens in {:.3f} s",
             settings.slots, out.size(), engine.ca(), generated, seconds);
   if (tokenizer != nullptr) {
-    log::info("Input `{}` -> `{}`", config.prompt, tokenizer->decode(out));
+    log::info("Input `{}` -> `{}`", config.prompt, detokenize(*tokenizer, out));
   } else {
     log::info("Input `{}` -> `{}`", fmt::join(prompt, " "), fmt::join(out, " "));
   }

@@ -25,6 +25,7 @@
 #include "cli/common.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
@@ -195,8 +196,8 @@ std::vector<std::pair<fs::path, std::string>> tokenizer_files(
     fail("tokenizer_path {}: export copies one tokenizer file; name the file", path.string());
   }
   if (tokenizer.kind() == "sentencepiece") return {{path, "tokenizer.model"}};
-  std::ifstream in(path);
-  const json root = json::parse(in);
+  const json root =
+      json::parse(read_input_file(path, "tokenizer file", tokenizer::kMaxTokenizerFileBytes));
   if (root.contains("model")) {
     std::vector<std::pair<fs::path, std::string>> files = {{path, "tokenizer.json"}};
     const fs::path config = path.parent_path() / "tokenizer_config.json";

@@ -1,11 +1,13 @@
 // maxctx command line: `maxctx <command> <config.yml> [key=value ...]`.
-// Parses, hands off to one function per subcommand, and turns a maxctx::Error (which every rank
-// raises alike: config and input checks, and rank-0 work made collective by run_on_root) into
-// one line on rank 0 and a non-zero exit on every rank. Any other exception may be this rank's
+// Parses, hands off to one function per subcommand, and turns a maxctx::Error into one line and a
+// non-zero exit on every rank (MpiRuntime::finish_with_error: printed once by rank 0 where every
+// rank raised it, as config checks and run_on_root do; by this rank, naming it, where only some
+// ranks did, and then the job ends within seconds). Any other exception may be this rank's
 // alone (a filesystem error, an allocation that failed), so it ends the whole job from here
 // (abort_job: one line naming the rank, then MPI_Abort), never std::terminate or a hang.
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
@@ -21,8 +23,11 @@ int main(int argc, char** argv) {
   try {
     return maxctx::cli::run_command(args);
   } catch (const maxctx::Error& e) {
-    if (runtime.rank() == 0) std::fprintf(stderr, "maxctx: error: %s\n", e.what());
-    return 1;
+    return runtime.finish_with_error(e.what());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user named that the system cannot resolve (a symlink loop, a name too long):
+    // the input's fault, as a maxctx::Error is, and reported the same way.
+    return runtime.finish_with_error(e.what());
   } catch (const std::bad_alloc&) {
     maxctx::abort_job("out of memory (an allocation failed; a smaller model, batch or sequence?)");
   } catch (const std::exception& e) {

@@ -128,13 +128,18 @@ TEST(Config, InheritanceErrors) {
   EXPECT_NE(load_error(dir.write("twice.yml", "steps: 3\nsteps: 5\n"), {})
                 .find("sets 'steps' twice; give each key once"),
             std::string::npos);
+  // A second YAML document is refused, not ignored (issue #34 N16).
+  EXPECT_NE(load_error(dir.write("two_docs.yml", "steps: 3\n---\nsteps: 5\n"), {})
+                .find("holds 2 YAML documents"),
+            std::string::npos);
 }
 
 // A base_config naming a device or a FIFO is refused before it is read (it would never end).
 TEST(Config, BaseConfigMustBeARegularFile) {
   TempDir dir;
   const std::string path = dir.write("child.yml", "base_config: /dev/zero\nsteps: 3\n");
-  EXPECT_NE(load_error(path, {}).find("config file '/dev/zero' is not a regular file"),
+  EXPECT_NE(load_error(path, {}).find(
+                "config file '/dev/zero' is a character device, not a regular file"),
             std::string::npos);
 }
 

@@ -61,5 +61,13 @@ TEST(Check, FailThrowsUserError) {
   }
 }
 
+// Error lines are printed through printable(): a name from a file with a newline or an escape
+// sequence cannot forge a line or reach the terminal (issue #34 N9); other text is kept.
+TEST(Check, PrintableEscapesControlCharacters) {
+  EXPECT_EQ(printable("tensor 'a\nmaxctx: error: fake\x1b[2J' \x7f"),
+            "tensor 'a\\x0amaxctx: error: fake\\x1b[2J' \\x7f");
+  EXPECT_EQ(printable("caf\xc3\xa9 [0, 12] \\x"), "caf\xc3\xa9 [0, 12] \\x");
+}
+
 }  // namespace
 }  // namespace maxctx

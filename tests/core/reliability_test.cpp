@@ -44,6 +44,22 @@ TEST(FirstNonFinite, FindsTheFirstNanOrInfInF32AndBf16) {
   EXPECT_EQ(first_non_finite(TensorView(finite.data(), DType::kBF16, Shape{n})), std::nullopt);
 }
 
+// Magnitudes from a power of two up (issue #34 N15's warning): 2^16 is found, just below is not,
+// negative values count by magnitude, and a NaN counts as huge.
+TEST(FirstWithMagnitudeAtLeast, FindsHugeFiniteValuesInF32AndBf16) {
+  std::vector<float> values(5000, 1.0f);
+  values[10] = 65000.0f;  // below 2^16 in bf16 too (65024)
+  EXPECT_EQ(first_with_magnitude_at_least(TensorView::of(values.data(), 5000), 16), std::nullopt);
+  values[4100] = -65536.0f;
+  values[4200] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(first_with_magnitude_at_least(TensorView::of(values.data(), 5000), 16), 4100);
+  std::vector<bf16> half(values.size());
+  convert_f32_to_bf16(values, half);
+  EXPECT_EQ(first_with_magnitude_at_least(TensorView(half.data(), DType::kBF16, Shape{5000}), 16),
+            4100);
+  EXPECT_EQ(first_non_finite(TensorView::of(values.data(), 5000)), 4200);
+}
+
 std::string fault_error(const std::string& text) {
   try {
     parse_fault_plan(text);

@@ -112,4 +112,13 @@ expect_error 2 "is the inference axis" train "$src/configs/base.yml" model_name=
 expect_error 2 "expert = 2 splits the 1 decode slots into 2 groups" decode "$config" "${ids[@]}" \
   ici_expert_parallelism=2 per_device_batch_size=0.5
 expect_error 1 "unknown" decode "$config" "${ids[@]}" decode_sampling_topk=3
+# A model vocabulary larger than the tokenizer's (issue #34 N13): generated ids past the
+# tokenizer's are shown as <id N>, with a warning, instead of the whole output lost to an error.
+"${mpirun[@]}" -np 1 "$maxctx" decode "$config" model_name=maxctx-tiny vocab_size=4096 \
+  override_model_config=true tokenizer_path="$tokenizer" prompt="Context parallelism splits" \
+  max_prefill_predict_length=16 max_target_length=48 > "$work/padded_vocab.log" 2>&1 ||
+  { echo "FAIL: decode with a vocabulary past the tokenizer's:"; tail -5 "$work/padded_vocab.log"; exit 1; }
+grep -q "generated ids past the tokenizer's are shown as <id N>" "$work/padded_vocab.log" &&
+  grep -q "^Input .* -> .*<id [0-9]*>" "$work/padded_vocab.log" ||
+  { echo "FAIL: no warning or no <id N> in the output"; tail -5 "$work/padded_vocab.log"; exit 1; }
 echo "inference_cli: OK"

@@ -210,6 +210,19 @@ TEST(SafetensorsWriter, RoundTripsEveryDTypeWithMetadata) {
   EXPECT_EQ(raw.size(), 8 + header_size + previous_end);
 }
 
+// A symlink planted at the temporary name (a run directory someone else can write) does not
+// redirect the write to its target (issue #34 N7): the write fails, the target is untouched.
+TEST(SafetensorsWriter, DoesNotWriteThroughASymlink) {
+  TempDir dir;
+  const auto target = dir.path() / "precious";
+  { std::ofstream(target) << "precious"; }
+  std::filesystem::create_symlink(target, dir.path() / "out.safetensors.tmp");
+  const std::vector<float> a = {1, 2, 3};
+  const std::vector<TensorToWrite> tensors = {tensor_to_write<float>("a", StDType::kF32, {3}, a)};
+  EXPECT_THROW(write_safetensors(dir.path() / "out.safetensors", tensors, {}), Error);
+  EXPECT_EQ(read_file_bytes(target).size(), 8u);
+}
+
 TEST(SafetensorsWriter, OutputIsIndependentOfInputOrder) {
   TempDir dir;
   const std::vector<float> a = {1, 2, 3};

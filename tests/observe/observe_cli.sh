@@ -75,7 +75,7 @@ expect_error() {  # expect_error <text> <command...>
 }
 echo '{"traceEvents": 5}' > "$work/bad.json"
 expect_error "no traceEvents array" "$maxctx" trace-summary "$work/bad.json"
-expect_error "cannot open the trace" "$maxctx" trace-summary "$work/missing.json"
+expect_error "missing.json' cannot be opened" "$maxctx" trace-summary "$work/missing.json"
 # plot --trace reads the trace as trace-summary does (a string timestamp used to escape as a JSON
 # library exception and MPI_Abort).
 echo '{"traceEvents": [{"name": "a", "ph": "X", "ts": "0", "dur": 1, "pid": 0}]}' > "$work/bad_ts.json"

@@ -173,7 +173,7 @@ TEST_F(TextDataTest, ErrorsNameFileAndLine) {
   EXPECT_NE(e.find("no documents in " + blank), std::string::npos) << e;
 
   e = error_of(corpus({(dir_ / "missing.jsonl").string()}));
-  EXPECT_NE(e.find("missing.jsonl: cannot open"), std::string::npos) << e;
+  EXPECT_NE(e.find("missing.jsonl' cannot be opened"), std::string::npos) << e;
 
   TextCorpus no_eos = corpus({blank});
   no_eos.add_eos = false;

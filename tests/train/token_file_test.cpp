@@ -75,7 +75,7 @@ TEST(TokenFile, RoundTripsBothWidths) {
 
 TEST(TokenFile, EveryErrorSaysWhatIsWrong) {
   const Ints tokens = {5, 6, 2, 7, 8, 2};
-  EXPECT_NE(error_of([] { TokenFile(temp_path("missing.tok")); }).find("cannot open"),
+  EXPECT_NE(error_of([] { TokenFile(temp_path("missing.tok")); }).find("cannot be opened"),
             std::string::npos);
 
   TempFile file("broken.tok");

@@ -350,8 +350,8 @@ TEST_F(CheckpointTest, CheckpointOfAnotherModelIsAnError) {
   const std::vector<Case> cases = {
       {"larger vocabulary",
        [](LlamaConfig& c) { c.vocab_size = 60; },
-       {"tensor 'model.embed_tokens.weight' has shape [60, 16]",
-        "expects [50, 16]", "different model configuration"}},
+       {"tensor 'model.embed_tokens.weight' has shape [60, 16]", "expects [50, 16]",
+        "different model configuration"}},
       {"wider MLP",
        [](LlamaConfig& c) { c.mlp_dim = 32; },
        {"'model.layers.0.mlp.gate_proj.weight' has shape [32, 16]", "expects [24, 16]"}},
@@ -453,9 +453,17 @@ TEST_F(CheckpointTest, BadStateJsonIsAnError) {
       {R"({"format": "orbax", "step": 10, "data_position": 0, "config": ""})",
        "has format \"orbax\", expected \"maxctx-checkpoint-v2\""},
       {R"({"format": "maxctx-checkpoint-v1", "step": 10, "data_position": -4, "config": ""})",
-       "\"data_position\" is -4, expected a non-negative integer"},
+       "\"data_position\" is -4, expected an integer in [0, 2^62]"},
+      // 2^63 - 1 rows overflowed the data stream's row arithmetic (issue #34 N11).
+      {R"({"format": "maxctx-checkpoint-v1", "step": 10, "data_position": 9223372036854775807,
+           "config": ""})",
+       "\"data_position\" is 9223372036854775807, expected an integer in [0, 2^62]"},
+      // Nested past the JSON depth bound: refused before a tree is built (issue #34 N4).
+      {"{\"format\": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+       "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}",
+       "nested deeper than 64 levels"},
       {R"({"format": "maxctx-checkpoint-v1", "step": "10", "data_position": 0, "config": ""})",
-       "\"step\" is \"10\", expected a non-negative integer"},
+       "\"step\" is \"10\", expected an integer in [0, 2^62]"},
       {R"({"format": "maxctx-checkpoint-v1", "step": 11, "data_position": 0, "config": ""})",
        "says step 11, but its directory is step 10"},
       {R"({"format": "maxctx-checkpoint-v1", "step": 10, "data_position": 0, "config": 5})",

@@ -81,4 +81,14 @@ for case in empty other_data_position; do
     echo "FAIL: $case: a checkpoint was written by ranks that disagree"; exit 1
   fi
 done
+# A fresh start where rank 1 sees another run directory: refused at the start, naming rank 1 (rank
+# 0's token file is not there), instead of training until the first save.
+mkdir -p "$work/fresh/rank0" "$work/fresh/rank1"
+expect_failure "$work/fresh.log" 20 "rank 1: the run directory" \
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 \
+  -np 1 "$maxctx" "${train2[@]}" base_output_directory="$work/fresh/rank0" : \
+  -np 1 "$maxctx" "${train2[@]}" base_output_directory="$work/fresh/rank1"
+if [[ -n $(ls -A "$work/fresh/rank0/reference") || -e $work/fresh/rank0/reference/checkpoints ]]; then
+  echo "FAIL: fresh: the token file or a checkpoint was left behind"; ls -A "$work/fresh/rank0/reference"; exit 1
+fi
 echo "checkpoint_crashes: OK"

@@ -68,4 +68,55 @@ PY
 expect_failure "$work/nan_weights.log" 30 "tensor 'model.norm.weight' holds a non-finite value" \
   "${mpirun[@]}" "$maxctx" decode "$src/configs/inference.yml" load_parameters_path="$work/nan_model" \
   max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3"
+# Issue #34, the low items. N8: llama3 rope_scaling values the rope table cannot use (it was an
+# internal check and MPI_Abort).
+case_ rope_negative "rope_scaling factor = -1 must be finite and positive" "${decode[@]}" \
+  rope_type=llama3.1 rope_scaling_factor=-1
+case_ rope_order "needs high_freq_factor > low_freq_factor" "${decode[@]}" rope_type=llama3.1 \
+  rope_low_freq_factor=4 rope_high_freq_factor=1
+# N12: a config.json with 2^20 experts is refused before anything is sized by it.
+mkdir -p "$work/experts"
+cp "$src/tests/fixtures/tiny_mixtral/"* "$work/experts/"
+sed -i 's/"num_local_experts": [0-9]*/"num_local_experts": 1048576/' "$work/experts/config.json"
+expect_failure "$work/experts.log" 30 "num_local_experts = 1048576 is more than 65536" \
+  "${mpirun[@]}" "$maxctx" decode "$src/configs/inference.yml" load_parameters_path="$work/experts" \
+  max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3"
+# N16: a second YAML document is refused, not ignored.
+printf 'base_config: base.yml\n---\nsteps: 5\n' > "$work/two_documents.yml"
+cp "$src/configs/base.yml" "$work/base.yml"
+expect_failure "$work/two_documents.log" 30 "holds 2 YAML documents" \
+  "${mpirun[@]}" "$maxctx" decode "$work/two_documents.yml" model_name=maxctx-tiny \
+  max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3"
+# N9: a tensor name with a newline and an escape sequence is printed escaped, on its one line.
+mkdir -p "$work/evil_name"
+cp "$fixture/config.json" "$work/evil_name/"
+python3 - "$work/evil_name/model.safetensors" << 'PY'
+import json, struct, sys
+name = "model.norm.weight\nmaxctx: error: forged line\x1b[2J"
+header = json.dumps({name: {"dtype": "F32", "shape": [64], "data_offsets": [0, 256]}}).encode()
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(header)) + header + bytes(16))
+PY
+expect_failure "$work/evil_name.log" 30 'forged line\x1b[2J' \
+  "${mpirun[@]}" "$maxctx" decode "$src/configs/inference.yml" load_parameters_path="$work/evil_name" \
+  max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3"
+if grep -q $'\x1b' "$work/evil_name.log"; then
+  echo "FAIL evil_name: an escape byte reached the output"; exit 1
+fi
+# N15: a huge but finite weight is legal: the decode runs, with a warning naming the tensor.
+mkdir -p "$work/huge_model"
+cp "$fixture/config.json" "$fixture/model.safetensors" "$work/huge_model/"
+python3 - "$work/huge_model/model.safetensors" << 'PY'
+import json, struct, sys
+with open(sys.argv[1], "r+b") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    info = json.loads(f.read(n))["model.norm.weight"]
+    f.seek(8 + n + info["data_offsets"][0] + 4 * 3)
+    f.write(struct.pack("<f", 1e30))
+PY
+"${mpirun[@]}" "$maxctx" decode "$src/configs/inference.yml" load_parameters_path="$work/huge_model" \
+  max_prefill_predict_length=16 max_target_length=32 per_device_batch_size=1 prompt="1 2 3" \
+  > "$work/huge_weights.log" 2>&1 || { echo "FAIL huge_weights: exit non-zero"; exit 1; }
+grep -q "warning: tensor 'model.norm.weight' holds a value of magnitude 2^16 or more at element 3" \
+  "$work/huge_weights.log" || { echo "FAIL huge_weights: no warning"; tail "$work/huge_weights.log"; exit 1; }
 echo "hostile_inputs: OK"

@@ -27,6 +27,20 @@ expect_failure "$work/metrics_link.log" 60 "it is a symlink" \
 [[ $(cat "$work/precious.txt") == precious ]] ||
   { echo "FAIL: the metrics symlink's target was written"; exit 1; }
 
+# The run directory is a symlink (issue #34 N7): refused before anything is written through it,
+# and with allow_symlinked_run_directory=true the run goes ahead.
+mkdir -p "$work/run_link/elsewhere"
+ln -s "$work/run_link/elsewhere" "$work/run_link/run"
+expect_failure "$work/run_link.log" 60 "run_link/run' is a symlink" \
+  "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \
+  base_output_directory="$work/run_link" run_name=run
+[[ -z $(ls -A "$work/run_link/elsewhere") ]] ||
+  { echo "FAIL: files were written through the symlinked run directory"; exit 1; }
+"${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \
+  base_output_directory="$work/run_link" run_name=run allow_symlinked_run_directory=true \
+  > "$work/run_link_allowed.log" 2>&1 ||
+  { echo "FAIL: allow_symlinked_run_directory=true was refused"; tail "$work/run_link_allowed.log"; exit 1; }
+
 # The run directory cannot be created (a std::filesystem error on rank 0 only).
 expect_failure "$work/run_directory.log" 60 "cannot create directories" \
   "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \

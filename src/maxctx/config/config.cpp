@@ -11,10 +11,12 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "maxctx/config/size_limits.h"
 #include "maxctx/config/values.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
 
 namespace maxctx {
@@ -96,10 +98,16 @@ bool path_exists(const fs::path& path) {
 
 YAML::Node read_yaml_file(const fs::path& path) {
   if (!path_exists(path)) fail("config file '{}' does not exist", path.string());
-  // A device or a FIFO (base_config: /dev/zero) would be read forever.
-  if (!fs::is_regular_file(path)) fail("config file '{}' is not a regular file", path.string());
+  // A device or a FIFO (base_config: /dev/zero) would be read forever; real configs are a few KB.
+  const std::string text = read_input_file(path, "config file", 16 * kMiB);
   try {
-    YAML::Node root = YAML::LoadFile(path.string());
+    // A second document ("---") would be ignored silently by YAML::Load (issue #34 N16).
+    const std::vector<YAML::Node> documents = YAML::LoadAll(text);
+    if (documents.size() > 1) {
+      fail("config file '{}' holds {} YAML documents (separated by ---); a config is one",
+           path.string(), documents.size());
+    }
+    YAML::Node root = documents.empty() ? YAML::Node() : documents.front();
     if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);
     if (!root.IsMap()) fail("config file '{}' must be a mapping of key: value", path.string());
     // yaml-cpp keeps both entries of a key given twice; the command line refuses a repeated
@@ -311,6 +319,8 @@ void validate_and_derive(Config& c, int64_t num_devices) {
           fmt::format("sliding_window_size = {} has no effect with attention_type = {}; set "
                       "attention_type=local_sliding",
                       c.sliding_window_size, c.attention_type));
+  require(c.num_experts <= limits::kMaxExperts,
+          fmt::format("num_experts = {} is more than {}", c.num_experts, limits::kMaxExperts));
   require(
       c.num_experts >= 1 && c.num_experts_per_tok >= 1 && c.num_experts_per_tok <= c.num_experts,
       fmt::format("num_experts_per_tok = {} must be between 1 and num_experts = {}",

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 
 namespace maxctx {
 namespace {
@@ -151,7 +152,7 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
   }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(file.string());
+    root = YAML::Load(read_input_file(file, "hardware profile", 16 * kMiB));
   } catch (const YAML::Exception& e) {
     fail("hardware profile {}: {}", file.string(), e.what());
   }

@@ -243,8 +243,12 @@ using AxisRules = std::vector<std::pair<std::string, StringList>>;
     "How K/V reach every query under context parallelism")                                      \
   X(double, collective_timeout_seconds, 1800.0, "",                                             \
     "maxctx: a rank waiting longer than this in one collective prints which (verb, mesh axes) "  \
-    "and ends the job, instead of hanging on a stopped peer (0: wait forever). It must exceed "  \
-    "the longest legitimate wait: the other ranks wait while rank 0 writes a checkpoint")
+    "and ends the job, instead of hanging on a stopped peer (0: wait forever). A rank working "  \
+    "alone (rank 0 tokenizing, a checkpoint write) sends heartbeats while it makes progress, "  \
+    "so this bounds a stall, not the work")                                                     \
+  X(bool, allow_symlinked_run_directory, false, "",                                             \
+    "maxctx: accept a run directory (or its checkpoints/, tensorboard/, tokenized/) that is a "  \
+    "symlink; refused by default, since the run writes, truncates and deletes files there")
 
 #define MAXCTX_INFERENCE_KEYS(X)                                                                 \
   X(std::string, context_autoregressive_decode, "sequence", "sequence|batch",                   \

@@ -15,6 +15,7 @@ inline constexpr int64_t kMaxWidth = int64_t{1} << 24;    // emb_dim, mlp_dim
 inline constexpr int64_t kMaxHeads = int64_t{1} << 16;    // query and kv heads
 inline constexpr int64_t kMaxHeadDim = int64_t{1} << 16;  // head_dim
 inline constexpr int64_t kMaxLayers = int64_t{1} << 16;   // decoder layers
+inline constexpr int64_t kMaxExperts = int64_t{1} << 16;  // experts (Mixtral 8, DeepSeek-V3 256)
 inline constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
 inline constexpr int64_t kMaxVocab = kMaxInt32;               // token ids are int32
 inline constexpr int64_t kMaxSequence = kMaxInt32;            // positions are int32

@@ -29,8 +29,22 @@ void set_check_handler(CheckHandler handler) { check_handler() = std::move(handl
 
 AbortHook set_abort_hook(AbortHook hook) { return std::exchange(abort_hook(), std::move(hook)); }
 
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 void check_failed(const char* file, int line, const std::string& what) {
-  const std::string message = fmt::format("{}:{}: {}", file, line, what);
+  const std::string message = printable(fmt::format("{}:{}: {}", file, line, what));
   if (check_handler()) {
     check_handler()(message);
   }
@@ -40,7 +54,7 @@ void check_failed(const char* file, int line, const std::string& what) {
 }
 
 void abort_job(const std::string& message) {
-  std::fprintf(stderr, "maxctx: error: [rank %d] %s\n", log::rank(), message.c_str());
+  std::fprintf(stderr, "maxctx: error: [rank %d] %s\n", log::rank(), printable(message).c_str());
   std::fflush(stderr);
   end_job();
 }

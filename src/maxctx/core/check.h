@@ -14,6 +14,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace maxctx {
 
@@ -39,6 +40,11 @@ void set_check_handler(CheckHandler handler);  // empty handler restores the def
 // replaces, so that a scope can put it back.
 using AbortHook = std::function<void()>;
 AbortHook set_abort_hook(AbortHook hook);  // empty hook: std::abort() of this process only
+
+// `text` fit for one line on a terminal (issue #34 N9): control characters (newline, ESC, ...)
+// and DEL as \xNN, so a name taken from a file cannot forge lines or send terminal codes. Every
+// error line is printed through it.
+std::string printable(std::string_view text);
 
 // Ends the whole job from one rank for an error the other ranks may not share (an exception
 // that is not a maxctx::Error, which may be this rank's alone): prints "maxctx: error: [rank R]

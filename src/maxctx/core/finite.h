@@ -14,4 +14,10 @@ namespace maxctx {
 // nullopt when there is none.
 std::optional<int64_t> first_non_finite(const TensorView& values);
 
+// The index of the first element of magnitude 2^exponent or more (NaN and Inf included; exponent
+// in [-127, 128], 128: the non-finite only), nullopt when there is none. Legal but suspicious
+// weights (issue #34 N15: 1e30 overflows the first matmul and decodes to nothing) are found
+// with it, for a warning.
+std::optional<int64_t> first_with_magnitude_at_least(const TensorView& values, int exponent);
+
 }  // namespace maxctx

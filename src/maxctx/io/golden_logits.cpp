@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 
 namespace maxctx::io {
@@ -84,11 +85,10 @@ void append_float(float value, std::string& out) {
 }  // namespace
 
 std::vector<GoldenPrompt> read_golden_logits(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) fail("golden_logits_path {}: cannot open the file", path.string());
+  InputFile in(path, "golden_logits_path", kAnySize);
   std::vector<GoldenPrompt> prompts;
   std::string line;
-  for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
+  for (int64_t line_number = 1; in.read_line(line); ++line_number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     prompts.push_back(parse_line(line, path, line_number));
   }

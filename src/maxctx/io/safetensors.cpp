@@ -9,20 +9,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 #include <utility>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/dtype.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
+#include "maxctx/core/progress.h"
 
 namespace maxctx::io {
 
@@ -240,10 +240,13 @@ void narrow_to_i32(const std::filesystem::path& path, const TensorInfo& info, co
 
 std::string errno_text() { return std::strerror(errno); }
 
-// write(2) until everything is out; false (errno set) on failure.
+// write(2) until everything is out; false (errno set) on failure. In chunks of at most 64 MiB,
+// each noted as progress: a large shard is written while the other ranks wait (core/progress.h).
 bool write_all(int fd, const std::byte* data, size_t size) {
+  constexpr size_t kChunk = size_t{64} << 20;
   while (size > 0) {
-    const ssize_t written = ::write(fd, data, size);
+    const ssize_t written = ::write(fd, data, std::min(size, kChunk));
+    note_progress();
     if (written < 0) {
       if (errno == EINTR) continue;
       return false;
@@ -670,14 +673,14 @@ void write_safetensors_streamed(
 
   std::filesystem::path tmp = path;
   tmp += ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symlink planted at the name must not redirect the write (issue #34 N7).
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) bad_write(fmt::format("cannot create '{}': {}", tmp.string(), errno_text()));
   std::string reason;
   bool ok = true;
   try {
     ok = write_all(fd, reinterpret_cast<const std::byte*>(&header_size), sizeof(header_size)) &&
-         write_all(fd, reinterpret_cast<const std::byte*>(header_text.data()),
-                   header_text.size());
+         write_all(fd, reinterpret_cast<const std::byte*>(header_text.data()), header_text.size());
     for (size_t k = 0; ok && k < order.size(); ++k) {
       const std::span<const std::byte> data = bytes_of(order[k]);
       if (data.size() != sizes[order[k]]) {
@@ -715,8 +718,7 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   for (const TensorToWrite& tensor : tensors) {
     headers.push_back({tensor.name, tensor.dtype, tensor.shape});
   }
-  write_safetensors_streamed(path, headers, metadata,
-                             [&](size_t i) { return tensors[i].data; });
+  write_safetensors_streamed(path, headers, metadata, [&](size_t i) { return tensors[i].data; });
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) : origin_(path) {
@@ -724,7 +726,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) 
   std::filesystem::path index_path;
   std::filesystem::path single_path;
   if (std::filesystem::is_directory(path, ec)) {
-    if (std::filesystem::exists(path / kIndexName, ec)) {
+    // symlink_status: a looping or dangling name is there, and opening it says what it is.
+    if (std::filesystem::exists(std::filesystem::symlink_status(path / kIndexName, ec))) {
       index_path = path / kIndexName;
     } else if (std::filesystem::exists(path / kSingleName, ec)) {
       single_path = path / kSingleName;
@@ -754,13 +757,12 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) 
   const auto bad_index = [&](const std::string& what) {
     fail("checkpoint index '{}': {}", index_path.string(), what);
   };
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) bad_index(fmt::format("cannot open: {}", errno_text()));
-  std::stringstream text;
-  text << in.rdbuf();
+  // Real indexes are tens of KB to a few MB (one line per tensor).
+  const std::string text = read_input_file(index_path, "checkpoint index", 256 * kMiB);
+  if (const JsonCheck check = check_json(text); check.too_deep) bad_index(*check.error);
   json index;
   try {
-    index = json::parse(text.str());
+    index = json::parse(text);
   } catch (const json::exception& e) {
     bad_index(fmt::format("not valid JSON ({})", e.what()));
   }

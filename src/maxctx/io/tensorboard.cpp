@@ -191,7 +191,8 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& directory)
     path_ = directory / ("events.out.tfevents." + std::to_string(seconds) + "." + host_name() +
                          "." + std::to_string(n));
   }
-  file_.reset(std::fopen(path_.c_str(), "wb"));
+  // "x" (O_EXCL): a new file only, never through a symlink planted at the name (issue #34 N7).
+  file_.reset(std::fopen(path_.c_str(), "wbx"));
   if (file_ == nullptr)
     fail("cannot open the TensorBoard event file {}: {}", path_.string(), std::strerror(errno));
   std::string event = event_header(unix_seconds(), 0);

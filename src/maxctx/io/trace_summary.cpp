@@ -4,11 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
+#include "maxctx/core/json_checks.h"
 
 namespace maxctx {
 namespace {
@@ -71,9 +72,11 @@ struct RankSpans {
 }  // namespace
 
 std::vector<TraceSpan> read_trace_spans(const std::filesystem::path& trace) {
-  std::ifstream in(trace);
-  if (!in.good()) fail("cannot open the trace {}", trace.string());
-  const nlohmann::json doc = nlohmann::json::parse(in, nullptr, false);
+  const std::string text = read_input_file(trace, "trace", 4 * kGiB);
+  if (const JsonCheck check = check_json(text); check.too_deep) {
+    fail("the trace {} is {}", trace.string(), *check.error);
+  }
+  const nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded()) fail("{} is not JSON", trace.string());
   if (!(doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array()))
     fail("{} is not a Chrome trace: it has no traceEvents array", trace.string());

@@ -41,11 +41,20 @@ std::vector<double> rope_inv_freq(const RopeParams& params, int64_t head_dim) {
   }
   if (params.scaling == RopeScaling::kNone) return inv_freq;
 
-  MAXCTX_CHECK_GT(params.factor, 0.0, "llama3 rope scaling factor must be positive");
-  MAXCTX_CHECK_GT(params.original_max_position_embeddings, 0.0,
-                  "llama3 rope original_max_position_embeddings must be positive");
-  MAXCTX_CHECK_GT(params.high_freq_factor, params.low_freq_factor,
-                  "llama3 rope needs high_freq_factor > low_freq_factor");
+  // The values come from a config or a config.json: a user's error, one line on every rank, not a
+  // failed check (issue #34 N8). NaN fails every comparison and is refused with them.
+  for (const auto& [name, value] :
+       {std::pair{"factor", params.factor}, std::pair{"low_freq_factor", params.low_freq_factor},
+        std::pair{"high_freq_factor", params.high_freq_factor},
+        std::pair{"original_max_position_embeddings", params.original_max_position_embeddings}}) {
+    if (!(value > 0.0 && std::isfinite(value))) {
+      fail("llama3 rope_scaling {} = {} must be finite and positive", name, value);
+    }
+  }
+  if (!(params.high_freq_factor > params.low_freq_factor)) {
+    fail("llama3 rope_scaling needs high_freq_factor > low_freq_factor, got {} and {}",
+         params.high_freq_factor, params.low_freq_factor);
+  }
   const double old_context = params.original_max_position_embeddings;
   const double low_freq_wavelength = old_context / params.low_freq_factor;
   const double high_freq_wavelength = old_context / params.high_freq_factor;

@@ -26,6 +26,7 @@ struct Waiting {
 };
 Waiting g_waiting;
 std::atomic<bool> g_watching{false};  // off: WaitScope touches nothing but this flag
+std::atomic<double> g_timeout{0};     // what heartbeat_seconds() derives from
 
 class Watchdog {
  public:
@@ -35,6 +36,7 @@ class Watchdog {
     stop();
     std::lock_guard lock(mutex_);
     timeout_ = seconds;
+    g_timeout.store(std::max(seconds, 0.0), std::memory_order_relaxed);
     g_watching.store(seconds > 0, std::memory_order_relaxed);
     if (seconds <= 0) return;
     stopping_ = false;
@@ -96,6 +98,11 @@ Watchdog& watchdog() {
 
 void set_collective_timeout(double seconds) { watchdog().set_timeout(seconds); }
 void stop_collective_watchdog() { watchdog().stop(); }
+
+double heartbeat_seconds() {
+  const double timeout = g_timeout.load(std::memory_order_relaxed);
+  return timeout > 0 ? std::clamp(timeout / 4, 0.01, 10.0) : 10.0;
+}
 
 WaitScope::WaitScope(const char* verb, const CommunicatorImpl* comm) {
   if (!g_watching.load(std::memory_order_relaxed)) return;

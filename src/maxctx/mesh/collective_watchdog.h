@@ -26,6 +26,9 @@ class CommunicatorImpl;
 void set_collective_timeout(double seconds);
 // Stops the thread (MPI runtime teardown, before MPI_Finalize).
 void stop_collective_watchdog();
+// How often a rank that works alone tells the ranks waiting for it that it still makes progress
+// (mesh/root_task.h): a quarter of the timeout, between 10 ms and 10 s; 10 s with the watchdog off.
+double heartbeat_seconds();
 
 // Marks "this thread waits in `verb` over `comm`" for its lifetime (comm null: a point-to-point
 // request, whose communicator the request does not keep). Nested scopes keep the outermost.

@@ -13,7 +13,10 @@ namespace maxctx {
 
 // Collective over `comm`: its rank 0 runs `task`; if that throws (any std::exception), every
 // rank throws maxctx::Error with rank 0's message, else every rank returns. The other ranks wait
-// for rank 0's outcome, as a barrier would.
+// for rank 0's outcome, as a barrier would. With more than one rank the task runs on a thread of
+// its own while rank 0 heartbeats the waiting ranks as long as the process notes progress
+// (core/progress.h), so a long task is not taken for a stuck rank: it must be host work that
+// calls no MPI and does not use the device.
 void run_on_root(const Communicator& comm, const std::function<void()>& task);
 
 // Collective over `comm`: every rank runs `task`; if it throws on any rank, every rank throws

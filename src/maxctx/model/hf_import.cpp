@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -14,7 +13,9 @@
 #include "maxctx/config/size_limits.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
+#include "maxctx/core/log.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
 
@@ -194,9 +195,7 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path);
 }  // namespace
 
 LlamaConfig llama_config_from_hf(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) fail("{}: cannot open the Hugging Face config", path.string());
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_input_file(path, "Hugging Face config", 64 * kMiB);
   if (const JsonCheck check = check_json(text); check.too_deep) {
     fail("{}: config.json is {}", path.string(), *check.error);
   }
@@ -272,6 +271,11 @@ LlamaConfig llama_config_from_json(const json& config, const fs::path& path) {
     m.moe = true;
     m.num_experts = field<int64_t>(config, "num_local_experts", path);
     m.num_experts_per_tok = field<int64_t>(config, "num_experts_per_tok", path);
+    // Bounded before anything is sized by it (issue #34 N12: 2^20 experts allocated first).
+    if (m.num_experts > limits::kMaxExperts) {
+      fail("{}: num_local_experts = {} is more than {}", path.string(), m.num_experts,
+           limits::kMaxExperts);
+    }
     if (m.num_experts < 1 || m.num_experts_per_tok < 1 || m.num_experts_per_tok > m.num_experts) {
       fail("{}: num_experts_per_tok = {} must be between 1 and num_local_experts = {}",
            path.string(), m.num_experts_per_tok, m.num_experts);
@@ -359,6 +363,13 @@ void load_weights(const kernels::Kernels& kernels, const std::vector<WeightSpec>
           "tensor '{}' holds a non-finite value (NaN or Inf) at element {}; the weights are "
           "damaged",
           s.name, *bad);
+    }
+    // 2^16: far past any trained weight, yet finite, so legal: a warning, not an error.
+    if (const std::optional<int64_t> huge = first_with_magnitude_at_least(host, 16)) {
+      log::warn(
+          "tensor '{}' holds a value of magnitude 2^16 or more at element {}: activations may "
+          "overflow; check the weights",
+          s.name, *huge);
     }
     if (!host_memory) kernels.copy_from_host(out.raw(), host.raw(), out.bytes());
   }

@@ -2,12 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/plot/canvas.h"
 
 namespace maxctx::plot {
@@ -38,8 +38,11 @@ const std::vector<PanelSpec>& panels() {
 
 RunMetrics read_run_metrics(const std::filesystem::path& run_dir) {
   const std::filesystem::path file = run_dir / "metrics.jsonl";
-  std::ifstream in(file);
-  if (!in.good()) fail("cannot open {} (is {} a run directory?)", file.string(), run_dir.string());
+  std::error_code absent;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(file, absent))) {
+    fail("no {} (is {} a run directory?)", file.string(), run_dir.string());
+  }
+  InputFile in(file, "metrics file", kAnySize);
   RunMetrics run;
   run.name = std::filesystem::absolute(run_dir).lexically_normal().filename().string();
   if (run.name.empty()) {
@@ -47,7 +50,7 @@ RunMetrics read_run_metrics(const std::filesystem::path& run_dir) {
   }
   std::map<std::string, std::map<double, double>> by_step;
   std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
+  for (int64_t number = 1; in.read_line(line); ++number) {
     if (line.empty()) continue;
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
     if (!(!row.is_discarded() && row.is_object() && row.contains("step") &&

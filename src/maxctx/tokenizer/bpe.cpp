@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/tokenizer/bpe_unicode.h"
 #include "maxctx/tokenizer/normalize.h"
@@ -22,16 +22,18 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A token or line for an error message, JSON-quoted; bytes that are not UTF-8 (a GPT-2 vocab.bpe
+// may hold any) are replaced rather than making the quoting throw (issue #34 N10).
+std::string json_quoted(std::string_view text) {
+  return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 uint64_t pair_key(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
 std::string read_file(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the {}", path.string(), what);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(path, what, kMaxTokenizerFileBytes);
 }
 
 json parse_json_file(const fs::path& path, const char* what) {
@@ -105,7 +107,7 @@ PreTokenizer parse_pre_tokenizer(const json& pre, const fs::path& path) {
       fail(
           "{}: pre_tokenizer split pattern {} is not implemented; maxctx knows the GPT-2, "
           "Llama 3 and Qwen2 patterns",
-          path.string(), json(regex).dump());
+          path.string(), json_quoted(regex));
     }
     ++at;
   }
@@ -244,16 +246,16 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   is_special_.assign(size, 0);
   std::vector<uint8_t> used(size, 0);
   const auto claim = [&](int32_t id, std::string_view name) {
-    if (id < 0) fail("{}: token {} has the negative id {}", origin, json(name).dump(), id);
+    if (id < 0) fail("{}: token {} has the negative id {}", origin, json_quoted(name), id);
     if (used[id])
-      fail("{}: id {} is given to two tokens (one is {})", origin, id, json(name).dump());
+      fail("{}: id {} is given to two tokens (one is {})", origin, id, json_quoted(name));
     used[id] = 1;
   };
   for (const auto& [spelled, id] : spec.vocab) {
     std::optional<std::string> bytes = unicode_to_bytes(spelled);
     if (!bytes) {
       fail("{}: vocabulary token {} is not in the byte-level alphabet (not a byte-level BPE)",
-           origin, json(spelled).dump());
+           origin, json_quoted(spelled));
     }
     claim(id, spelled);
     id_to_bytes_[id] = *bytes;
@@ -286,7 +288,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
       if (t.content == spec.unk_token) unk_id_ = t.id;
     }
     if (unk_id_ < 0) {
-      fail("{}: the unk_token {} is not in the vocabulary", origin, json(spec.unk_token).dump());
+      fail("{}: the unk_token {} is not in the vocabulary", origin, json_quoted(spec.unk_token));
     }
   }
   if (spec.merge_by_rank) {
@@ -306,7 +308,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     const int32_t id = bytes ? token_id(*bytes) : -1;
     if (id < 0) {
       fail("{}: merge {} names {}, which is not in the vocabulary", origin, rank,
-           json(spelled).dump());
+           json_quoted(spelled));
     }
     return id;
   };
@@ -489,7 +491,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
       const std::string line = merge.get<std::string>();
       const size_t space = line.find(' ');
       if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        fail("{}: merge {} is not two tokens separated by one space", origin, json(line).dump());
+        fail("{}: merge {} is not two tokens separated by one space", origin, json_quoted(line));
       }
       spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
     }
@@ -512,7 +514,8 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_tokenizer_json(const fs::path& 
 
   // BOS/EOS: tokenizer_config.json, then the post-processor's template, then the usual names.
   const fs::path config_path = path.parent_path() / "tokenizer_config.json";
-  if (fs::exists(config_path)) {
+  std::error_code absent;  // a looping or dangling symlink is there: opening it says what it is
+  if (fs::exists(fs::symlink_status(config_path, absent))) {
     const json config = parse_json_file(config_path, "tokenizer_config.json");
     if (config.contains("bos_token")) spec.bos_token = token_content(config.at("bos_token"));
     if (config.contains("eos_token")) spec.eos_token = token_content(config.at("eos_token"));
@@ -559,7 +562,7 @@ std::unique_ptr<ByteLevelBpe> ByteLevelBpe::from_gpt2_files(const fs::path& enco
     const size_t space = line.find(' ');
     if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
       fail("{}:{}: a merge is two tokens separated by one space, got {}", vocab_bpe.string(),
-           line_number, json(line).dump());
+           line_number, json_quoted(line));
     }
     spec.merges.emplace_back(line.substr(0, space), line.substr(space + 1));
   }

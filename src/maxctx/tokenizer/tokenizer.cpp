@@ -2,14 +2,17 @@
 #include "maxctx/tokenizer/tokenizer.h"
 
 #include <sentencepiece_processor.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
+#include "maxctx/core/json_checks.h"
 #include "maxctx/tokenizer/bpe.h"
 
 namespace maxctx::tokenizer {
@@ -22,7 +25,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   explicit SentencePieceTokenizer(const fs::path& path) {
     sentencepiece::util::Status status;
     try {
-      status = processor_.Load(path.string());
+      // Read through the checked opening (FIFOs, devices, size), not by the library itself.
+      status = processor_.LoadFromSerializedProto(
+          read_input_file(path, "SentencePiece model", kMaxTokenizerFileBytes));
     } catch (const std::exception& e) {
       // libsentencepiece reports most damage as a status, but its trie builder throws (a
       // piece list it cannot index; found by fuzz_tokenizer).
@@ -72,11 +77,11 @@ class SentencePieceTokenizer final : public Tokenizer {
 };
 
 std::string file_head(const fs::path& path, size_t bytes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the tokenizer file", path.string());
-  std::string head(bytes, '\0');
-  in.read(head.data(), static_cast<std::streamsize>(bytes));
-  head.resize(static_cast<size_t>(in.gcount()));
+  InputFile in(path, "tokenizer file", kMaxTokenizerFileBytes);
+  std::string head(std::min(bytes, static_cast<size_t>(in.size())), '\0');
+  if (::pread(in.fd(), head.data(), head.size(), 0) != static_cast<ssize_t>(head.size())) {
+    fail("{}: cannot read the tokenizer file", path.string());
+  }
   return head;
 }
 
@@ -106,17 +111,22 @@ bool looks_like_tiktoken(const std::string& head) {
 std::unique_ptr<Tokenizer> load_file(const fs::path& path) {
   const std::string head = file_head(path, 4096);
   if (looks_like_json(head)) {
-    std::ifstream in(path);
+    const std::string text = read_input_file(path, "tokenizer file", kMaxTokenizerFileBytes);
+    if (const JsonCheck check = check_json(text); check.too_deep) {
+      fail("{}: the tokenizer file is {}", path.string(), *check.error);
+    }
     nlohmann::json root;
     try {
-      root = nlohmann::json::parse(in);
+      root = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       fail("{}: the tokenizer file is not valid JSON ({})", path.string(), e.what());
     }
     if (root.is_object() && root.contains("model")) return ByteLevelBpe::from_tokenizer_json(path);
     for (const char* merges : {"vocab.bpe", "merges.txt"}) {
       const fs::path merges_path = path.parent_path() / merges;
-      if (fs::exists(merges_path)) return ByteLevelBpe::from_gpt2_files(path, merges_path);
+      std::error_code absent;
+      if (fs::exists(fs::symlink_status(merges_path, absent)))
+        return ByteLevelBpe::from_gpt2_files(path, merges_path);
     }
     fail(
         "{}: a JSON tokenizer is a Hugging Face tokenizer.json (with a \"model\") or GPT-2's "
@@ -154,16 +164,21 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path_given) {
   }
   const std::string path_text = resolve_tokenizer_path(path_given);
   const fs::path path(path_text);
-  if (!fs::exists(path)) fail("tokenizer_path {}: no such file or directory", path_text);
-  if (!fs::is_directory(path)) return load_file(path);
+  // Present as a name, even a dangling or looping symlink: opening it then says which.
+  const auto present = [](const fs::path& p) {
+    std::error_code error;
+    return fs::exists(fs::symlink_status(p, error));
+  };
+  if (!present(path)) fail("tokenizer_path {}: no such file or directory", path_text);
+  std::error_code error;
+  if (!fs::is_directory(path, error)) return load_file(path);
   // A checkpoint directory: its SentencePiece model, else its tokenizer.json, else a tiktoken
   // tokenizer.model (Meta's original Llama 3 files ship only that).
   const fs::path sp_model = path / "tokenizer.model";
-  const bool tiktoken_model =
-      fs::exists(sp_model) && looks_like_tiktoken(file_head(sp_model, 4096));
-  if (fs::exists(sp_model) && !tiktoken_model) return load_file(sp_model);
+  const bool tiktoken_model = present(sp_model) && looks_like_tiktoken(file_head(sp_model, 4096));
+  if (present(sp_model) && !tiktoken_model) return load_file(sp_model);
   for (const char* name : {"tokenizer.json", "encoder.json", "vocab.json"}) {
-    if (fs::exists(path / name)) return load_file(path / name);
+    if (present(path / name)) return load_file(path / name);
   }
   if (tiktoken_model) return load_file(sp_model);
   fail(

@@ -20,6 +20,10 @@
 
 namespace maxctx::tokenizer {
 
+// The largest tokenizer file read (tokenizer.json, a SentencePiece model, vocab.bpe, ...): real
+// ones are 1-30 MB; the bound keeps a hostile or mistaken path from being read without end.
+inline constexpr int64_t kMaxTokenizerFileBytes = int64_t{1} << 30;
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -30,10 +29,13 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/fault_injection.h"
 #include "maxctx/core/finite.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/progress.h"
 #include "maxctx/io/durable_file.h"
 #include "maxctx/io/safetensors.h"
+#include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/root_task.h"
 
 namespace maxctx::train {
@@ -124,18 +126,9 @@ std::string brief(const nlohmann::json& value) {
 
 // Parses and validates state.json of the checkpoint directory for `step` (either format).
 CheckpointState parse_state(const fs::path& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) fail("checkpoint state '{}' cannot be read: {}", path.string(), errno_text());
   // A state.json is a few KB; its config string is the largest part. Bounded before parsing,
   // and its nesting checked, so a hostile file cannot exhaust memory or the stack.
-  constexpr std::streamsize kMaxStateBytes = 64 << 20;
-  std::string text(static_cast<size_t>(kMaxStateBytes) + 1, '\0');
-  in.read(text.data(), kMaxStateBytes + 1);
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (static_cast<std::streamsize>(text.size()) > kMaxStateBytes) {
-    fail("checkpoint state '{}' is larger than 64 MiB; it is not a maxctx state.json",
-         path.string());
-  }
+  const std::string text = read_input_file(path, "checkpoint state", 64 * kMiB);
   const JsonCheck check = check_json(text);
   if (check.error)
     fail("checkpoint state '{}' is not valid JSON ({})", path.string(), *check.error);
@@ -158,10 +151,14 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
     }
     return state[key];
   };
+  // At most 2^62: a step or a row count past that cannot come from a run, and the data stream's
+  // row arithmetic (position + rows) must not overflow (issue #34 N11: 2^63 - 1).
+  constexpr int64_t kMaxCount = int64_t{1} << 62;
   const auto integer = [&](const char* key) {
     const nlohmann::json& value = field(key);
-    if (!value.is_number_integer() || value.get<int64_t>() < 0) {
-      fail("checkpoint state '{}': \"{}\" is {}, expected a non-negative integer", path.string(),
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() > kMaxCount) {
+      fail("checkpoint state '{}': \"{}\" is {}, expected an integer in [0, 2^62]", path.string(),
            key, brief(value));
     }
     return value.get<int64_t>();
@@ -378,7 +375,9 @@ OpenCheckpoint open_checkpoint(const fs::path& run_dir, int64_t step) {
          steps.empty() ? std::string("none") : fmt::format("{}", fmt::join(steps, ", ")));
   }
   const fs::path state_path = dir / kStateFile;
-  if (!fs::is_regular_file(state_path, ec)) {
+  // Missing only where no name is there: a FIFO, a device or a symlink loop is refused by name when
+  // it is read.
+  if (!fs::exists(fs::symlink_status(state_path, ec))) {
     fail("checkpoint file '{}' is missing; a checkpoint directory holds {}, {} and its shards",
          state_path.string(), kStateFile, io::kSliceIndexName);
   }
@@ -473,16 +472,18 @@ void CheckpointSaver::save(const CheckpointState& state, StagedSlices staged) {
     p->done.store(true, std::memory_order_release);
   };
   pending_ = std::move(pending);
-  if (options_.async) {
-    pending_->writer = std::thread([write] {
-      // The step loop is the job's critical path: the writer yields the core to it.
-      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
-      write();
-    });
-  } else {
+  // On a thread even when synchronous, so that this one can tell the ranks that wait for it that
+  // it still writes (finish()).
+  pending_->writer = std::thread([write, async = options_.async] {
+    // The step loop is the job's critical path: the writer yields the core to it.
+    if (async) ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
     write();
+  });
+  if (options_.async) {
+    poll();
+  } else {
+    finish();
   }
-  poll();
 }
 
 void CheckpointSaver::poll() {
@@ -506,9 +507,20 @@ void CheckpointSaver::poll() {
 }
 
 void CheckpointSaver::finish() {
-  if (!pending_) return;
-  if (pending_->writer.joinable()) pending_->writer.join();
-  poll();
+  // Until the save commits, a poll (a collective) each heartbeat in which this rank's file got
+  // written or its writing progressed: a rank with little to write waits for one with much an
+  // interval at a time, and a writer that is stuck still trips the watchdog (issue #34 N3).
+  ProgressSince progress;
+  while (pending_) {
+    const auto beat =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(heartbeat_seconds());
+    while (!pending_->done.load(std::memory_order_acquire) &&
+           std::chrono::steady_clock::now() < beat) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    if (!pending_->done.load(std::memory_order_acquire) && !progress.advanced()) continue;
+    poll();
+  }
 }
 
 void CheckpointSaver::commit(const Pending& p) {

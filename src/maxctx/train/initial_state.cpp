@@ -1,13 +1,19 @@
 #include "maxctx/train/initial_state.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <optional>
+#include <random>
+#include <thread>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
+#include "maxctx/io/durable_file.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/train/checkpoint.h"
@@ -54,10 +60,56 @@ void apply_explicit_rope_keys(const Config& c, model::LlamaConfig& m) {
   }
 }
 
+// Rank 0 writes a file holding a random token into the run directory and every rank reads it
+// back: a rank that sees another directory (a node-local disk) is an error at the start, naming
+// it, rather than a fresh start beside the others and a failure at the first save. A rank waits
+// up to 5 s for the file, for a network filesystem's lookup cache.
+void check_run_directory_shared(const fs::path& run_dir, const Communicator& world) {
+  if (world.size() == 1) return;
+  std::random_device random;
+  const uint64_t token = (uint64_t{random()} << 32) ^ random() ^ static_cast<uint64_t>(::getpid());
+  auto shared = static_cast<int64_t>(token);
+  world.broadcast(std::span<int64_t>(&shared, 1), 0);
+  const std::string text = std::to_string(shared);
+  const fs::path file =
+      run_dir / fmt::format(".maxctx-shared-{:016x}", static_cast<uint64_t>(shared));
+  run_on_root(world, [&] {
+    fs::create_directories(run_dir);
+    io::write_synced_text(file, text);
+  });
+  const auto remove_token = [&] {
+    std::error_code ignored;
+    if (world.rank() == 0) fs::remove(file, ignored);
+  };
+  try {
+    run_on_every_rank(world, [&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      std::error_code absent;
+      while (!fs::exists(fs::symlink_status(file, absent)) &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      if (!fs::exists(fs::symlink_status(file, absent)) ||
+          read_input_file(file, "run directory token", 64) != text) {
+        fail(
+            "the run directory '{}' here is not the one rank 0 sees (the token file rank 0 wrote, "
+            "{}, is missing or differs): the run directory must be on storage every rank sees "
+            "alike",
+            run_dir.string(), file.filename().string());
+      }
+    });
+  } catch (...) {
+    remove_token();
+    throw;
+  }
+  remove_token();
+}
+
 fs::path hf_config_json(const Config& c) {
   if (c.load_parameters_path.empty()) return {};
   const fs::path json = fs::path(c.load_parameters_path) / "config.json";
-  return fs::exists(json) ? json : fs::path();
+  std::error_code error;  // a looping or dangling name is there: opening it says what it is
+  return fs::exists(fs::symlink_status(json, error)) ? json : fs::path();
 }
 
 fs::path without_trailing_separator(fs::path p) {
@@ -163,6 +215,9 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
       latest = latest_checkpoint_step(run_dir).value_or(-1);
     });
     world.broadcast(std::span<int64_t>(&latest, 1), 0);
+    // A resume is checked against rank 0's digest below; a fresh start writes the run directory
+    // from every rank at its first save, so every rank must see rank 0's directory.
+    if (latest < 0) check_run_directory_shared(run_dir, world);
   }
   StartingState s;
   run_on_every_rank(world, [&] {

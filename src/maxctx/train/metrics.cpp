@@ -13,6 +13,8 @@
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
+#include "maxctx/core/json_checks.h"
 #include "maxctx/core/log.h"
 #include "maxctx/io/durable_file.h"
 #include "maxctx/io/tensorboard.h"
@@ -129,12 +131,15 @@ bool started_by_mpi_launcher() {
 // Rewrites the metrics file without the rows of step >= `step` and without a last line a crash
 // cut short (it does not parse): written beside it, synced and renamed over it.
 void drop_rows_from_step(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;  // no file yet: nothing logged
+  std::error_code missing;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, missing))) return;  // none yet
+  InputFile in(path, "metrics file", kAnySize);
   std::string kept, line;
   int64_t dropped = 0;
-  while (std::getline(in, line)) {
-    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  while (in.read_line(line)) {
+    // A line nested too deep is not a row maxctx wrote: dropped without building its tree.
+    const nlohmann::json row =
+        check_json(line).error ? nlohmann::json() : nlohmann::json::parse(line, nullptr, false);
     const bool keep = row.is_object() && (!row.contains("step") || !row["step"].is_number() ||
                                           row["step"].get<int64_t>() < step);
     if (keep) {

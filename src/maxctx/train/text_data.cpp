@@ -8,12 +8,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
+#include "maxctx/core/progress.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/data_first_fit.h"
@@ -96,7 +97,10 @@ std::vector<std::string> expand_data_files(const std::string& key, const std::st
     if (status == 0) found.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
     ::globfree(&matches);
     std::sort(found.begin(), found.end());
-    std::erase_if(found, [](const std::string& f) { return fs::is_directory(f); });
+    std::erase_if(found, [](const std::string& f) {
+      std::error_code error;  // a symlink loop is kept: opening it says so
+      return fs::is_directory(f, error);
+    });
     if (found.empty()) fail("{}: '{}' matches no file", key, pattern);
     files.insert(files.end(), found.begin(), found.end());
   }
@@ -130,10 +134,9 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
     std::string line;
     json parsed;
     for (const std::string& file : corpus.files) {
-      std::ifstream in(file, std::ios::binary);
-      if (!in) fail("{}: cannot open: {}", file, std::strerror(errno));
+      InputFile in(file, "data file", kAnySize);
       int64_t line_number = 0;
-      while (std::getline(in, line)) {
+      while (in.read_line(line)) {
         ++line_number;
         const std::optional<std::string_view> text =
             document_of(corpus, file, line_number, line, parsed);
@@ -143,9 +146,9 @@ TokenizeStats tokenize_to_token_file(const TextCorpus& corpus, const std::string
         writer.append(ids);
         writer.end_document();
         ++stats.documents;
+        note_progress();  // the other ranks wait for this loop (core/progress.h)
         stats.bytes += static_cast<int64_t>(text->size());
       }
-      if (in.bad()) fail("{}: read failed after line {}", file, line_number);
     }
     if (stats.documents == 0) {
       fail("no documents in {} (every line blank or the files empty)",
@@ -216,7 +219,28 @@ TextSource open_text_source(const TextCorpus& corpus, const fs::path& cache_dir,
     log::info("{}: tokenized {} documents ({} bytes of text) into {} tokens: {}", prefix,
               stats.documents, stats.bytes, stats.tokens, path.string());
   });
-  const auto eos_id = static_cast<int64_t>(TokenFile(path.string()).eos_id());
+  // Every rank reads the cache rank 0 wrote: one that opens another file (a node-local run
+  // directory) or none would train on other data; its tokens and EOS against rank 0's, agreed.
+  int64_t eos_id = -1;
+  int64_t seen[2] = {0, 0};  // tokens, EOS id
+  std::string error;
+  try {
+    const TokenFile tokens(path.string());
+    eos_id = static_cast<int64_t>(tokens.eos_id());
+    seen[0] = tokens.count();
+    seen[1] = eos_id;
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  int64_t root_seen[2] = {seen[0], seen[1]};
+  world.broadcast(std::span<int64_t>(root_seen, 2), 0);
+  if (error.empty() && (seen[0] != root_seen[0] || seen[1] != root_seen[1])) {
+    error = fmt::format(
+        "the tokenized corpus {} here holds {} tokens (EOS {}), rank 0's {} (EOS {}): the run "
+        "directory must be on storage every rank sees alike",
+        path.string(), seen[0], seen[1], root_seen[0], root_seen[1]);
+  }
+  agree_on_errors(world, error);
   TokenDataOptions options;
   options.path = path.string();
   options.vocab_size = c.vocab_size;

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <bit>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 
 namespace maxctx {
 namespace {
@@ -33,11 +33,6 @@ struct Header {
   uint64_t count;
 };
 static_assert(sizeof(Header) == kHeaderBytes);
-
-struct ClosesFd {
-  int fd;
-  ~ClosesFd() { ::close(fd); }
-};
 
 }  // namespace
 
@@ -127,12 +122,9 @@ void write_token_file(const std::string& path, std::span<const int32_t> tokens, 
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("token file {}: cannot open: {}", path, std::strerror(errno));
-  const ClosesFd closes_fd{fd};  // the mapping, once made, keeps the file alive
-  struct stat info {};
-  if (::fstat(fd, &info) != 0) fail("token file {}: cannot stat: {}", path, std::strerror(errno));
-  const auto file_bytes = static_cast<uint64_t>(info.st_size);
+  const InputFile file(path, "token file", kAnySize);  // the mapping keeps the file alive
+  const int fd = file.fd();
+  const auto file_bytes = static_cast<uint64_t>(file.size());
   Header header{};
   if (file_bytes < kHeaderBytes ||
       ::pread(fd, &header, sizeof(header), 0) != static_cast<ssize_t>(sizeof(header))) {

@@ -52,6 +52,23 @@ fs::path run_directory_of(const Config& c) {
   return base / (c.run_name.empty() ? "maxctx_" + c.model_name : c.run_name);
 }
 
+// A symlink at the run directory or at a directory the run writes into would send its writes,
+// truncations and deletions of partial checkpoints to wherever it points (issue #34 N7); refused
+// unless the user says so. metrics.jsonl itself is opened with O_NOFOLLOW.
+void refuse_symlinked_run_directory(const Config& c, const fs::path& run_dir) {
+  if (c.allow_symlinked_run_directory) return;
+  for (const fs::path& path :
+       {run_dir, run_dir / "checkpoints", run_dir / "tensorboard", run_dir / "tokenized"}) {
+    std::error_code absent;
+    if (fs::is_symlink(fs::symlink_status(path, absent))) {
+      fail(
+          "'{}' is a symlink: the run would write, truncate and delete files where it points; "
+          "give the real directory, or set allow_symlinked_run_directory=true",
+          path.string());
+    }
+  }
+}
+
 }  // namespace
 
 struct Trainer::State {
@@ -145,6 +162,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   s.adamw = adamw_config(c);
   s.schedule = learning_rate_schedule(c);
   s.run_dir = run_directory_of(c);
+  refuse_symlinked_run_directory(c, s.run_dir);
 
   DataShard shard;
   shard.global_batch_rows = c.derived.global_batch_size_to_train_on;
