@@ -66,7 +66,9 @@ class EmulatedAllocator final : public Allocator {
     if (bytes == 0) return 0;
     auto* host = static_cast<std::byte*>(host_address(memory, "resident_bytes"));
     const std::lock_guard lock(mutex_);
-    const auto [base, m] = find(host, bytes, "resident_bytes");
+    const std::pair<std::byte*, Mapping*> found = find(host, bytes, "resident_bytes");
+    std::byte* const base = found.first;
+    Mapping* const m = found.second;
     const size_t page = page_size();
     const size_t first = static_cast<size_t>(host - base) / page;
     const size_t last = (static_cast<size_t>(host - base) + bytes + page - 1) / page;
@@ -124,7 +126,10 @@ class EmulatedAllocator final : public Allocator {
     if (bytes == 0) return;
     auto* host = static_cast<std::byte*>(host_address(memory, decommit ? "decommit" : "commit"));
     const std::lock_guard lock(mutex_);
-    const auto [base, m] = find(host, bytes, decommit ? "decommit" : "commit");
+    const std::pair<std::byte*, Mapping*> found =
+        find(host, bytes, decommit ? "decommit" : "commit");
+    std::byte* const base = found.first;
+    Mapping* const m = found.second;
     const size_t page = page_size();
     const size_t begin = static_cast<size_t>(host - base), end = begin + bytes;
     const size_t first = decommit ? (begin + page - 1) / page : begin / page;

@@ -206,28 +206,8 @@ void MpiCommunicator::barrier() const { MPI_Barrier(comm_); }
 
 // --- MpiCommunicator: point to point -----------------------------------------------------------
 
-void MpiCommunicator::send_recv(const void* send, int64_t send_count, int dest, void* recv,
-                                int64_t recv_count, int source, ElementType type, int tag) const {
-  visit_element_type(type, [&]<typename T>() {
-    exchange<T>(typed<T>(send, send_count), mpi_peer(dest), typed<T>(recv, recv_count),
-                mpi_peer(source), tag);
-  });
-}
-
-std::unique_ptr<RequestImpl> MpiCommunicator::isend(const void* data, int64_t count,
-                                                    ElementType type, int dest, int tag) const {
-  return visit_element_type(type, [&]<typename T>() -> std::unique_ptr<RequestImpl> {
-    return post_send<T>(typed<T>(data, count), mpi_peer(dest), tag);
-  });
-}
-
-std::unique_ptr<RequestImpl> MpiCommunicator::irecv(void* data, int64_t count, ElementType type,
-                                                    int source, int tag) const {
-  return visit_element_type(type, [&]<typename T>() -> std::unique_ptr<RequestImpl> {
-    return post_recv<T>(typed<T>(data, count), mpi_peer(source), tag);
-  });
-}
-
+// Defined before the verbs below use them: clang 14 does not instantiate a member template
+// that a template lambda names before its definition (an undefined symbol at link time).
 template <typename T>
 std::unique_ptr<MpiRequest> MpiCommunicator::post_send(std::span<const T> data, int dest,
                                                        int tag) const {
@@ -284,6 +264,28 @@ void MpiCommunicator::exchange(std::span<const T> send, int dest, std::span<T> r
   const std::unique_ptr<MpiRequest> sent = post_send(send, dest, tag);
   MpiRequest* const both[2] = {receive.get(), sent.get()};
   MpiRequest::wait_together(both);
+}
+
+void MpiCommunicator::send_recv(const void* send, int64_t send_count, int dest, void* recv,
+                                int64_t recv_count, int source, ElementType type, int tag) const {
+  visit_element_type(type, [&]<typename T>() {
+    exchange<T>(typed<T>(send, send_count), mpi_peer(dest), typed<T>(recv, recv_count),
+                mpi_peer(source), tag);
+  });
+}
+
+std::unique_ptr<RequestImpl> MpiCommunicator::isend(const void* data, int64_t count,
+                                                    ElementType type, int dest, int tag) const {
+  return visit_element_type(type, [&]<typename T>() -> std::unique_ptr<RequestImpl> {
+    return post_send<T>(typed<T>(data, count), mpi_peer(dest), tag);
+  });
+}
+
+std::unique_ptr<RequestImpl> MpiCommunicator::irecv(void* data, int64_t count, ElementType type,
+                                                    int source, int tag) const {
+  return visit_element_type(type, [&]<typename T>() -> std::unique_ptr<RequestImpl> {
+    return post_recv<T>(typed<T>(data, count), mpi_peer(source), tag);
+  });
 }
 
 // --- MpiCommunicator: collectives --------------------------------------------------------------
