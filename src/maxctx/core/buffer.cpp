@@ -9,6 +9,8 @@
 #include <new>
 #include <vector>
 
+#include "maxctx/core/page_range.h"
+
 namespace maxctx {
 namespace {
 
@@ -52,20 +54,17 @@ class HostAllocator final : public Allocator {
   void decommit(void* memory, size_t bytes) const override {
     // Whole pages go back to the system (MADV_DONTNEED: private anonymous pages read as zero
     // afterwards); the partial pages at either end are zeroed by hand.
-    auto* begin = static_cast<std::byte*>(memory);
-    std::byte* end = begin + bytes;
+    const auto begin = reinterpret_cast<uintptr_t>(memory);
     const size_t page = page_size();
-    auto* first =
-        reinterpret_cast<std::byte*>((reinterpret_cast<uintptr_t>(begin) + page - 1) / page * page);
-    auto* last = reinterpret_cast<std::byte*>(reinterpret_cast<uintptr_t>(end) / page * page);
-    if (first >= last) {
-      std::memset(begin, 0, bytes);
-      return;
-    }
-    std::memset(begin, 0, static_cast<size_t>(first - begin));
-    std::memset(last, 0, static_cast<size_t>(end - last));
-    if (::madvise(first, static_cast<size_t>(last - first), MADV_DONTNEED) != 0) {
-      std::memset(first, 0, static_cast<size_t>(last - first));  // still zero, just resident
+    for_each_partial_end(begin, begin + bytes, page, [](size_t from, size_t to) {
+      std::memset(reinterpret_cast<void*>(from), 0, to - from);
+    });
+    const PageSpan inside = pages_inside(begin, begin + bytes, page);
+    if (inside.empty()) return;
+    void* first = reinterpret_cast<void*>(inside.first * page);
+    const size_t whole = (inside.last - inside.first) * page;
+    if (::madvise(first, whole, MADV_DONTNEED) != 0) {
+      std::memset(first, 0, whole);  // still zero, just resident
     }
   }
   void copy_to_host(void* host, const void* memory, size_t bytes) const override {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "maxctx/core/committed_count.h"
+#include "maxctx/core/page_range.h"
 #include "maxctx/kernels/cuda/allocator.h"
 #include "maxctx/kernels/cuda/cuda_check.h"
 
@@ -142,71 +143,45 @@ class CudaAllocator final : public Allocator {
   void commit(void* memory, size_t bytes) const override {
     if (bytes == 0) return;
     const std::lock_guard lock(mutex_);
-    const std::pair<uintptr_t, Allocation*> found = find(memory, bytes);
-    const uintptr_t base = found.first;
-    Allocation* a = found.second;
-    if (!a->is_virtual()) return;
+    const Located at = locate(memory, bytes);
+    if (!at.allocation.is_virtual()) return;
     const DriverVmm& v = driver_vmm();
-    const size_t begin = reinterpret_cast<uintptr_t>(memory) - base;
-    const size_t first = begin / v.granularity;
-    const size_t last = (begin + bytes + v.granularity - 1) / v.granularity;
-    for (size_t i = first; i < last; ++i) {
-      if (a->chunks[i] != 0) continue;
-      const CUmemAllocationProp prop = device_memory(v.device);
-      CUmemGenericAllocationHandle handle = 0;
-      const CUresult created = v.create(&handle, v.granularity, &prop, 0);
-      if (created == CUDA_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
-      MAXCTX_DRIVER_CHECK(created);
-      const CUdeviceptr chunk = base + i * v.granularity;
-      MAXCTX_DRIVER_CHECK(v.map(chunk, v.granularity, 0, handle, 0));
-      CUmemAccessDesc access;
-      std::memset(&access, 0, sizeof(access));
-      access.location = prop.location;
-      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-      MAXCTX_DRIVER_CHECK(v.set_access(chunk, v.granularity, &access, 1));
-      MAXCTX_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(chunk), 0, v.granularity));
-      a->chunks[i] = handle;
-      committed_.add(static_cast<int64_t>(v.granularity));
+    const PageSpan chunks = pages_overlapping(at.begin, at.end, v.granularity);
+    for (size_t i = chunks.first; i < chunks.last; ++i) {
+      if (at.allocation.chunks[i] == 0) map_chunk(at.base, at.allocation, i);
     }
   }
   void decommit(void* memory, size_t bytes) const override {
     if (bytes == 0) return;
     const std::lock_guard lock(mutex_);
-    const std::pair<uintptr_t, Allocation*> found = find(memory, bytes);
-    const uintptr_t base = found.first;
-    Allocation* a = found.second;
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(memory) - base, end = begin + bytes;
-    if (!a->is_virtual()) {
+    const Located at = locate(memory, bytes);
+    if (!at.allocation.is_virtual()) {
       MAXCTX_CUDA_CHECK(cudaMemset(memory, 0, bytes));  // cudaMalloc'd memory stays resident
       return;
     }
     const size_t g = driver_vmm().granularity;
-    const size_t first = (begin + g - 1) / g, last = end / g;
     // The partial chunks at the ends stay mapped; their bytes in the range are zeroed.
-    const auto zero = [&](uintptr_t from, uintptr_t to) {
-      if (from < to && a->chunks[from / g] != 0) {
-        MAXCTX_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(base + from), 0, to - from));
+    for_each_partial_end(at.begin, at.end, g, [&](size_t from, size_t to) {
+      if (at.allocation.chunks[from / g] != 0) {
+        MAXCTX_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(at.base + from), 0, to - from));
       }
-    };
-    zero(begin, std::min<uintptr_t>(first * g, end));
-    zero(std::max<uintptr_t>(std::max<uintptr_t>(last * g, first * g), begin), end);
-    if (first >= last) return;
+    });
+    const PageSpan chunks = pages_inside(at.begin, at.end, g);
+    if (chunks.empty()) return;
     // The kernels queued before this call may still read the chunks: unmap after them.
     MAXCTX_CUDA_CHECK(cudaDeviceSynchronize());
-    for (size_t i = first; i < last; ++i) release_chunk(base, *a, i);
+    for (size_t i = chunks.first; i < chunks.last; ++i) release_chunk(at.base, at.allocation, i);
   }
   size_t resident_bytes(const void* memory, size_t bytes) const override {
     if (bytes == 0) return 0;
     const std::lock_guard lock(mutex_);
-    const std::pair<uintptr_t, Allocation*> found = find(memory, bytes);
-    const uintptr_t base = found.first;
-    Allocation* a = found.second;
-    if (!a->is_virtual()) return bytes;  // a cudaMalloc'd range is held from allocation on
+    const Located at = locate(memory, bytes);
+    if (!at.allocation.is_virtual()) return bytes;  // a cudaMalloc'd range is held from the start
     const size_t g = driver_vmm().granularity;
-    const size_t begin = reinterpret_cast<uintptr_t>(memory) - base;
+    const PageSpan chunks = pages_overlapping(at.begin, at.end, g);
     size_t held = 0;
-    for (size_t i = begin / g; i < (begin + bytes + g - 1) / g; ++i)
-      held += a->chunks[i] != 0 ? g : 0;
+    for (size_t i = chunks.first; i < chunks.last; ++i)
+      held += at.allocation.chunks[i] != 0 ? g : 0;
     return held;
   }
   std::optional<CommittedBytes> committed_bytes() const override { return committed_.read(); }
@@ -266,8 +241,34 @@ class CudaAllocator final : public Allocator {
     committed_.add(-static_cast<int64_t>(v.granularity));
   }
 
-  // The allocation that holds [memory, memory + bytes), and its base address.
-  std::pair<uintptr_t, Allocation*> find(const void* memory, size_t bytes) const {
+  // Chunk i backed by new physical memory, mapped read-write and zeroed. Caller holds the lock.
+  void map_chunk(uintptr_t base, Allocation& a, size_t i) const {
+    const DriverVmm& v = driver_vmm();
+    const CUmemAllocationProp prop = device_memory(v.device);
+    CUmemGenericAllocationHandle handle = 0;
+    const CUresult created = v.create(&handle, v.granularity, &prop, 0);
+    if (created == CUDA_ERROR_OUT_OF_MEMORY) throw std::bad_alloc();
+    MAXCTX_DRIVER_CHECK(created);
+    const CUdeviceptr chunk = base + i * v.granularity;
+    MAXCTX_DRIVER_CHECK(v.map(chunk, v.granularity, 0, handle, 0));
+    CUmemAccessDesc access;
+    std::memset(&access, 0, sizeof(access));
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    MAXCTX_DRIVER_CHECK(v.set_access(chunk, v.granularity, &access, 1));
+    MAXCTX_CUDA_CHECK(cudaMemset(reinterpret_cast<void*>(chunk), 0, v.granularity));
+    a.chunks[i] = handle;
+    committed_.add(static_cast<int64_t>(v.granularity));
+  }
+
+  // A range inside one allocation: its base address, the allocation, the range as offsets.
+  struct Located {
+    uintptr_t base;
+    Allocation& allocation;
+    size_t begin, end;
+  };
+  // The allocation that holds [memory, memory + bytes). Caller holds the lock.
+  Located locate(const void* memory, size_t bytes) const {
     const auto address = reinterpret_cast<uintptr_t>(memory);
     auto it = allocations_.upper_bound(address);
     if (it == allocations_.begin() ||
@@ -275,7 +276,8 @@ class CudaAllocator final : public Allocator {
       cuda_call_failed("cuda allocator", "a range outside every allocation of this allocator");
     }
     --it;
-    return {it->first, &it->second};
+    const size_t begin = address - it->first;
+    return {it->first, it->second, begin, begin + bytes};
   }
 
   mutable std::mutex mutex_;

@@ -12,6 +12,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/committed_count.h"
+#include "maxctx/core/page_range.h"
 #include "maxctx/kernels/emulated/emulated_gpu.h"
 
 namespace maxctx::kernels::emulated {
@@ -30,14 +31,23 @@ void* disguise(void* host) {
 struct Mapping {
   size_t bytes = 0;               // as asked
   std::vector<bool> decommitted;  // per page
-  int64_t committed_bytes() const {
+  // The bytes of `pages` that are committed (the last page counts only up to `bytes`).
+  int64_t committed_in(PageSpan pages) const {
     const size_t page = page_size();
     int64_t held = 0;
-    for (size_t i = 0; i < decommitted.size(); ++i) {
+    for (size_t i = pages.first; i < pages.last; ++i) {
       if (!decommitted[i]) held += static_cast<int64_t>(std::min(page, bytes - i * page));
     }
     return held;
   }
+  int64_t committed_bytes() const { return committed_in({0, decommitted.size()}); }
+};
+
+// A range inside one mapping: the mapping's host start, the mapping, and the range as offsets.
+struct Located {
+  std::byte* base;
+  Mapping& mapping;
+  size_t begin, end;
 };
 
 class EmulatedAllocator final : public Allocator {
@@ -64,19 +74,10 @@ class EmulatedAllocator final : public Allocator {
   }
   size_t resident_bytes(const void* memory, size_t bytes) const override {
     if (bytes == 0) return 0;
-    auto* host = static_cast<std::byte*>(host_address(memory, "resident_bytes"));
     const std::lock_guard lock(mutex_);
-    const std::pair<std::byte*, Mapping*> found = find(host, bytes, "resident_bytes");
-    std::byte* const base = found.first;
-    Mapping* const m = found.second;
-    const size_t page = page_size();
-    const size_t first = static_cast<size_t>(host - base) / page;
-    const size_t last = (static_cast<size_t>(host - base) + bytes + page - 1) / page;
-    size_t held = 0;
-    for (size_t i = first; i < last; ++i) {
-      if (!m->decommitted[i]) held += std::min(page, m->bytes - i * page);
-    }
-    return held;
+    const Located at = locate(memory, bytes, "resident_bytes");
+    return static_cast<size_t>(
+        at.mapping.committed_in(pages_overlapping(at.begin, at.end, page_size())));
   }
   std::optional<CommittedBytes> committed_bytes() const override { return committed_.read(); }
   void reset_peak() const override { committed_.reset_peak(); }
@@ -109,55 +110,46 @@ class EmulatedAllocator final : public Allocator {
     return disguise(p);
   }
 
-  // The mapping that holds [host, host + bytes); a range outside every mapping is an error.
-  std::pair<std::byte*, Mapping*> find(std::byte* host, size_t bytes, const char* what) const {
+  // The mapping that holds [memory, memory + bytes); a range outside every mapping is an error.
+  // The caller holds the lock.
+  Located locate(const void* memory, size_t bytes, const char* what) const {
+    auto* host = static_cast<std::byte*>(host_address(memory, what));
     auto it = mappings_.upper_bound(host);
     MAXCTX_CHECK(it != mappings_.begin(), "emulated GPU: {} of unallocated memory", what);
     --it;
     MAXCTX_CHECK(host + bytes <= it->first + it->second.bytes,
                  "emulated GPU: {} of {} bytes runs past its allocation", what, bytes);
-    return {it->first, &it->second};
+    const auto begin = static_cast<size_t>(host - it->first);
+    return {it->first, it->second, begin, begin + bytes};
   }
 
   // Commit: every page overlapping the range, readable and writable again (a decommitted page
   // was given back with MADV_DONTNEED, so it reads as zero). Decommit: the pages wholly inside,
-  // given back and made inaccessible; the partial pages at the ends zeroed.
+  // given back and made inaccessible; the partial pages at the ends zeroed where committed (a
+  // decommitted one reads as zero once committed).
   void set_pages(void* memory, size_t bytes, bool decommit) const {
     if (bytes == 0) return;
-    auto* host = static_cast<std::byte*>(host_address(memory, decommit ? "decommit" : "commit"));
     const std::lock_guard lock(mutex_);
-    const std::pair<std::byte*, Mapping*> found =
-        find(host, bytes, decommit ? "decommit" : "commit");
-    std::byte* const base = found.first;
-    Mapping* const m = found.second;
+    const Located at = locate(memory, bytes, decommit ? "decommit" : "commit");
+    std::vector<bool>& decommitted = at.mapping.decommitted;
     const size_t page = page_size();
-    const size_t begin = static_cast<size_t>(host - base), end = begin + bytes;
-    const size_t first = decommit ? (begin + page - 1) / page : begin / page;
-    const size_t last = decommit ? end / page : (end + page - 1) / page;
     if (decommit) {
-      // The partial pages at the ends stay as they are; their bytes in the range are no longer
-      // needed, so they are zeroed where committed (a decommitted one is zero when committed).
-      const size_t whole_begin = std::min(first * page, end);
-      const size_t whole_end = std::max(last * page, whole_begin);
-      const auto zero = [&](size_t from, size_t to) {
-        if (from < to && !m->decommitted[from / page]) std::memset(base + from, 0, to - from);
-      };
-      zero(begin, whole_begin);
-      zero(std::max(whole_end, begin), end);
+      for_each_partial_end(at.begin, at.end, page, [&](size_t from, size_t to) {
+        if (!decommitted[from / page]) std::memset(at.base + from, 0, to - from);
+      });
     }
-    for (size_t i = first; i < last;) {
-      if (m->decommitted[i] == decommit) {
+    const PageSpan pages =
+        decommit ? pages_inside(at.begin, at.end, page) : pages_overlapping(at.begin, at.end, page);
+    const int64_t held_before = at.mapping.committed_in(pages);
+    // Runs of pages whose state changes, one madvise / mprotect each.
+    for (size_t i = pages.first; i < pages.last;) {
+      size_t j = i;
+      while (j < pages.last && decommitted[j] != decommit) decommitted[j++] = decommit;
+      if (j == i) {
         ++i;
         continue;
       }
-      size_t j = i;
-      while (j < last && m->decommitted[j] != decommit) {
-        m->decommitted[j] = decommit;
-        const auto held = static_cast<int64_t>(std::min(page, m->bytes - j * page));
-        committed_.add(decommit ? -held : held);
-        ++j;
-      }
-      std::byte* run = base + i * page;
+      std::byte* run = at.base + i * page;
       const size_t run_bytes = (j - i) * page;
       if (decommit) {
         MAXCTX_CHECK(::madvise(run, run_bytes, MADV_DONTNEED) == 0, "emulated GPU: madvise");
@@ -166,6 +158,7 @@ class EmulatedAllocator final : public Allocator {
                    "emulated GPU: mprotect");
       i = j;
     }
+    committed_.add(at.mapping.committed_in(pages) - held_before);
   }
 
   mutable std::mutex mutex_;
