@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "maxctx/core/check.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
 #include "maxctx/tokenizer/tokenizer.h"
 
@@ -105,10 +105,9 @@ int run_tokenize(const Args& args) {
     return json{{"ids", ids}, {"decoded", tok->decode(ids)}};
   };
   if (jsonl) {
-    std::ifstream in(*jsonl);
-    if (!in) fail("tokenize --jsonl {}: cannot open", *jsonl);
+    InputFile in(*jsonl, "tokenize --jsonl file", kAnySize);
     int64_t number = 0;
-    for (std::string line; std::getline(in, line);) {
+    for (std::string line; in.read_line(line);) {
       ++number;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const json record = json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -85,6 +85,17 @@ for kind in fifo zero dir loop; do
   expect_failure "$work/$kind-vocab_bpe.log" $limit "$part" \
     "${mpirun[@]}" "$maxctx" "${text_decode[@]}" tokenizer_path="$tok/gpt2/encoder.json"
 
+  # A GGUF checkpoint (load_parameters_path=<file.gguf>) and `maxctx tokenize --jsonl`'s file.
+  if [[ $kind != dir ]]; then
+    special "$kind" "$work/$kind/model.gguf"
+    expect_failure "$work/$kind-gguf.log" $limit "$part" \
+      "${mpirun[@]}" "$maxctx" "${decode[@]}" load_parameters_path="$work/$kind/model.gguf" \
+      base_output_directory="$work/$kind/runs"
+    special "$kind" "$work/$kind/lines.jsonl"
+    expect_failure "$work/$kind-tokenize_jsonl.log" $limit "$part" \
+      "$maxctx" tokenize "$work/tokenizer.json" --jsonl "$work/$kind/lines.jsonl"
+  fi
+
   # A golden-logits file.
   special "$kind" "$work/$kind/golden.jsonl"
   expect_failure "$work/$kind-golden.log" $limit "$part" \

@@ -58,18 +58,23 @@ InputFile::~InputFile() {
   }
 }
 
-std::string InputFile::read_all() {
-  std::string text(static_cast<size_t>(size_), '\0');
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t got =
-        ::pread(fd_, text.data() + done, text.size() - done, static_cast<off_t>(done));
+int64_t InputFile::read_at(void* out, int64_t bytes, int64_t offset) {
+  auto* to = static_cast<char*>(out);
+  int64_t done = 0;
+  while (done < bytes) {
+    const ssize_t got = ::pread(fd_, to + done, static_cast<size_t>(bytes - done),
+                                static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) fail("{} '{}': read failed: {}", what_, path_.string(), std::strerror(errno));
-    if (got == 0) break;  // shrank while read
-    done += static_cast<size_t>(got);
+    if (got == 0) break;  // the end, or shrank while read
+    done += got;
   }
-  text.resize(done);
+  return done;
+}
+
+std::string InputFile::read_all() {
+  std::string text(static_cast<size_t>(size_), '\0');
+  text.resize(static_cast<size_t>(read_at(text.data(), size_, 0)));
   return text;
 }
 

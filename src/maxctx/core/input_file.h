@@ -36,6 +36,9 @@ class InputFile {
   int64_t size() const { return size_; }
   // The whole file (its fstat size), or a maxctx::Error naming it when a read fails.
   std::string read_all();
+  // Up to `bytes` bytes from `offset` into `out` (fewer only where the file ends); a failed read
+  // is a maxctx::Error naming the file.
+  int64_t read_at(void* out, int64_t bytes, int64_t offset);
   // The next line without its '\n' into `line`; false at the end. Streams the file through a
   // buffer, so any size can be read line by line.
   bool read_line(std::string& line);

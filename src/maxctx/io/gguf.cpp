@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <type_traits>
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/dtype.h"
+#include "maxctx/core/input_file.h"
 #include "maxctx/io/safetensors.h"
 
 namespace maxctx::io {
@@ -50,8 +50,7 @@ bool layout_of(uint32_t type, TypeLayout& out) {
 // A bounds-checked cursor over the header bytes.
 class Cursor {
  public:
-  Cursor(std::ifstream& in, uint64_t size, const fs::path& path)
-      : in_(in), size_(size), path_(path) {}
+  Cursor(InputFile& in, uint64_t size, const fs::path& path) : in_(in), size_(size), path_(path) {}
   template <typename T>
   T read() {
     T value;
@@ -62,8 +61,10 @@ class Cursor {
     if (n > size_ - position_) {
       fail("{}: GGUF header runs past the end of the file ({} bytes)", path_.string(), size_);
     }
-    in_.read(static_cast<char*>(out), static_cast<std::streamsize>(n));
-    if (!in_) fail("{}: read failed", path_.string());
+    if (in_.read_at(out, static_cast<int64_t>(n), static_cast<int64_t>(position_)) !=
+        static_cast<int64_t>(n)) {
+      fail("{}: the file ended while its GGUF header was read", path_.string());
+    }
     position_ += n;
   }
   std::string string() {
@@ -79,7 +80,7 @@ class Cursor {
   uint64_t size() const { return size_; }
 
  private:
-  std::ifstream& in_;
+  InputFile& in_;
   uint64_t size_;
   uint64_t position_ = 0;
   const fs::path& path_;
@@ -137,11 +138,8 @@ int64_t GgufTensor::numel() const {
 }
 
 GgufFile::GgufFile(const fs::path& path) : path_(path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the GGUF file", path.string());
-  std::error_code error;
-  const uint64_t size = fs::file_size(path, error);
-  if (error) fail("{}: cannot stat: {}", path.string(), error.message());
+  InputFile in(path, "GGUF file", kAnySize);
+  const auto size = static_cast<uint64_t>(in.size());
   Cursor c(in, size, path);
   char magic[4];
   c.bytes(magic, 4);
@@ -308,11 +306,12 @@ std::vector<int64_t> GgufFile::integers(const std::string& key) const {
 }
 
 std::vector<float> GgufFile::read_f32(const GgufTensor& t) const {
-  std::ifstream in(path_, std::ios::binary);
+  InputFile in(path_, "GGUF file", kAnySize);
   std::vector<unsigned char> raw(t.bytes);
-  in.seekg(static_cast<std::streamoff>(t.offset));
-  in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(t.bytes));
-  if (!in) fail("{}: cannot read tensor '{}'", path_.string(), t.name);
+  const auto bytes = static_cast<int64_t>(t.bytes);
+  if (in.read_at(raw.data(), bytes, static_cast<int64_t>(t.offset)) != bytes) {
+    fail("{}: the file ended inside tensor '{}'", path_.string(), t.name);
+  }
   const auto u16 = [&](uint64_t at) {
     uint16_t v;
     std::memcpy(&v, raw.data() + at, 2);
