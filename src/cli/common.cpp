@@ -37,9 +37,11 @@ Config load_command_config(const Args& args, const char* command) {
 void use_gguf_as_hf_directory(Config& config) {
   namespace fs = std::filesystem;
   const fs::path gguf = config.load_parameters_path;
-  if (gguf.extension() != ".gguf" || !fs::is_regular_file(gguf)) return;
-  // One directory per file version: the name follows the path, size and modification time.
+  // Any .gguf name but a directory is the GGUF reader's, which refuses (core/input_file) what is
+  // not a regular file: a FIFO, a device, a missing file, a symlink loop.
   std::error_code error;
+  if (gguf.extension() != ".gguf" || fs::is_directory(gguf, error)) return;
+  // One directory per file version: the name follows the path, size and modification time.
   const std::string identity =
       fmt::format("{}|{}|{}", fs::absolute(gguf).string(), fs::file_size(gguf, error),
                   fs::last_write_time(gguf, error).time_since_epoch().count());
