@@ -67,6 +67,27 @@ train train_tensor2 2 ici_tensor_parallelism=2
 train train_context2_ring_bf16 2 ici_context_parallelism=2 context_parallel_strategy=ring \
   dtype=bfloat16 weight_dtype=bfloat16
 
+# The readback rule (issue #32): a training step on a device reads back once per micro-batch (its
+# loss sums and accuracy hits) and once for the gradient norm, and waits no more often
+# (Kernels::transfer_counts, written to every step's metrics).
+readbacks() {  # readbacks <case> <micro-batches>
+  /usr/bin/python3 - "$work/train/$1.gpu/metrics.jsonl" "$2" <<'PY'
+import json, sys
+path, bound = sys.argv[1], int(sys.argv[2]) + 1
+for line in open(path):
+    m = json.loads(line)
+    for key in ("perf/device_readbacks", "perf/device_host_waits"):
+        if not 0 < m.get(key, -1) <= bound:
+            sys.exit(f"FAIL: step {m['step']} of {path}: {key} = {m.get(key)}, allowed 1..{bound}")
+print(f"{path.split('/')[-2]}: at most {bound} readbacks and host waits per step")
+PY
+}
+for name in train_np1 train_context2_all_gather train_context2_ring train_fsdp2 train_tensor2 \
+  train_context2_ring_bf16; do
+  readbacks "$name" 1
+done
+readbacks train_np1_accumulation 2
+
 # Resuming train_np1 from its step-3 checkpoint (read back into each device's memory) for 2 more
 # steps.
 for hardware in cpu gpu; do

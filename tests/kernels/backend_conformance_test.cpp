@@ -207,8 +207,6 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
                s.expect("copy", out, n, Metric::kRowRelative, kBitForBit);
                s.k.fill_zero(out);
                s.expect("fill_zero", out, n, Metric::kRowRelative, kBitForBit);
-               // Σ x² in double over a fixed tree.
-               s.expect_values("sum_of_squares", {s.k.sum_of_squares(a)}, 1, 1e-12);
              }});
       }
     }
@@ -541,6 +539,58 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                    }});
 }
 
+// The readouts (kernel_ops.inc): results written to the backend's memory, read back here.
+void add_readout_cases(std::vector<OpCase>& cases) {
+  for (int64_t n : {1, 37, 4099}) {
+    for (DType t : kFloats) {
+      cases.push_back(
+          {"readout_sums_" + std::string(dtype_name(t)) + "_n" + std::to_string(n), [=](Side& s) {
+             const TensorView x = s.random("x", Shape{n}, t);
+             const TensorView f32 = s.random("x", Shape{n}, DType::kF32);
+             DeviceDoubles out;
+             out.reserve(s.k, 2);
+             s.k.sum_in_order(out.slot(0), f32);
+             s.k.sum_of_squares(out.slot(1), x);
+             const std::vector<double> sums = out.read(s.k, 2);
+             // cpu: element order; a device: its fixed tree (rounding apart).
+             s.expect_values("sum_in_order", {sums[0]}, 1, 1e-12);
+             s.expect_values("sum_of_squares", {sums[1]}, 1, 1e-12);
+             s.k.scale_by_ratio(x, 3.7f, 1.25f);  // two IEEE roundings: exact
+             s.expect("scale_by_ratio", x, n, Metric::kRowRelative, kBitForBit);
+           }});
+    }
+  }
+  cases.push_back({"readout_arg_max", [](Side& s) {
+                     const int64_t N = 9, V = 1001;
+                     std::vector<double> logits = testing_util::normal_values(
+                         static_cast<size_t>(N * V), "logits", 0.0f, 3.0f);
+                     // Row 2: its maximum twice (the first wins); row 6: all equal (index 0).
+                     logits[2 * V + 17] = 50.0;
+                     logits[2 * V + 900] = 50.0;
+                     std::fill_n(logits.begin() + 6 * V, V, 1.0);
+                     std::vector<int32_t> targets = testing_util::uniform_ints(N, "targets", V);
+                     targets[2] = 17;   // a hit
+                     targets[4] = -3;   // masked below: never read
+                     targets[6] = 0;    // a hit
+                     targets[7] = 900;  // a miss (row 7's arg max is elsewhere)
+                     std::vector<double> w(N, 1.0);
+                     w[4] = 0.0;
+                     w[5] = 0.5;
+                     const TensorView view = s.values(logits, Shape{N, V}, DType::kF32);
+                     const TensorView weights = s.values(w, Shape{N}, DType::kF32);
+                     DeviceIndices ids(s.k, std::vector<int32_t>(N, -1));
+                     s.k.arg_max_rows(const_cast<int32_t*>(ids.data()), view);
+                     std::vector<int32_t> host(N);
+                     s.k.copy_to_host(host.data(), ids.data(), host.size() * sizeof(int32_t));
+                     s.expect_values("arg_max_rows", std::vector<double>(host.begin(), host.end()),
+                                     N, kBitForBit);
+                     DeviceDoubles hits;
+                     hits.reserve(s.k, 1);
+                     s.k.count_arg_max_hits(hits.slot(0), view, s.ids(targets), weights);
+                     s.expect_values("count_arg_max_hits", hits.read(s.k, 1), 1, kBitForBit);
+                   }});
+}
+
 const std::vector<OpCase>& op_cases() {
   static const std::vector<OpCase> kCases = [] {
     std::vector<OpCase> cases;
@@ -549,6 +599,7 @@ const std::vector<OpCase>& op_cases() {
     add_matmul_cases(cases);
     add_int8_cases(cases);
     add_attention_cases(cases);
+    add_readout_cases(cases);
     return cases;
   }();
   return kCases;
@@ -710,12 +761,21 @@ TEST_P(EveryBackend, MisalignedBf16AttentionViewsAreRefusedOnDevices) {
   }
 }
 
+// The backends that compute on the host check ids in the op; cuda does not (that would read the
+// device back on every call: the host checks its copies before upload) and gives a NaN row.
 TEST_P(EveryBackend, BadTokenIdFailsWithTheReferenceMessage) {
   const ThrowingChecks checks;
   Side s(kernels());
   const int32_t* tokens = s.ids({1, 2, 70, 3});
   const TensorView table = s.random("table", Shape{10, 4}, DType::kF32);
   const TensorView out = s.zeros(Shape{4, 4}, DType::kF32);
+  if (!GetParam()->runs_cpu_code) {
+    s.k.embedding_forward(out, tokens, table);
+    const std::vector<double> rows = widen(to_host(s.k, out).view());
+    for (int64_t j = 0; j < 4; ++j) EXPECT_TRUE(std::isnan(rows[2 * 4 + j])) << j;
+    EXPECT_FALSE(std::isnan(rows[0]));
+    return;
+  }
   try {
     s.k.embedding_forward(out, tokens, table);
     ADD_FAILURE() << "no error";

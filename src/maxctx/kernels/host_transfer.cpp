@@ -27,19 +27,6 @@ std::vector<float> download_floats(const Kernels& kernels, TensorView src) {
   return values;
 }
 
-namespace {
-
-TensorView checked_f32(TensorView src) {
-  MAXCTX_CHECK(src.dtype() == DType::kF32, "HostFloats reads f32 views, got {}",
-               dtype_name(src.dtype()));
-  return src;
-}
-
-}  // namespace
-
-HostFloats::HostFloats(const Kernels& kernels, TensorView src)
-    : host_(kernels, checked_f32(src)), span_(host_.view().span<float>()) {}
-
 HostView::HostView(const Kernels& kernels, TensorView src) {
   if (kernels.device() == Device::kCpu) {
     view_ = src;
@@ -82,6 +69,26 @@ void DeviceIndices::write(const Kernels& kernels, int64_t offset, std::span<cons
                offset + static_cast<int64_t>(host.size()), size_);
   kernels.copy_from_host_async(buffer_.data() + offset * static_cast<int64_t>(sizeof(int32_t)),
                                host.data(), host.size_bytes());
+}
+
+void DeviceDoubles::reserve(const Kernels& kernels, int64_t count) {
+  MAXCTX_CHECK_GE(count, 0, "DeviceDoubles: a negative count");
+  if (capacity() >= count && buffer_.device() == kernels.device()) return;
+  buffer_ = AlignedBuffer(static_cast<size_t>(count) * sizeof(double), kernels.allocator());
+}
+
+double* DeviceDoubles::slot(int64_t i) {
+  MAXCTX_CHECK(i >= 0 && i < capacity(), "DeviceDoubles: slot {} of {}", i, capacity());
+  return reinterpret_cast<double*>(buffer_.data()) + i;
+}
+
+std::vector<double> DeviceDoubles::read(const Kernels& kernels, int64_t count) const {
+  MAXCTX_CHECK(count >= 0 && count <= capacity(), "DeviceDoubles: {} slots of {}", count,
+               capacity());
+  std::vector<double> values(static_cast<size_t>(count));
+  if (count > 0)
+    kernels.copy_to_host(values.data(), buffer_.data(), values.size() * sizeof(double));
+  return values;
 }
 
 }  // namespace maxctx::kernels

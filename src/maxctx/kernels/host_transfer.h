@@ -35,22 +35,6 @@ class HostView {
   TensorView view_;
 };
 
-// An f32 view's elements readable on the host, for the step's readouts (token losses, the
-// accuracy's logits, the gradient norm): the memory itself where the backend's memory is the
-// host's (cpu: no copy in the step), a downloaded copy held here otherwise.
-class HostFloats {
- public:
-  HostFloats(const Kernels& kernels, TensorView src);
-  HostFloats(const HostFloats&) = delete;
-  HostFloats& operator=(const HostFloats&) = delete;
-  std::span<const float> span() const { return span_; }
-  float operator[](size_t i) const { return span_[i]; }
-
- private:
-  HostView host_;
-  std::span<const float> span_;
-};
-
 // A host tensor holding `src`'s elements (same dtype and shape), and the reverse: a tensor of
 // `kernels` holding a host view's (checkpoints are read and written through these).
 Tensor to_host(const Kernels& kernels, TensorView src);
@@ -73,6 +57,24 @@ class DeviceIndices {
  private:
   AlignedBuffer buffer_;
   int64_t size_ = 0;
+};
+
+// A few doubles in the backend's memory that the readout ops write (kernel_ops.inc: the loss
+// sum, the accuracy's hits, the gradient norm's terms), read back together in one copy: the
+// step's readouts cost one transfer, not one per value.
+class DeviceDoubles {
+ public:
+  DeviceDoubles() = default;
+  // At least `count` slots in `kernels`' memory (reallocated when smaller; kept otherwise).
+  void reserve(const Kernels& kernels, int64_t count);
+  // Slot i, a device address for a readout op's `out`.
+  double* slot(int64_t i);
+  int64_t capacity() const { return static_cast<int64_t>(buffer_.size() / sizeof(double)); }
+  // Slots [0, count) on the host: one readback.
+  std::vector<double> read(const Kernels& kernels, int64_t count) const;
+
+ private:
+  AlignedBuffer buffer_;
 };
 
 }  // namespace maxctx::kernels

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "maxctx/core/device.h"
 #include "maxctx/core/tensor.h"
@@ -90,13 +91,20 @@ class Kernels {
   void commit(TensorView view) const { allocator().commit(view.raw(), view.bytes()); }
   void decommit(TensorView view) const { allocator().decommit(view.raw(), view.bytes()); }
 
-  // Bytes between host memory and this backend's (Allocator::copy_to_host says when).
-  void copy_to_host(void* host, const void* backend_memory, size_t bytes) const {
+  // Bytes between host memory and this backend's (Allocator::copy_to_host says when). A
+  // device backend counts them (transfer_counts); the host's staging of collectives goes to the
+  // allocator directly and is not counted here (mesh/device_collectives.h).
+  virtual void copy_to_host(void* host, const void* backend_memory, size_t bytes) const {
     allocator().copy_to_host(host, backend_memory, bytes);
   }
-  void copy_from_host(void* backend_memory, const void* host, size_t bytes) const {
+  virtual void copy_from_host(void* backend_memory, const void* host, size_t bytes) const {
     allocator().copy_from_host(backend_memory, host, bytes);
   }
+  // What the host has read back from this backend and waited for since the process began,
+  // where the backend keeps count (the device backends; the cpu's memory is the host's: nullopt).
+  // A training step reads back once per micro-batch and once per step (model/llama.h,
+  // parallel/sharded_parameters.h); the trainer reports the step's counts as metrics.
+  virtual std::optional<TransferCounts> transfer_counts() const { return std::nullopt; }
 
   // ---- time (ggml's ggml_backend_i) ----
   // A backend's ops and copies run in the order they are issued, on its stream, and the host may

@@ -23,6 +23,15 @@ class TracedKernels final : public Kernels {
   const Allocator& allocator() const override { return inner_.allocator(); }
   void synchronize() const override { inner_.synchronize(); }
   Event record_event() const override { return inner_.record_event(); }
+  void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
+    inner_.copy_to_host(host, backend_memory, bytes);
+  }
+  void copy_from_host(void* backend_memory, const void* host, size_t bytes) const override {
+    inner_.copy_from_host(backend_memory, host, bytes);
+  }
+  std::optional<TransferCounts> transfer_counts() const override {
+    return inner_.transfer_counts();
+  }
   void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const override {
     inner_.copy_from_host_async(backend_memory, host, bytes);
   }

@@ -33,6 +33,16 @@ struct AttentionParams {
 // Work counted in (query block, key block) tiles per batch element and kv head. A tile is
 // skipped when it is provably fully masked; the cpu kernel's tiles are its block sizes, the
 // reference's tiles are single (query row, key row) pairs. Counts add up over calls.
+// Device-to-host traffic a device backend has counted (Kernels::transfer_counts).
+struct TransferCounts {
+  int64_t readbacks = 0;  // copies to the host: copy_to_host and copy_to_host_async
+  int64_t host_waits =
+      0;  // calls that wait for the device: synchronize, a synchronous copy_to_host
+  TransferCounts operator-(const TransferCounts& since) const {
+    return {readbacks - since.readbacks, host_waits - since.host_waits};
+  }
+};
+
 struct AttentionStats {
   int64_t blocks_computed = 0;
   int64_t blocks_skipped = 0;

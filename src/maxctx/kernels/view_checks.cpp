@@ -56,4 +56,23 @@ void check_attention_alignment(const TensorView& q, const TensorView& k, const T
   }
 }
 
+void check_token_ids(const int32_t* tokens, int64_t N, int64_t V) {
+  for (int64_t n = 0; n < N; ++n) {
+    MAXCTX_CHECK(tokens[n] >= 0 && tokens[n] < V,
+                 "token id {} at row {} is out of range: allowed 0 <= id < vocab_size {}",
+                 tokens[n], n, V);
+  }
+}
+
+void check_target_ids(const int32_t* targets, const float* weights, int64_t N, int64_t V) {
+  MAXCTX_CHECK_GT(V, 0, "the vocabulary must not be empty");
+  for (int64_t n = 0; n < N; ++n) {
+    if (weights[n] == 0.0f) continue;
+    MAXCTX_CHECK(targets[n] >= 0 && targets[n] < V,
+                 "target id {} at row {} (weight {}) is out of range: allowed 0 <= id < "
+                 "vocab_size {}, or weight 0 to mask the row",
+                 targets[n], n, weights[n], V);
+  }
+}
+
 }  // namespace maxctx::kernels

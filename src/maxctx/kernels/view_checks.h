@@ -1,5 +1,6 @@
 // The shape checks every backend's op table makes on its views before calling a kernel: the
-// element counts against the dims an op reads (kernels.h), with one message for each. Shared by
+// element counts against the dims an op reads (kernels.h), with one message for each; and the
+// id range checks of the index arrays. Shared by
 // the cpu and cuda backends so that a bad call reads the same whichever backend it reaches.
 #pragma once
 
@@ -36,5 +37,12 @@ void check_attention_views(const TensorView& out, const TensorView& lse, const T
 inline constexpr uintptr_t kDeviceVectorBytes = 16;
 void check_attention_alignment(const TensorView& q, const TensorView& k, const TensorView& v,
                                const AttentionParams& p, const char* op);
+
+// Token ids in [0, V), and targets in [0, V) on every row of weight ≠ 0, on the host (the
+// reference's messages). The cpu backend checks its arrays in its ops; a device backend's ops do
+// not (that would read the device back on each call), so the host checks its copies before they
+// are uploaded (train/train_step.cpp, infer/engine.cpp).
+void check_token_ids(const int32_t* tokens, int64_t N, int64_t V);
+void check_target_ids(const int32_t* targets, const float* weights, int64_t N, int64_t V);
 
 }  // namespace maxctx::kernels

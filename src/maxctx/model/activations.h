@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "maxctx/core/tensor.h"
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/moe_block.h"
@@ -68,7 +69,10 @@ struct LlamaActivations {
   Tensor logits;
   Tensor xent_lse;    // (N)
   Tensor token_loss;  // (N) weight · cross-entropy
-  Tensor proj;        // (N, E) o_proj / down_proj output before its residual add
+  // The forward's readouts on the backend (the loss sum, each tile's accuracy hits), read back
+  // once per forward (llama.h).
+  kernels::DeviceDoubles readout;
+  Tensor proj;  // (N, E) o_proj / down_proj output before its residual add
 
   // Backward workspace.
   Tensor d_residual;  // (N, E) gradient of the stream

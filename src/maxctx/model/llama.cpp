@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <vector>
 
-#include "maxctx/core/arg_max.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/trace.h"
 #include "maxctx/kernels/host_transfer.h"
@@ -274,19 +273,22 @@ std::vector<LossTile> loss_tiles(const LlamaConfig& c, int64_t N, const LlamaAct
   return tiles;
 }
 
-// A tile's logits, its rows' loss and lse, and (when asked) their first arg max.
+// The readout slots of a forward (acts.readout): the loss sum, then one hit count per tile.
+constexpr int64_t kLossSlot = 0;
+int64_t hits_slot(int64_t tile) { return 1 + tile; }
+
+// A tile's logits, its rows' loss and lse, and (when asked) how many of its scored rows have
+// their target as first arg max, written to the tile's readout slot.
 void head_tile_forward(const kernels::Kernels& k, const LlamaWeights& w, const TokenBatch& b,
-                       LlamaActivations& acts, const LossTile& t, int32_t* predictions) {
+                       LlamaActivations& acts, const LossTile& t, int64_t tile, bool count_hits) {
   k.matmul_forward(t.logits, acts.final_norm_out.view().rows(t.begin, t.end), w.lm_head);
+  const TensorView weights = loss_weights_view(b, t.end, k).rows(t.begin, t.end);
   k.cross_entropy_forward(acts.token_loss.view().rows(t.begin, t.end),
                           acts.xent_lse.view().rows(t.begin, t.end), t.logits, b.targets + t.begin,
-                          loss_weights_view(b, t.end, k).rows(t.begin, t.end));
-  if (predictions == nullptr) return;
-  // The accuracy's readout of this tile only (no copy where the backend's memory is the host's).
-  const kernels::HostFloats logits(k, t.logits);
-  const int64_t V = t.logits.shape()[1];
-  for (int64_t i = 0; i < t.end - t.begin; ++i) {
-    predictions[t.begin + i] = static_cast<int32_t>(first_arg_max(logits.span().subspan(i * V, V)));
+                          weights);
+  if (count_hits) {
+    k.count_arg_max_hits(acts.readout.slot(hits_slot(tile)), t.logits, b.targets + t.begin,
+                         weights);
   }
 }
 
@@ -302,15 +304,25 @@ void head_tile_backward(const kernels::Kernels& k, const LlamaWeights& w, const 
                     acts.final_norm_out.view().rows(t.begin, t.end), w.lm_head);
 }
 
-// The loss's one readout per forward: N floats, summed on the host in token order.
-void add_loss_sums(const kernels::Kernels& k, const TokenBatch& b, int64_t N,
-                   const LlamaActivations& acts, LossSums& sums) {
-  const kernels::HostFloats token_loss(k, acts.token_loss.view().elements(0, N));
+// The readout slots a forward of `tiles` loss tiles writes, reserved before its first.
+int64_t readout_slots(int64_t tiles, bool count_hits) { return 1 + (count_hits ? tiles : 0); }
+
+// The loss sum of the N rows, in token order, into its readout slot.
+void write_loss_sum(const kernels::Kernels& k, int64_t N, LlamaActivations& acts) {
+  k.sum_in_order(acts.readout.slot(kLossSlot), acts.token_loss.view().elements(0, N));
+}
+
+// The forward's one readback: the loss sum and the tiles' hits, added to `sums` with the weight
+// sum and the scored count, which the host takes from its own copy of the loss weights.
+void read_loss_sums(const kernels::Kernels& k, const TokenBatch& b, int64_t N, int64_t tiles,
+                    bool count_hits, LlamaActivations& acts, LossSums& sums) {
+  const std::vector<double> values = acts.readout.read(k, readout_slots(tiles, count_hits));
+  sums.loss_sum += values[kLossSlot];
   const float* weights = b.host_loss_weights ? b.host_loss_weights : b.loss_weights;
-  for (int64_t i = 0; i < N; ++i) {
-    sums.loss_sum += token_loss[i];
-    sums.weight_sum += weights[i];
-  }
+  for (int64_t i = 0; i < N; ++i) sums.weight_sum += weights[i];
+  if (!count_hits) return;
+  for (int64_t t = 0; t < tiles; ++t) sums.correct += values[hits_slot(t)];
+  for (int64_t i = 0; i < N; ++i) sums.scored += weights[i] != 0.0f ? 1.0 : 0.0;
 }
 
 LossSums moe_sums(const LlamaConfig& c, const LlamaActivations& acts) {
@@ -331,15 +343,18 @@ double moe_lb_scale(const LlamaConfig& c, int64_t global_sequences) {
   return 1.0 / (static_cast<double>(c.num_layers) * static_cast<double>(global_sequences));
 }
 
-LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
-                       parallel::ModelPlan& plan, LlamaActivations& acts, int32_t* predictions) {
+namespace {
+
+// llama_forward up to its readback: whether it computed a loss (the batch has targets), with the
+// loss sum and hits written to acts.readout.
+bool forward_without_readback(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
+                              parallel::ModelPlan& plan, LlamaActivations& acts, bool count_hits) {
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
   const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
   decoder_forward(k, c, w, b, plan, acts);
   head_before_use(c, plan);
   final_norm_forward(k, c, w, acts);
-  LossSums sums = moe_sums(c, acts);
   if (b.targets == nullptr) {
     MAXCTX_CHECK(c.vocab_tiles == 1 && acts.logits.view().shape()[0] == d.N,
                  "a forward without targets returns all {} rows of logits, which needs "
@@ -347,15 +362,36 @@ LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenB
                  d.N, c.vocab_tiles);
     k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
     head_after_use(c, plan);
-    return sums;
+    return false;
   }
   MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
-  for (const LossTile& t : loss_tiles(c, d.N, acts)) {
-    head_tile_forward(k, w, b, acts, t, predictions);
+  const std::vector<LossTile> tiles = loss_tiles(c, d.N, acts);
+  acts.readout.reserve(k, readout_slots(static_cast<int64_t>(tiles.size()), count_hits));
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    head_tile_forward(k, w, b, acts, tiles[t], static_cast<int64_t>(t), count_hits);
   }
   head_after_use(c, plan);
-  add_loss_sums(k, b, d.N, acts, sums);
+  write_loss_sum(k, d.N, acts);
+  return true;
+}
+
+// The sums of a forward that forward_without_readback ran (`has_loss`), read back once.
+LossSums forward_sums(const LlamaConfig& c, const TokenBatch& b, parallel::ModelPlan& plan,
+                      LlamaActivations& acts, bool has_loss, bool count_hits) {
+  LossSums sums = moe_sums(c, acts);
+  if (!has_loss) return sums;
+  const int64_t N = local_dims(c, b.batch, b.seq, plan.tensor_size).N;
+  read_loss_sums(kernels_of(plan), b, N, static_cast<int64_t>(loss_tiles(c, N, acts).size()),
+                 count_hits, acts, sums);
   return sums;
+}
+
+}  // namespace
+
+LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
+                       parallel::ModelPlan& plan, LlamaActivations& acts, bool count_hits) {
+  const bool has_loss = forward_without_readback(c, w, b, plan, acts, count_hits);
+  return forward_sums(c, b, plan, acts, has_loss, count_hits);
 }
 
 void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
@@ -383,11 +419,11 @@ void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeig
 LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
                                 const TokenBatch& b, parallel::ModelPlan& plan,
                                 LlamaActivations& acts, float d_loss, float d_moe_lb,
-                                int32_t* predictions) {
+                                bool count_hits) {
   if (c.vocab_tiles == 1) {
-    const LossSums sums = llama_forward(c, w, b, plan, acts, predictions);
+    const bool has_loss = forward_without_readback(c, w, b, plan, acts, count_hits);
     llama_backward(c, w, g, b, plan, acts, d_loss, d_moe_lb);
-    return sums;
+    return forward_sums(c, b, plan, acts, has_loss, count_hits);
   }
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
@@ -397,17 +433,18 @@ LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, con
   head_before_use(c, plan);
   head_before_gradients(c, plan);
   final_norm_forward(k, c, w, acts);
-  for (const LossTile& t : loss_tiles(c, d.N, acts)) {
-    head_tile_forward(k, w, b, acts, t, predictions);
-    head_tile_backward(k, w, g, b, acts, t, d_loss);
+  const std::vector<LossTile> tiles = loss_tiles(c, d.N, acts);
+  acts.readout.reserve(k, readout_slots(static_cast<int64_t>(tiles.size()), count_hits));
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    head_tile_forward(k, w, b, acts, tiles[t], static_cast<int64_t>(t), count_hits);
+    head_tile_backward(k, w, g, b, acts, tiles[t], d_loss);
   }
+  write_loss_sum(k, d.N, acts);
   final_norm_backward(k, c, w, g, acts);
   head_after_use(c, plan);
   gradients_ready(plan, c.num_layers + 1);
-  LossSums sums = moe_sums(c, acts);
-  add_loss_sums(k, b, d.N, acts, sums);
   decoder_backward(k, c, w, g, b, plan, acts, d_moe_lb);
-  return sums;
+  return forward_sums(c, b, plan, acts, true, count_hits);
 }
 
 }  // namespace maxctx::model

@@ -12,7 +12,7 @@
 // num_vocab_tiling: tiles of batch x sequence, each with the whole vocabulary), so the logits
 // buffer holds ceil(N / tiles) rows, never N x V at once. Untiled, the forward keeps the logits
 // for the backward; tiled, llama_forward_backward computes each tile's logits once (the loss, the
-// predictions and d_logits from the same rows), while a separate llama_backward computes them
+// hits and d_logits from the same rows), while a separate llama_backward computes them
 // again. Every row's loss and d_logits are the same bits tiled or not (a row's logits do not
 // depend on the other rows); the head's weight gradient sums the tiles' products in another
 // order (equal within float rounding, ~1e-7 relative).
@@ -54,6 +54,10 @@ struct LossSums {
   double moe_lb_sum = 0.0;
   // Mixture of experts: (token, choice) pairs dense dispatch dropped, summed over layers.
   int64_t moe_dropped = 0;
+  // With count_hits: this rank's tokens of weight ≠ 0 (scored) and those whose first arg max
+  // over the vocabulary is their target (correct), the accuracy metric's counts, exact.
+  double correct = 0.0;
+  double scored = 0.0;
 };
 
 // moe_lb_loss = moe_lb_scale · Σ moe_lb_sum: MaxText's mean over layers of each layer's mean
@@ -62,11 +66,11 @@ double moe_lb_scale(const LlamaConfig& config, int64_t global_sequences);
 
 // Fills `acts` and returns the loss sums (zero when batch.targets is null). A forward without
 // targets (logits only) needs vocab_tiles = 1 and leaves all N rows of logits in acts.logits.
-// `predictions` (N, on the host; may be null): each token's first arg max over the vocabulary
-// (the accuracy metric's prediction), taken tile by tile.
+// The sums are computed on the backend (kernel_ops.inc's readouts: the loss sum in token order,
+// and with count_hits the accuracy's hits tile by tile) and read back once, at the end.
 LossSums llama_forward(const LlamaConfig& config, const LlamaWeights& weights,
                        const TokenBatch& batch, parallel::ModelPlan& plan, LlamaActivations& acts,
-                       int32_t* predictions = nullptr);
+                       bool count_hits = false);
 
 // Accumulates (+=) the gradient of d_loss · Σ weight·xent + d_moe_lb · moe_lb_sum into `grads`
 // (a LlamaWeights bound to the gradient buffer). Needs the activations of the llama_forward
@@ -75,12 +79,13 @@ void llama_backward(const LlamaConfig& config, const LlamaWeights& weights,
                     const LlamaWeights& grads, const TokenBatch& batch, parallel::ModelPlan& plan,
                     LlamaActivations& acts, float d_loss, float d_moe_lb = 0.0f);
 
-// llama_forward then llama_backward (same sums, predictions and gradients); with vocab_tiles > 1
-// each tile's head forward, loss and head backward run back to back, so the logits of a tile
-// are computed once and the head's weights are gathered once (fsdp) for both.
+// llama_forward then llama_backward (same sums and gradients), with the sums' one readback after
+// the backward; with vocab_tiles > 1 each tile's head forward, loss and head backward run back
+// to back, so the logits of a tile are computed once and the head's weights are gathered once
+// (fsdp) for both.
 LossSums llama_forward_backward(const LlamaConfig& config, const LlamaWeights& weights,
                                 const LlamaWeights& grads, const TokenBatch& batch,
                                 parallel::ModelPlan& plan, LlamaActivations& acts, float d_loss,
-                                float d_moe_lb = 0.0f, int32_t* predictions = nullptr);
+                                float d_moe_lb = 0.0f, bool count_hits = false);
 
 }  // namespace maxctx::model

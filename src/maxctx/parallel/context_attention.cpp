@@ -155,7 +155,7 @@ void AllGatherContextAttention::forward(TensorView out, TensorView lse, TensorVi
   kernels_.attention_forward(out, lse, q, full_k_.view().elements(0, full_numel),
                              full_v_.view().elements(0, full_numel), tokens.positions,
                              tokens.segment_ids, full_pos_device_.data(), full_seg_device_.data(),
-                             p, &stats_);
+                             p, counted_stats(kernels_, stats_));
 }
 
 void AllGatherContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
@@ -180,7 +180,7 @@ void AllGatherContextAttention::backward(TensorView dq, TensorView dk, TensorVie
   kernels_.attention_backward(
       dq, full_dk, full_dv, d_out, out, lse, q, full_k_.view().elements(0, full_numel),
       full_v_.view().elements(0, full_numel), tokens.positions, tokens.segment_ids,
-      full_pos_device_.data(), full_seg_device_.data(), p, &stats_);
+      full_pos_device_.data(), full_seg_device_.data(), p, counted_stats(kernels_, stats_));
   // Every rank holds partial dK/dV for every rank's keys: sum them at their owners, in f32. The
   // blocks are [rank][dK | dV] so that one reduce-scatter delivers both.
   kernels_.reserve(grad_send_, cp * 2 * kv_numel, DType::kF32);
@@ -252,7 +252,7 @@ void RingContextAttention::forward(TensorView out, TensorView lse, TensorView q,
     kernels_.attention_forward(step == 0 ? merged : partial_out, step == 0 ? lse : partial_lse, q,
                                chunk.elements(0, kv_numel_), chunk.elements(kv_numel_, kv_numel_),
                                tokens.positions, tokens.segment_ids, chunk_pos, chunk_pos + B * S,
-                               p, &stats_);
+                               p, counted_stats(kernels_, stats_));
     if (step > 0) {
       kernels_.attention_merge(merged, lse, merged, lse, partial_out, partial_lse, B, S,
                                dims.heads_q, dims.head_dim);
@@ -292,7 +292,7 @@ void RingContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
     kernels_.attention_backward(
         dq, grad.elements(0, kv_numel_), grad.elements(kv_numel_, kv_numel_), d_out, out, lse, q,
         chunk.elements(0, kv_numel_), chunk.elements(kv_numel_, kv_numel_), tokens.positions,
-        tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, &stats_);
+        tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, counted_stats(kernels_, stats_));
     wait_all(in_flight);
     // The gradients can only leave once computed.
     context_.send_recv(grad, next, chunk_grad(1 - cur), prev, kTagGradients);

@@ -21,7 +21,8 @@ void LocalAttention::forward(TensorView out, TensorView lse, TensorView q, Tenso
                              const kernels::AttentionParams& dims) {
   const kernels::AttentionParams p = self_attention_params(tokens, dims);
   kernels_.attention_forward(out, lse, q, k, v, tokens.positions, tokens.segment_ids,
-                             tokens.positions, tokens.segment_ids, p, &stats_);
+                             tokens.positions, tokens.segment_ids, p,
+                             counted_stats(kernels_, stats_));
 }
 
 void LocalAttention::backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
@@ -33,7 +34,8 @@ void LocalAttention::backward(TensorView dq, TensorView dk, TensorView dv, Tenso
   kernels_.fill_zero(dk);
   kernels_.fill_zero(dv);
   kernels_.attention_backward(dq, dk, dv, d_out, out, lse, q, k, v, tokens.positions,
-                              tokens.segment_ids, tokens.positions, tokens.segment_ids, p, &stats_);
+                              tokens.segment_ids, tokens.positions, tokens.segment_ids, p,
+                              counted_stats(kernels_, stats_));
 }
 
 }  // namespace maxctx::parallel

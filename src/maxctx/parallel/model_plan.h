@@ -34,6 +34,14 @@ struct TokenLayout {
   }
 };
 
+// What an attention plan passes its ops to count blocks in: the cpu backend counts for free,
+// while a device backend would read every call's count back (kernel_ops.inc: ops never read
+// back), so a plan on one asks for no count.
+inline kernels::AttentionStats* counted_stats(const kernels::Kernels& kernels,
+                                              kernels::AttentionStats& stats) {
+  return kernels.device() == Device::kCpu ? &stats : nullptr;
+}
+
 // Causal (segment- and window-masked) self-attention of this rank's queries against every key
 // of their sequence, wherever those keys live. Shapes use this rank's heads (Hq, Hkv after the
 // tensor split) and this rank's tokens:
@@ -50,7 +58,8 @@ class AttentionPlan {
   virtual void backward(TensorView dq, TensorView dk, TensorView dv, TensorView d_out,
                         TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                         const TokenLayout& tokens, const kernels::AttentionParams& dims) = 0;
-  // (query tile, key tile) blocks computed and skipped so far, for load-balance reports.
+  // (query tile, key tile) blocks computed and skipped so far, for load-balance reports. Counted
+  // on the cpu backend only (counted_stats): zero on a device backend.
   virtual kernels::AttentionStats stats() const = 0;
   // Bytes of the staging buffers the plan holds now (gathered K/V, ring chunks), for the check
   // of `maxctx plan`'s figure; a plan without any holds 0.

@@ -234,42 +234,41 @@ ShardedParameters::MemoryUse ShardedParameters::memory_use() const {
   return m;
 }
 
-double squares_in_element_order(std::span<const float> values) {
-  double sum = 0.0;
-  for (const float v : values) {
-    const double g = v;
-    sum += g * g;
-  }
-  return sum;
-}
-
-double ShardedParameters::global_grad_norm() const {
+std::vector<ShardedParameters::NormRange> ShardedParameters::norm_ranges() const {
   // Tensor-split weights hold different blocks on each tensor rank (summed over tensor);
   // replicated ones hold the same values there (counted once). Under the expert axis the
   // experts' weights differ per expert rank too (summed over expert, then tensor).
-  double expert_sum = 0.0;
-  double split_sum = 0.0;
-  double replicated_sum = 0.0;
-  // The norm's one readout of the shard per step, summed on the host in element order.
-  const kernels::HostFloats grads(kernels_, grad_shard_.view());
+  std::vector<NormRange> ranges;
   for (const Unit& u : units_) {
     const int64_t shard_end = u.shard_begin + u.shard_count;
     for (const WeightSpec& s : specs_) {
       const int64_t begin = std::max(u.shard_begin, s.offset);
       const int64_t end = std::min(shard_end, s.offset + s.numel());
-      const double sum = begin < end
-                             ? squares_in_element_order(grads.span().subspan(
-                                   static_cast<size_t>(u.shard_offset + (begin - u.shard_begin)),
-                                   static_cast<size_t>(end - begin)))
-                             : 0.0;
-      if (s.expert_weight() && expert_.size() > 1) {
-        expert_sum += sum;
-      } else {
-        (s.split == TensorSplit::kReplicated ? replicated_sum : split_sum) += sum;
-      }
+      if (begin >= end) continue;
+      const NormTerm term = s.expert_weight() && expert_.size() > 1 ? NormTerm::kExpert
+                            : s.split == TensorSplit::kReplicated   ? NormTerm::kReplicated
+                                                                    : NormTerm::kSplit;
+      ranges.push_back({u.shard_offset + (begin - u.shard_begin), end - begin, term});
     }
   }
-  double sums[3] = {split_sum, replicated_sum, expert_sum};
+  return ranges;
+}
+
+double ShardedParameters::global_grad_norm() const {
+  // Each range's Σ g² in element order on the backend, then one readback of all the terms,
+  // added on the host in range order: the same bits however the shard is cut.
+  const std::vector<NormRange> ranges = norm_ranges();
+  const auto count = static_cast<int64_t>(ranges.size());
+  norm_terms_.reserve(kernels_, count);
+  for (int64_t i = 0; i < count; ++i) {
+    const NormRange& r = ranges[static_cast<size_t>(i)];
+    kernels_.sum_of_squares(norm_terms_.slot(i), grad_shard_.view().elements(r.offset, r.count));
+  }
+  const std::vector<double> terms = norm_terms_.read(kernels_, count);
+  double sums[3] = {0.0, 0.0, 0.0};  // split, replicated, expert
+  for (int64_t i = 0; i < count; ++i) {
+    sums[static_cast<int>(ranges[static_cast<size_t>(i)].term)] += terms[static_cast<size_t>(i)];
+  }
   const bool experts = expert_.size() > 1;
   shard_group_.all_reduce(std::span<double>(sums, experts ? 3 : 2), ReduceOp::kSum);
   if (experts) {

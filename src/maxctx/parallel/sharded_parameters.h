@@ -35,16 +35,13 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/kernels/host_transfer.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/model_plan.h"
 #include "maxctx/parallel/weight_sharding.h"
 
 namespace maxctx::parallel {
-
-// Σ v² in double, one element after another: the gradient norm's order, so that its bits do not
-// depend on how the shard is cut (probe-hardware times it for the plan).
-double squares_in_element_order(std::span<const float> values);
 
 class ShardedParameters final : public WeightPlan {
  public:
@@ -166,6 +163,18 @@ class ShardedParameters final : public WeightPlan {
   bool track_unit_memory_ = false;
   int64_t peak_unit_bytes_ = 0;
   Tensor master_, grad_shard_, adam_m_, adam_v_;
+
+  // The gradient norm's terms: one per (unit, weight) range of the shard, in the order the norm
+  // adds them, each summed on the backend into its own slot of norm_terms_ and read back
+  // together (global_grad_norm: one readback per step).
+  enum class NormTerm : unsigned char { kSplit, kReplicated, kExpert };
+  struct NormRange {
+    int64_t offset = 0;  // in the shard
+    int64_t count = 0;
+    NormTerm term = NormTerm::kSplit;
+  };
+  std::vector<NormRange> norm_ranges() const;
+  mutable kernels::DeviceDoubles norm_terms_;
 };
 
 }  // namespace maxctx::parallel

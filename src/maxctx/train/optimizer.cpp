@@ -6,7 +6,6 @@
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
-#include "maxctx/kernels/host_transfer.h"
 
 namespace maxctx {
 
@@ -73,13 +72,8 @@ void clip_by_global_norm(std::span<float> grads, double global_norm, double thre
 void clip_by_global_norm(const kernels::Kernels& kernels, TensorView grads, double global_norm,
                          double threshold) {
   if (threshold <= 0.0 || global_norm < threshold) return;
-  if (kernels.device() == Device::kCpu) {  // the backend's memory is the host's: in place
-    clip_by_global_norm(grads.span<float>(), global_norm, threshold);
-    return;
-  }
-  std::vector<float> values = kernels::download_floats(kernels, grads);
-  clip_by_global_norm(values, global_norm, threshold);
-  kernels::upload_floats(kernels, grads, values);
+  // The host rule's two roundings, on the backend (no copy of the gradients either way).
+  kernels.scale_by_ratio(grads, static_cast<float>(global_norm), static_cast<float>(threshold));
 }
 
 }  // namespace maxctx

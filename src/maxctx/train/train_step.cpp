@@ -4,7 +4,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/host_transfer.h"
-#include "maxctx/train/recall.h"
+#include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::train {
 namespace {
@@ -21,9 +21,12 @@ std::vector<float> loss_weights_of(const Batch& batch) {
 // host copies of what the host computes from (the context plans' ids, the weight sum).
 class UploadedBatch {
  public:
-  UploadedBatch(const kernels::Kernels& k, const Batch& batch)
+  UploadedBatch(const kernels::Kernels& k, const Batch& batch, int64_t vocab_size)
       : loss_weights_(loss_weights_of(batch)), loss_weights_device_(k.empty({batch.size()})) {
     const size_t n = static_cast<size_t>(batch.size());
+    // A device backend's ops do not check ids (that would read back): the host checks its copy.
+    kernels::check_token_ids(batch.tokens.data(), batch.size(), vocab_size);
+    kernels::check_target_ids(batch.targets.data(), loss_weights_.data(), batch.size(), vocab_size);
     std::vector<int32_t> ids(4 * n);  // tokens | targets | positions | segment ids
     for (size_t a = 0; const std::vector<int32_t>* array :
                        {&batch.tokens, &batch.targets, &batch.positions, &batch.segment_ids}) {
@@ -79,18 +82,16 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
   double totals[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
   for (const Batch& batch : micro_batches) {
     parameters.begin_step();  // zero gradients; weights re-gathered
-    const UploadedBatch uploaded(k, batch);
+    const UploadedBatch uploaded(k, batch, m.config.vocab_size);
     const model::TokenBatch& tokens = uploaded.tokens();
-    // The accuracy's predictions, one token id per token, filled by the forward tile by tile (the
-    // logits are never read back whole).
-    std::vector<int32_t> predictions(static_cast<size_t>(batch.size()));
+    // The accuracy's hits are counted on the backend tile by tile: the logits are never read
+    // back, and the micro-batch's sums come back in one readout (llama.h).
     const model::LossSums sums =
         model::llama_forward_backward(m.config, m.weights, m.gradients, tokens, m.plans.model, acts,
-                                      d_loss, static_cast<float>(lb_scale), predictions.data());
-    const ScoredAccuracy accuracy = scored_accuracy(predictions, batch);
+                                      d_loss, static_cast<float>(lb_scale), /*count_hits=*/true);
     totals[0] += sums.loss_sum;
-    totals[1] += static_cast<double>(accuracy.correct);
-    totals[2] += static_cast<double>(accuracy.scored);
+    totals[1] += sums.correct;
+    totals[2] += sums.scored;
     totals[3] += sums.moe_lb_sum;
     totals[4] += static_cast<double>(sums.moe_dropped);
     if (accumulate) {
@@ -115,17 +116,13 @@ StepSums evaluate(const StepModel& m, int64_t count,
   double totals[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, weight, correct, scored
   for (int64_t b = 0; b < count; ++b) {
     const Batch batch = read_batch(b);
-    const UploadedBatch uploaded(k, batch);
-    // The accuracy's predictions, one token id per token, filled by the forward tile by tile (the
-    // logits are never read back whole).
-    std::vector<int32_t> predictions(static_cast<size_t>(batch.size()));
+    const UploadedBatch uploaded(k, batch, m.config.vocab_size);
     const model::LossSums sums = model::llama_forward(m.config, m.weights, uploaded.tokens(),
-                                                      m.plans.model, acts, predictions.data());
-    const ScoredAccuracy accuracy = scored_accuracy(predictions, batch);
+                                                      m.plans.model, acts, /*count_hits=*/true);
     totals[0] += sums.loss_sum;
     totals[1] += sums.weight_sum;
-    totals[2] += static_cast<double>(accuracy.correct);
-    totals[3] += static_cast<double>(accuracy.scored);
+    totals[2] += sums.correct;
+    totals[3] += sums.scored;
   }
   m.batch_group.all_reduce(std::span<double>(totals, 4), ReduceOp::kSum);
   return {totals[0], totals[1], totals[2], totals[3]};

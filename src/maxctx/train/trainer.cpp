@@ -247,6 +247,7 @@ void Trainer::run(int64_t max_new_steps) {
     inject_step_faults(s.step);
     s.profiler->before_step(s.step);
     s.kernels.allocator().reset_peak();  // a device's peak committed memory is per step
+    const std::optional<kernels::TransferCounts> transfers_before = s.kernels.transfer_counts();
     trace::Span step_span("step", trace::Category::kStep, nullptr);
     std::vector<Batch> micro_batches;
     for (int64_t k = 0; k < c.gradient_accumulation_steps; ++k) {
@@ -263,6 +264,10 @@ void Trainer::run(int64_t max_new_steps) {
                  s.plans.parameters->master(), s.plans.parameters->grad_shard(),
                  s.plans.parameters->adam_m(), s.plans.parameters->adam_v());
     optimizer_span.finish();
+    // The step's readbacks and waits on a device backend (Kernels::transfer_counts): one per
+    // micro-batch (its loss sums) and one for the gradient norm.
+    std::optional<kernels::TransferCounts> step_transfers;
+    if (transfers_before) step_transfers = *s.kernels.transfer_counts() - *transfers_before;
 
     StepRecord record;
     record.step = s.step;
@@ -307,6 +312,12 @@ void Trainer::run(int64_t max_new_steps) {
     // (Allocator::committed_bytes; the host does not count its pages).
     if (const std::optional<CommittedBytes> device = s.kernels.allocator().committed_bytes()) {
       metrics.extra.push_back({"perf/device_memory_peak_bytes", static_cast<double>(device->peak)});
+    }
+    if (step_transfers) {
+      metrics.extra.push_back(
+          {"perf/device_readbacks", static_cast<double>(step_transfers->readbacks)});
+      metrics.extra.push_back(
+          {"perf/device_host_waits", static_cast<double>(step_transfers->host_waits)});
     }
     if (s.model_config.moe) {
       metrics.extra.push_back({"learning/lm_loss", record.loss - record.moe_lb_loss});

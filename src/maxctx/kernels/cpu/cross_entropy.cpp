@@ -8,7 +8,7 @@
 #include <type_traits>
 
 #include "maxctx/kernels/cpu/threading.h"
-#include "maxctx/kernels/ref/cross_entropy.h"
+#include "maxctx/kernels/view_checks.h"
 
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // Highway 1.0.3 workaround, see elementwise.cpp
@@ -141,7 +141,7 @@ HWY_EXPORT(XentBackwardRows);
 void cross_entropy_forward(float* loss, float* lse, FloatPtr logits, const int32_t* targets,
                            const float* weights, int64_t N, int64_t V) {
   auto& xent_forward_rows = HWY_DYNAMIC_DISPATCH(XentForwardRows);
-  ref::detail::check_targets(targets, weights, N, V);
+  check_target_ids(targets, weights, N, V);
   // An exp costs a few multiply-adds: a logit counts as 4 elements of work.
   parallel_for(N, items_per_task(4 * V), [&](int64_t begin, int64_t end) {
     xent_forward_rows(loss + begin, lse + begin, logits + begin * V, targets + begin,
@@ -153,7 +153,7 @@ void cross_entropy_backward(FloatPtr d_logits, FloatPtr logits, const float* lse
                             const int32_t* targets, const float* weights, float d_loss, int64_t N,
                             int64_t V) {
   auto& xent_backward_rows = HWY_DYNAMIC_DISPATCH(XentBackwardRows);
-  ref::detail::check_targets(targets, weights, N, V);
+  check_target_ids(targets, weights, N, V);
   parallel_for(N, items_per_task(4 * V), [&](int64_t begin, int64_t end) {
     xent_backward_rows(d_logits + begin * V, logits + begin * V, lse + begin, targets + begin,
                        weights + begin, d_loss, end - begin, V);

@@ -5,7 +5,7 @@
 
 #include "maxctx/kernels/cpu/elementwise.h"
 #include "maxctx/kernels/cpu/threading.h"
-#include "maxctx/kernels/ref/embedding.h"
+#include "maxctx/kernels/view_checks.h"
 
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL  // Highway 1.0.3 workaround, see elementwise.cpp
@@ -65,7 +65,7 @@ constexpr int64_t kColumnBlock = 256;  // a multiple of every vector width
 
 void embedding_forward(FloatPtr out, const int32_t* tokens, FloatPtr table, int64_t N, int64_t D,
                        int64_t V) {
-  ref::detail::check_tokens(tokens, N, V);
+  check_token_ids(tokens, N, V);
   parallel_for(N, items_per_task(D), [&](int64_t begin, int64_t end) {
     for (int64_t n = begin; n < end; ++n) {
       convert_serial(out + n * D, table + int64_t{tokens[n]} * D, D);
@@ -76,7 +76,7 @@ void embedding_forward(FloatPtr out, const int32_t* tokens, FloatPtr table, int6
 void embedding_backward(float* d_table, FloatPtr d_out, const int32_t* tokens, int64_t N, int64_t D,
                         int64_t V) {
   auto& embedding_backward_columns = HWY_DYNAMIC_DISPATCH(EmbeddingBackwardColumns);
-  ref::detail::check_tokens(tokens, N, V);
+  check_token_ids(tokens, N, V);
   const int64_t blocks = (D + kColumnBlock - 1) / kColumnBlock;
   parallel_for(blocks, items_per_task(N * kColumnBlock), [&](int64_t begin, int64_t end) {
     embedding_backward_columns(d_table, d_out, tokens, N, D, begin * kColumnBlock,

@@ -22,7 +22,11 @@ __global__ void cross_entropy_forward_kernel(float* loss, float* lse, ConstDevic
     const float row_lse = max + logf(sum);
     lse[n] = row_lse;
     const float w = weights[n];
-    loss[n] = w == 0.0f ? 0.0f : w * (row_lse - load(logits, row + targets[n]));
+    const int64_t target = targets[n];
+    const bool bad = target < 0 || target >= V;  // the host checks targets (ops.h): NaN here
+    loss[n] = w == 0.0f
+                  ? 0.0f
+                  : (bad ? __int_as_float(0x7fc00000) : w * (row_lse - load(logits, row + target)));
   }
 }
 
@@ -38,8 +42,10 @@ __global__ void cross_entropy_backward_kernel(DeviceFloats d_logits, ConstDevice
       continue;
     }
     const float scale = d_loss * w;
+    const int64_t target = targets[n];
     float d = scale * expf(load(logits, k) - lse[n]);
-    if (v == targets[n]) d -= scale;
+    if (target < 0 || target >= V) d = __int_as_float(0x7fc00000);
+    if (v == target) d -= scale;
     store(d_logits, k, d);
   }
 }

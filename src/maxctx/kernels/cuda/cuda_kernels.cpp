@@ -6,6 +6,8 @@
 #if MAXCTX_HAVE_CUDA
 #include "maxctx/kernels/cuda/cuda_kernels.h"
 
+#include <atomic>
+
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cuda/allocator.h"
 #include "maxctx/kernels/cuda/attention_reference.h"
@@ -55,33 +57,34 @@ void check_device_attention_views(const TensorView& out, const TensorView& lse, 
   check_attention_views(out, lse, q, k, v, p);
 }
 
-// The reference's id checks (kernels/ref/embedding.h, cross_entropy.h), on device ids.
-void check_tokens(const int32_t* tokens, int64_t N, int64_t V) {
-  const BadId bad = first_bad_id(tokens, nullptr, N, V);
-  MAXCTX_CHECK(!bad.found, "token id {} at row {} is out of range: allowed 0 <= id < vocab_size {}",
-               bad.id, bad.row, V);
-}
-void check_targets(const int32_t* targets, const float* weights, int64_t N, int64_t V) {
-  MAXCTX_CHECK_GT(V, 0, "the vocabulary must not be empty");
-  const BadId bad = first_bad_id(targets, weights, N, V);
-  MAXCTX_CHECK(!bad.found,
-               "target id {} at row {} (weight {}) is out of range: allowed 0 <= id < "
-               "vocab_size {}, or weight 0 to mask the row",
-               bad.id, bad.row, bad.weight, V);
-}
+void check_vocabulary(int64_t V) { MAXCTX_CHECK_GT(V, 0, "the vocabulary must not be empty"); }
 
 class CudaKernels final : public Kernels {
  public:
   const char* name() const override { return "cuda"; }
   Device device() const override { return Device::kCuda; }
   const Allocator& allocator() const override { return cuda_allocator(); }
-  void synchronize() const override { synchronize_stream(); }
+  // Every readback and wait is counted (transfer_counts): the one-readback-per-step rule is
+  // checked on the device itself.
+  void synchronize() const override {
+    ++host_waits_;
+    synchronize_stream();
+  }
   Event record_event() const override { return record_stream_event(); }
   void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const override {
     copy_from_host_staged(backend_memory, host, bytes);
   }
   Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    ++readbacks_;
     return copy_to_host_staged(host, backend_memory, bytes);
+  }
+  void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
+    ++readbacks_;
+    ++host_waits_;
+    Kernels::copy_to_host(host, backend_memory, bytes);
+  }
+  std::optional<TransferCounts> transfer_counts() const override {
+    return TransferCounts{readbacks_.load(), host_waits_.load()};
   }
 
   void matmul_forward(TensorView out, TensorView in, TensorView weight) const override {
@@ -105,7 +108,6 @@ class CudaKernels final : public Kernels {
     const auto [V, E] = matrix_dims(table);
     const int64_t N = rows_of(out, E);
     const DeviceFloats out_data = floats(out, kOp), table_data = floats(table, kOp);
-    check_tokens(tokens, N, V);
     cuda::embedding_forward(out_data, tokens, table_data, N, E, V);
   }
   void embedding_backward(TensorView d_table, TensorView d_out,
@@ -115,7 +117,6 @@ class CudaKernels final : public Kernels {
     const int64_t N = rows_of(d_out, E);
     float* table_data = f32(d_table, kOp, "d_table");
     const DeviceFloats d_out_data = floats(d_out, kOp);
-    check_tokens(tokens, N, V);
     cuda::embedding_backward(table_data, d_out_data, tokens, N, E, V);
   }
   void rmsnorm_forward(TensorView out, TensorView rstd, TensorView in, TensorView weight,
@@ -178,7 +179,7 @@ class CudaKernels final : public Kernels {
     constexpr const char* kOp = "cross_entropy_forward";
     const auto [N, V] = matrix_dims(logits);
     for (const TensorView* v : {&loss, &lse, &weights}) check_numel(*v, N, "cross-entropy row");
-    check_targets(targets, f32(weights, kOp, "weights"), N, V);
+    check_vocabulary(V);
     cuda::cross_entropy_forward(f32(loss, kOp, "loss"), f32(lse, kOp, "lse"), floats(logits, kOp),
                                 targets, f32(weights, kOp, "weights"), N, V);
   }
@@ -190,7 +191,7 @@ class CudaKernels final : public Kernels {
     check_numel(d_logits, N * V, "cross-entropy d_logits");
     for (const TensorView* v : {&lse, &weights}) check_numel(*v, N, "cross-entropy row");
     check_same_dtype_in_place(d_logits, logits, kOp);
-    check_targets(targets, f32(weights, kOp, "weights"), N, V);
+    check_vocabulary(V);
     cuda::cross_entropy_backward(floats(d_logits, kOp), floats(logits, kOp), f32(lse, kOp, "lse"),
                                  targets, f32(weights, kOp, "weights"), d_loss, N, V);
   }
@@ -339,8 +340,33 @@ class CudaKernels final : public Kernels {
     check_device(x);
     zero_bytes(x.raw(), x.bytes());
   }
-  double sum_of_squares(TensorView x) const override {
-    return cuda::sum_of_squares(floats(x, "sum_of_squares"), x.numel());
+  void sum_in_order(double* out, TensorView x) const override {
+    cuda::sum_in_order(readout(out, "sum_in_order"),
+                       ConstDeviceFloats(f32(x, "sum_in_order", "x"), false), x.numel());
+  }
+  void sum_of_squares(double* out, TensorView x) const override {
+    cuda::sum_of_squares(readout(out, "sum_of_squares"), floats(x, "sum_of_squares"), x.numel());
+  }
+  void count_arg_max_hits(double* out, TensorView logits, const int32_t* targets,
+                          TensorView weights) const override {
+    constexpr const char* kOp = "count_arg_max_hits";
+    const auto [N, V] = matrix_dims(logits);
+    check_vocabulary(V);
+    check_numel(weights, N, "count_arg_max_hits weights");
+    MAXCTX_CHECK(N == 0 || targets != nullptr, "count_arg_max_hits: {} rows without targets", N);
+    cuda::count_arg_max_hits(readout(out, kOp),
+                             ConstDeviceFloats(f32(logits, kOp, "logits"), false), targets,
+                             f32(weights, kOp, "weights"), N, V);
+  }
+  void arg_max_rows(int32_t* ids, TensorView logits) const override {
+    constexpr const char* kOp = "arg_max_rows";
+    const auto [N, V] = matrix_dims(logits);
+    check_vocabulary(V);
+    MAXCTX_CHECK(N == 0 || ids != nullptr, "arg_max_rows: {} rows and no ids array", N);
+    cuda::arg_max_rows(ids, ConstDeviceFloats(f32(logits, kOp, "logits"), false), N, V);
+  }
+  void scale_by_ratio(TensorView x, float divisor, float multiplier) const override {
+    cuda::scale_by_ratio(floats(x, "scale_by_ratio"), x.numel(), divisor, multiplier);
   }
   void copy(TensorView dst, TensorView src) const override {
     check_device(dst);
@@ -369,6 +395,12 @@ class CudaKernels final : public Kernels {
   }
 
  private:
+  static double* readout(double* out, const char* op) {
+    MAXCTX_CHECK(out != nullptr, "{} was given no result array", op);
+    return out;
+  }
+  mutable std::atomic<int64_t> readbacks_{0};
+  mutable std::atomic<int64_t> host_waits_{0};
   static void matmul_backward_with(bool accumulate, TensorView d_in, TensorView d_weight,
                                    TensorView d_out, TensorView in, TensorView weight) {
     constexpr const char* kOp = "matmul_backward";

@@ -2,9 +2,9 @@
 // pointers, launched on the legacy default stream (stream 0: the NCCL communicator orders its own
 // stream against it with events, so the backend creates no other stream). Arithmetic as the
 // reference (kernels/ref/) states it, in fp32 with each output rounded once to its dtype. The
-// backend (cuda_kernels.cu) checks the views and calls these; they check only what needs device
-// data (token and target ids), with one synchronous read-back. No .cu file includes core/check.h
-// (nvcc cannot compile fmt): the host-side checks live in the .cpp files beside them.
+// backend (cuda_kernels.cu) checks the views and calls these; nothing here reads the device back
+// (kernel_ops.inc's readouts write their results to device memory). No .cu file includes
+// core/check.h (nvcc cannot compile fmt): the host-side checks live in the .cpp files beside them.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,18 @@ void add(DeviceFloats out, ConstDeviceFloats a, ConstDeviceFloats b, int64_t n);
 void add_inplace(DeviceFloats acc, ConstDeviceFloats x, int64_t n);
 void scale(DeviceFloats out, ConstDeviceFloats in, float alpha, int64_t n);
 void convert(DeviceFloats out, ConstDeviceFloats in, int64_t n);  // f32 <-> bf16, RNE
-// Σ x² in double: per-thread sums in a fixed grid, then fixed-order trees (deterministic).
-double sum_of_squares(ConstDeviceFloats x, int64_t n);
+// out[0] (device) = Σ x, Σ x² in double: per-thread sums in a fixed grid, then fixed-order
+// trees (deterministic; the cpu adds in element order, so the two agree to rounding).
+void sum_in_order(double* out, ConstDeviceFloats x, int64_t n);
+void sum_of_squares(double* out, ConstDeviceFloats x, int64_t n);
+// x = (x / divisor) · multiplier, each step rounded in fp32.
+void scale_by_ratio(DeviceFloats x, int64_t n, float divisor, float multiplier);
+
+// readouts.cu: arg max rows (the first index of the largest value, as core/arg_max.h).
+// out[0] (device) = the rows with weights != 0 whose arg max is their target (exact).
+void count_arg_max_hits(double* out, ConstDeviceFloats logits, const int32_t* targets,
+                        const float* weights, int64_t N, int64_t V);
+void arg_max_rows(int32_t* ids, ConstDeviceFloats logits, int64_t N, int64_t V);
 
 // adamw.cu (optax's rule, as kernels/cpu/adamw.cpp: moments and params each rounded once)
 // kernels.h's AdamWStep, field for field (kernels.h includes core/check.h, which no .cu file may).
@@ -54,30 +64,24 @@ void swiglu_forward(DeviceFloats out, ConstDeviceFloats gate, ConstDeviceFloats 
 void swiglu_backward(DeviceFloats d_gate, DeviceFloats d_up, ConstDeviceFloats d_out,
                      ConstDeviceFloats gate, ConstDeviceFloats up, int64_t n);
 
-// cross_entropy.cu
+// cross_entropy.cu. A weighted row whose target is outside [0, V) gets a NaN loss and NaN
+// d_logits (the host checks targets before their upload, as for embedding ids).
 void cross_entropy_forward(float* loss, float* lse, ConstDeviceFloats logits,
                            const int32_t* targets, const float* weights, int64_t N, int64_t V);
 void cross_entropy_backward(DeviceFloats d_logits, ConstDeviceFloats logits, const float* lse,
                             const int32_t* targets, const float* weights, float d_loss, int64_t N,
                             int64_t V);
 
-// embedding.cu
+// embedding.cu. Ids are not checked here: that would read the device back on every call. The host
+// checks them where it holds them (the batch before its upload); an id outside [0, V) gives a
+// NaN row forward and is skipped backward, so it shows in the loss instead of reading out of
+// bounds.
 void embedding_forward(DeviceFloats out, const int32_t* tokens, ConstDeviceFloats table, int64_t N,
                        int64_t D, int64_t V);
 // Deterministic: rows sorted by token id (a stable radix sort keeps row order within a token),
 // each token's rows summed into its table row in that order, as the reference does.
 void embedding_backward(float* d_table, ConstDeviceFloats d_out, const int32_t* tokens, int64_t N,
                         int64_t D, int64_t V);
-
-// The first row whose id of ids (n) is outside [0, bound) and whose weight is not 0 (weights may
-// be null: every row counts), with its id and weight. One synchronous read-back.
-struct BadId {
-  bool found = false;
-  int64_t row = 0;
-  int32_t id = 0;
-  float weight = 0;
-};
-BadId first_bad_id(const int32_t* ids, const float* weights, int64_t n, int64_t bound);
 
 // attention_reference.cu: the plain device attention's kernels (attention_reference.h has the
 // op-table entry points, their checks and the precision rules).

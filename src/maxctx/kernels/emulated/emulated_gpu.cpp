@@ -2,6 +2,7 @@
 // index array and calls the cpu backend's same op; its memory is emulated_memory.h's.
 #include "maxctx/kernels/emulated/emulated_gpu.h"
 
+#include <atomic>
 #include <cstring>
 #include <utility>
 
@@ -14,8 +15,9 @@
 namespace maxctx::kernels::emulated {
 namespace {
 
-// The cpu backend's view of an argument: views and index arrays undisguised, anything else
-// (params, stats, int8 packs, which live in host memory as the cpu backend's own) passed as is.
+// The cpu backend's view of an argument: views, index arrays and readout arrays undisguised,
+// anything else (params, stats, int8 packs, which live in host memory as the cpu backend's own)
+// passed as is.
 struct OnHost {
   const char* op;
   TensorView operator()(TensorView v) const {  // by value: preferred over the template
@@ -27,6 +29,8 @@ struct OnHost {
   const int32_t* operator()(const int32_t* ids) const {
     return static_cast<const int32_t*>(host_address(ids, op));
   }
+  int32_t* operator()(int32_t* ids) const { return static_cast<int32_t*>(host_address(ids, op)); }
+  double* operator()(double* out) const { return static_cast<double*>(host_address(out, op)); }
   template <typename T>
   T&& operator()(T&& other) const {
     return std::forward<T>(other);
@@ -62,11 +66,24 @@ class EmulatedGpuKernels final : public OnCpuKernels {
  public:
   // Downloads arrive as late as on a GPU (late_downloads.h); everything else has finished when
   // its call returns, uploads included.
-  void synchronize() const override { downloads_.deliver_all(); }
+  // Every readback and wait is counted as a GPU's would cost one (transfer_counts).
+  void synchronize() const override {
+    ++host_waits_;
+    downloads_.deliver_all();
+  }
   Event record_event() const override { return downloads_.mark(); }
   Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
     MAXCTX_CHECK(!is_disguised(host), "emulated GPU: copy_to_host_async into device memory");
+    ++readbacks_;
     return downloads_.download(host, host_address(backend_memory, "copy_to_host_async"), bytes);
+  }
+  void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
+    ++readbacks_;
+    ++host_waits_;
+    OnCpuKernels::copy_to_host(host, backend_memory, bytes);
+  }
+  std::optional<TransferCounts> transfer_counts() const override {
+    return TransferCounts{readbacks_.load(), host_waits_.load()};
   }
 
   void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
@@ -88,6 +105,8 @@ class EmulatedGpuKernels final : public OnCpuKernels {
 
  private:
   mutable LateDownloads downloads_;
+  mutable std::atomic<int64_t> readbacks_{0};
+  mutable std::atomic<int64_t> host_waits_{0};
 };
 
 }  // namespace
