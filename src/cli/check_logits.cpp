@@ -61,7 +61,7 @@ struct ModelOnMesh {
   std::vector<model::WeightSpec> specs;  // this tensor rank's blocks and expert rank's experts
   Tensor params;                         // in weight_dtype
   model::LlamaWeights weights;
-  parallel::TrainingPlans plans;  // the training forward's, without parameter sharding
+  parallel::TrainingParallelPlans plans;  // the training forward's, without parameter sharding
 };
 
 void load_model(const Config& c, const Mesh& mesh, const parallel::ParallelDims& dims,

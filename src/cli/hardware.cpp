@@ -76,7 +76,8 @@ void check_gpu_supports(const Config& config) {
 }  // namespace
 
 bool uses_gpu(const Config& config) {
-  return config.hardware == "gpu" || config.hardware == "gpu_multiprocess";
+  const HardwareKind kind = hardware_kind(config);
+  return kind == HardwareKind::kGpu || kind == HardwareKind::kGpuMultiprocess;
 }
 
 Mesh mesh_for(const Config& config) {

@@ -67,6 +67,36 @@ TEST(Config, BaseLoadsWithMaxTextDefaults) {
   EXPECT_EQ(c.derived.global_batch_size_to_train_on, 12);
 }
 
+// The enums follow keys.h's allowed lists in order: every value reads back as its enumerator.
+TEST(Config, ChoiceKeysReadAsTheirEnums) {
+  Config c;
+  const auto set = [&](const char* strategy, const char* dataset, const char* hardware,
+                       const char* decode) {
+    c.context_parallel_strategy = strategy;
+    c.dataset_type = dataset;
+    c.hardware = hardware;
+    c.context_autoregressive_decode = decode;
+  };
+  set("all_gather", "synthetic", "cpu", "sequence");
+  EXPECT_EQ(context_parallel_strategy(c), ContextParallelStrategy::kAllGather);
+  EXPECT_EQ(dataset_type(c), DatasetType::kSynthetic);
+  EXPECT_EQ(hardware_kind(c), HardwareKind::kCpu);
+  EXPECT_EQ(context_autoregressive_decode(c), DecodeSharding::kSequence);
+  set("ring", "tokens", "gpu", "batch");
+  EXPECT_EQ(context_parallel_strategy(c), ContextParallelStrategy::kRing);
+  EXPECT_EQ(dataset_type(c), DatasetType::kTokens);
+  EXPECT_EQ(hardware_kind(c), HardwareKind::kGpu);
+  EXPECT_EQ(context_autoregressive_decode(c), DecodeSharding::kBatch);
+  set("ring", "recall", "gpu_multiprocess", "batch");
+  EXPECT_EQ(dataset_type(c), DatasetType::kRecall);
+  EXPECT_EQ(hardware_kind(c), HardwareKind::kGpuMultiprocess);
+  set("ring", "hf", "tpu", "batch");
+  EXPECT_EQ(dataset_type(c), DatasetType::kHf);
+  EXPECT_EQ(hardware_kind(c), HardwareKind::kTpu);
+  c.context_parallel_strategy = "rings";
+  EXPECT_THROW(context_parallel_strategy(c), Error);
+}
+
 TEST(Config, BaseYmlRestatesTheDeclaredDefaults) {
   // base.yml may only restate defaults: the declaration list is the one source of them.
   const Config loaded = load_config(kBase, {}, 1);

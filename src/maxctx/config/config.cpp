@@ -657,6 +657,40 @@ std::string format_value(const Config& config, std::string_view key) {
   return "";
 }
 
+namespace {
+
+// The index of `key`'s value in its allowed list ("a|b|c"): the enumerator of a choice key.
+template <typename Enum>
+Enum choice(const Config& config, std::string_view key) {
+  const auto info = std::find_if(all_keys().begin(), all_keys().end(),
+                                 [&](const KeyInfo& k) { return k.name == key; });
+  MAXCTX_CHECK(info != all_keys().end(), "no config key {}", key);
+  const std::string value = format_value(config, key);
+  std::string_view allowed = info->allowed;
+  for (int index = 0;; ++index) {
+    const size_t bar = allowed.find('|');
+    if (allowed.substr(0, bar) == value) return static_cast<Enum>(index);
+    if (bar == std::string_view::npos) break;
+    allowed.remove_prefix(bar + 1);
+  }
+  fail("{} = '{}': allowed values are {}", key, value, info->allowed);
+}
+
+}  // namespace
+
+ContextParallelStrategy context_parallel_strategy(const Config& config) {
+  return choice<ContextParallelStrategy>(config, "context_parallel_strategy");
+}
+DatasetType dataset_type(const Config& config) {
+  return choice<DatasetType>(config, "dataset_type");
+}
+HardwareKind hardware_kind(const Config& config) {
+  return choice<HardwareKind>(config, "hardware");
+}
+DecodeSharding context_autoregressive_decode(const Config& config) {
+  return choice<DecodeSharding>(config, "context_autoregressive_decode");
+}
+
 std::string format_config(const Config& config) {
   std::string out;
   for (const std::string& source : config.sources) out += fmt::format("Config file {}\n", source);

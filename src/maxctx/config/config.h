@@ -42,6 +42,21 @@ struct Config {
   std::vector<std::string> explicit_keys;
 };
 
+// The choice keys as enums, read from their strings (validated against keys.h's allowed values,
+// whose order the enumerators follow): code branches on these, so that a misspelt value cannot
+// compile where a string comparison would silently be false.
+enum class ContextParallelStrategy : unsigned char { kAllGather, kRing };
+enum class DatasetType : unsigned char { kSynthetic, kTokens, kRecall, kHf };
+enum class HardwareKind : unsigned char { kCpu, kGpu, kGpuMultiprocess, kTpu };
+enum class DecodeSharding : unsigned char {
+  kSequence,  // KV cache sharded along the sequence, partials merged (the default)
+  kBatch,     // decode slots split over the axis (MaxText)
+};
+ContextParallelStrategy context_parallel_strategy(const Config& config);
+DatasetType dataset_type(const Config& config);
+HardwareKind hardware_kind(const Config& config);
+DecodeSharding context_autoregressive_decode(const Config& config);
+
 enum class KeyType { kBool, kInt, kFloat, kString, kIntList, kStringList, kAxisRules };
 
 // What keys.h says about one key, for docs, error messages and generic code.

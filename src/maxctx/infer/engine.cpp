@@ -97,8 +97,7 @@ InferenceSettings inference_settings_from(const Config& c, int64_t ca, int64_t e
   InferenceSettings s;
   s.max_prefill_length = c.max_prefill_predict_length;
   s.max_target_length = c.max_target_length;
-  s.decode = c.context_autoregressive_decode == "batch" ? DecodeSharding::kBatch
-                                                        : DecodeSharding::kSequence;
+  s.decode = context_autoregressive_decode(c);
   s.quantize_kvcache = c.quantize_kvcache;
   s.int8_weights = c.quantization == "int8";
   s.load_balance = c.context_parallel_load_balance;

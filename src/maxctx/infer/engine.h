@@ -173,7 +173,7 @@ class InferenceEngine {
   const Communicator& ca_;
   const Communicator& expert_;
   const Communicator& devices_;
-  parallel::InferencePlans plans_;  // cache, prefill/decode attention, row split
+  parallel::InferenceParallelPlans plans_;  // cache, prefill/decode attention, row split
   std::unique_ptr<model::InferenceWeights> inference_weights_;
   model::InferenceWorkspace ws_;
   Sampler sampler_;

@@ -78,7 +78,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     // Under a vocabulary split this rank's head rows are already its part (split_offset's).
     lm_head_part = vocab_split ? lm_head : rows(w.lm_head);
     // A mixture of experts has no row split (its experts are split over the axis instead,
-    // parallel/parallelize.h InferencePlans::experts).
+    // parallel/parallelize.h InferenceParallelPlans::experts).
     for (const LayerWeights& lw : w.layers) {
       mlp_parts.push_back(c.moe ? MlpRowsPart{}
                                 : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});

@@ -14,9 +14,9 @@ double parameter_bytes(const LlamaConfig& m) {
   return parameter_count<double>(m) * static_cast<double>(dtype_size(m.weight_dtype));
 }
 
-MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
-                               int64_t tensor_size) {
-  const double weights = parameter_bytes(m);
+MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq, int64_t tensor_size,
+                               double weight_shard_bytes) {
+  const double weights = weight_shard_bytes;
   const double tokens = static_cast<double>(rows) * static_cast<double>(seq);
   const double residual = (static_cast<double>(m.num_layers) + 1) * tokens *
                           static_cast<double>(m.emb_dim) * static_cast<double>(dtype_size(m.dtype));
@@ -26,8 +26,8 @@ MemoryEstimate training_memory(const LlamaConfig& m, int64_t rows, int64_t seq,
                         static_cast<double>(std::max<int64_t>(tensor_size, 1));
   MemoryEstimate e;
   e.bytes = weights + residual + logits;
-  e.detail = fmt::format("weights {} + residual stream {} + logits {}{}", format_bytes(weights),
-                         format_bytes(residual), format_bytes(logits),
+  e.detail = fmt::format("weight shard {} + residual stream {} + logits {}{}",
+                         format_bytes(weights), format_bytes(residual), format_bytes(logits),
                          m.vocab_tiles > 1
                              ? fmt::format(" (one of num_vocab_tiling = {} tiles)", m.vocab_tiles)
                              : std::string());

@@ -19,12 +19,13 @@ struct MemoryEstimate {
 // Every weight, in weight_dtype (element count in double precision).
 double parameter_bytes(const LlamaConfig& model);
 
-// Training: the unsharded weights every rank builds before keeping its shard, plus the
-// residual stream (L+1 rows of N x E, kept under any recomputation) and the f32 logits of this
-// rank's N = rows x seq tokens (vocabulary split over tensor ranks), of one loss tile's rows
-// under num_vocab_tiling.
+// Training: this rank's master shard of the weights (`weight_shard_bytes`: its local weights
+// over the fsdp × context ranks that split them; the full buffers are reserved, their units
+// committed one at a time), plus the residual stream (L+1 rows of N x E, kept under any
+// recomputation) and the f32 logits of this rank's N = rows x seq tokens (vocabulary split over
+// tensor ranks), of one loss tile's rows under num_vocab_tiling.
 MemoryEstimate training_memory(const LlamaConfig& model, int64_t rows, int64_t seq,
-                               int64_t tensor_size);
+                               int64_t tensor_size, double weight_shard_bytes);
 
 // The weights one inference rank holds when a mixture of experts' experts are split over
 // `expert_ranks` ranks (1: every expert): the whole model less the other ranks' experts,

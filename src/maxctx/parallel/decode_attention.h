@@ -19,6 +19,7 @@
 #include <span>
 #include <vector>
 
+#include "maxctx/config/config.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/kv_cache.h"
@@ -26,10 +27,8 @@
 
 namespace maxctx::parallel {
 
-enum class DecodeSharding {
-  kSequence,  // KV cache sharded along the sequence, partials merged (the default)
-  kBatch,     // decode slots split over the axis (MaxText)
-};
+// context_autoregressive_decode's choice (config.h).
+using maxctx::DecodeSharding;
 
 // The rank of `context_autoregressive` that stores the decode token at `position`.
 inline int decode_owner(int32_t position, int ca) { return static_cast<int>(position % ca); }

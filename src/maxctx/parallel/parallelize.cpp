@@ -118,15 +118,16 @@ MeshShape planned_mesh_shape(const Config& c) {
   return resolve_mesh_shape(spec, nodes, devices / nodes);
 }
 
-TrainingPlans parallelize_training(const Config& c, const Mesh& mesh, const ParallelDims& dims,
-                                   const kernels::Kernels& kernels,
-                                   const std::vector<WeightSpec>* shard_parameters) {
+TrainingParallelPlans parallelize_training(const Config& c, const Mesh& mesh,
+                                           const ParallelDims& dims,
+                                           const kernels::Kernels& kernels,
+                                           const std::vector<WeightSpec>* shard_parameters) {
   MAXCTX_CHECK(dims.kind == RunKind::kTraining, "training plans need the training dims");
-  TrainingPlans plans;
+  TrainingParallelPlans plans;
   const Communicator& context = mesh.axis(Axis::kContext);
   if (dims.context == 1) {
     plans.attention = std::make_unique<LocalAttention>(kernels);
-  } else if (c.context_parallel_strategy == "ring") {
+  } else if (context_parallel_strategy(c) == ContextParallelStrategy::kRing) {
     plans.attention = std::make_unique<RingContextAttention>(context, kernels);
   } else {
     plans.attention = std::make_unique<AllGatherContextAttention>(context, kernels);
@@ -191,16 +192,16 @@ const Communicator& inference_expert_group(const Mesh& mesh) {
   return mesh.group({Axis::kExpert, Axis::kContextAutoregressive});
 }
 
-InferencePlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
-                                     const kernels::Kernels& kernels, int64_t layers,
-                                     int64_t heads_kv, int64_t head_dim) {
+InferenceParallelPlans parallelize_inference(const InferenceSharding& s, const Mesh& mesh,
+                                             const kernels::Kernels& kernels, int64_t layers,
+                                             int64_t heads_kv, int64_t head_dim) {
   const Communicator& ca_axis = mesh.axis(Axis::kContextAutoregressive);
   const int64_t ca = ca_axis.size();
   const int64_t expert = mesh.axis_size(Axis::kExpert);
   MAXCTX_CHECK(s.slots % expert == 0, "{} slots over expert = {}", s.slots, expert);
   InferenceSharding group = s;  // this rank's expert group: its block of the slots
   group.slots = s.slots / expert;
-  InferencePlans plans;
+  InferenceParallelPlans plans;
   // Sequence-sharded decode runs the same tokens on every rank: the MLP and head rows split.
   if (s.decode == DecodeSharding::kSequence && ca > 1) {
     plans.row_split = std::make_unique<AxisRowSplit>(ca_axis, kernels);

@@ -77,7 +77,7 @@ inline constexpr std::array<Axis, 1> kExpertGradientReplicaAxes{Axis::kData};
 MeshShape planned_mesh_shape(const Config& config);
 
 // The training model's plans; `model` points into the others (do not copy).
-struct TrainingPlans {
+struct TrainingParallelPlans {
   std::unique_ptr<AttentionPlan> attention;
   std::unique_ptr<TensorReducer> tensor;
   std::unique_ptr<ShardedParameters> parameters;  // null for a forward-only run
@@ -87,9 +87,9 @@ struct TrainingPlans {
   ModelPlan model;
 };
 
-TrainingPlans parallelize_training(const Config& config, const Mesh& mesh, const ParallelDims& dims,
-                                   const kernels::Kernels& kernels,
-                                   const std::vector<WeightSpec>* shard_parameters = nullptr);
+TrainingParallelPlans parallelize_training(
+    const Config& config, const Mesh& mesh, const ParallelDims& dims,
+    const kernels::Kernels& kernels, const std::vector<WeightSpec>* shard_parameters = nullptr);
 
 // How a decode step is sharded over context_autoregressive (and its slots over expert).
 struct InferenceSharding {
@@ -103,7 +103,7 @@ struct InferenceSharding {
   int64_t vocab_size = 0;           // the embedding's and head's rows, split over ca
 };
 
-struct InferencePlans {
+struct InferenceParallelPlans {
   std::unique_ptr<RowSplit> row_split;  // sequence-sharded decode over ca > 1, else null
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<PrefillAttention> prefill;
@@ -135,8 +135,8 @@ const Communicator& inference_expert_group(const Mesh& mesh);
 
 // sharding.slots: the whole job's; rank holds the slots of its expert group, the block
 // [g·slots/expert, (g+1)·slots/expert) for expert coordinate g (slots must divide by expert).
-InferencePlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
-                                     const kernels::Kernels& kernels, int64_t layers,
-                                     int64_t heads_kv, int64_t head_dim);
+InferenceParallelPlans parallelize_inference(const InferenceSharding& sharding, const Mesh& mesh,
+                                             const kernels::Kernels& kernels, int64_t layers,
+                                             int64_t heads_kv, int64_t head_dim);
 
 }  // namespace maxctx::parallel

@@ -134,25 +134,24 @@ Batch DataLoader::next() {
 
 std::shared_ptr<const DataSource> make_data_source(const Config& config) {
   const uint64_t seed = static_cast<uint64_t>(config.data_shuffle_seed);
-  if (config.dataset_type == "synthetic") {
-    return std::make_shared<SyntheticSource>(config.vocab_size, config.max_target_length, seed);
-  }
-  if (config.dataset_type == "tokens") {
-    TokenDataOptions options;
-    options.path = config.dataset_path;
-    options.vocab_size = config.vocab_size;
-    options.seq_len = config.max_target_length;
-    options.packing = config.packing;
-    options.eos_id = config.eos_id;
-    options.seed = seed;
-    options.shuffle = config.enable_data_shuffling;
-    return std::make_shared<TokenFileSource>(options);
-  }
-  if (config.dataset_type == "recall") {
-    return std::make_shared<RecallSource>(recall_params_from(config), seed);
-  }
-  if (config.dataset_type == "hf") {
-    fail("dataset_type=hf is tokenized by the trainer (train/text_data.h: open_text_source)");
+  switch (dataset_type(config)) {
+    case DatasetType::kSynthetic:
+      return std::make_shared<SyntheticSource>(config.vocab_size, config.max_target_length, seed);
+    case DatasetType::kTokens: {
+      TokenDataOptions options;
+      options.path = config.dataset_path;
+      options.vocab_size = config.vocab_size;
+      options.seq_len = config.max_target_length;
+      options.packing = config.packing;
+      options.eos_id = config.eos_id;
+      options.seed = seed;
+      options.shuffle = config.enable_data_shuffling;
+      return std::make_shared<TokenFileSource>(options);
+    }
+    case DatasetType::kRecall:
+      return std::make_shared<RecallSource>(recall_params_from(config), seed);
+    case DatasetType::kHf:
+      fail("dataset_type=hf is tokenized by the trainer (train/text_data.h: open_text_source)");
   }
   fail("dataset_type = '{}' is not one of synthetic|tokens|recall|hf", config.dataset_type);
 }

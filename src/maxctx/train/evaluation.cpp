@@ -45,7 +45,7 @@ Evaluation::Evaluation(const Config& c, const Mesh& mesh, const parallel::Parall
       cp_rank_(mesh.coord(Axis::kContext)),
       load_balance_(c.context_parallel_load_balance),
       eval_steps_(c.eval_steps) {
-  if (c.dataset_type == "hf") {
+  if (dataset_type(c) == DatasetType::kHf) {
     if (c.hf_eval_files.empty()) {
       fail("eval_interval = {} needs hf_eval_files (the evaluation files) with dataset_type=hf",
            c.eval_interval);
@@ -55,7 +55,8 @@ Evaluation::Evaluation(const Config& c, const Mesh& mesh, const parallel::Parall
                          /*shuffle=*/false, global_rows_, mesh.world());
     set_rows_ = text.rows_per_epoch;
     source_ = text.source;
-  } else if (c.dataset_type == "recall" || c.dataset_type == "synthetic") {
+  } else if (dataset_type(c) == DatasetType::kRecall ||
+             dataset_type(c) == DatasetType::kSynthetic) {
     Config held_out = c;
     held_out.data_shuffle_seed = c.data_shuffle_seed + 1;
     source_ = make_data_source(held_out);

@@ -218,7 +218,7 @@ TrainingPlan plan_training(const Config& config) {
   const model::LocalDims d = model::local_dims(m, p.rows, p.local_seq, tp);
   const parallel::AttentionOperands x{p.rows, p.local_seq, d.Hq, d.Hkv, d.D, m.dtype};
   const int64_t cp = p.dims.context;
-  const bool ring = c.context_parallel_strategy == "ring";
+  const bool ring = context_parallel_strategy(c) == ContextParallelStrategy::kRing;
   if (cp > 1) {
     p.memory.attention_staging = ring ? parallel::RingContextAttention::staging_bytes(cp, x)
                                       : parallel::AllGatherContextAttention::staging_bytes(cp, x);

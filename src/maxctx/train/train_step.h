@@ -46,7 +46,7 @@ struct StepModel {
   const model::LlamaConfig& config;
   const model::LlamaWeights& weights;
   const model::LlamaWeights& gradients;  // bound to plans.parameters->full_grads()
-  parallel::TrainingPlans& plans;
+  parallel::TrainingParallelPlans& plans;
   const Communicator& batch_group;
   int64_t global_sequences = 0;  // sequences of one micro-batch over the job (MoE loss scale)
 };

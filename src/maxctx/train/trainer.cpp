@@ -79,7 +79,7 @@ struct Trainer::State {
   model::LlamaConfig model_config;
   std::vector<model::WeightSpec> global_specs;  // unsharded (checkpoints)
   std::vector<model::WeightSpec> specs;         // this tensor rank's blocks
-  parallel::TrainingPlans plans;                // attention, tensor reducer, sharded parameters
+  parallel::TrainingParallelPlans plans;        // attention, tensor reducer, sharded parameters
   model::LlamaWeights weights, gradients;
   model::LlamaActivations acts;
   std::unique_ptr<DataLoader> loader;
@@ -141,9 +141,14 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   const Config& c = s.config;
   const int tp = static_cast<int>(s.axes.tensor);
   // Before any weight list or buffer is built: a run that cannot fit is one line, not bad_alloc.
+  // The rank keeps a master shard of its weights: at least the whole model over every axis that
+  // splits it (fsdp × context shard it, tensor and expert split blocks; replicated weights only
+  // add to that), in double so that a huge config is a clear error, not an overflow.
+  const double weight_shard = model::parameter_bytes(s.model_config) /
+                              static_cast<double>(s.axes.parameter_shards() * tp * s.axes.expert);
   const model::MemoryEstimate memory = model::training_memory(
       s.model_config, c.derived.global_batch_size_to_train_on / s.axes.data_shards,
-      context_shard_len(c.max_target_length, s.axes.context), tp);
+      context_shard_len(c.max_target_length, s.axes.context), tp, weight_shard);
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "training",
                        memory.detail);
   s.global_specs = model::llama_weight_specs(s.model_config);
@@ -191,7 +196,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   }
   start.tensors.reset();  // the files are closed before the first step
   std::shared_ptr<const DataSource> source;
-  if (c.dataset_type == "hf") {
+  if (dataset_type(c) == DatasetType::kHf) {
     source = open_text_source(text_corpus_from(c, false), s.run_dir / "tokenized", "train", c,
                               c.enable_data_shuffling, shard.global_batch_rows, mesh.world())
                  .source;
