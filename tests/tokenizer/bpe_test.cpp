@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -340,6 +341,35 @@ TEST(ByteLevelBpe, SparseIdsAreRefusedBeforeTheTablesAreAllocated) {
   json sparse = tiny_tokenizer_json();
   sparse["added_tokens"][2]["id"] = 400000000;
   expect_load_error(sparse, "token ids are too sparse: the largest id is 400000000");
+}
+
+// Added tokens that are prefixes of one another, share first bytes, repeat a content under two
+// ids (the first listed wins), and start with bytes >= 0x80 (the sorted order is unsigned).
+TEST(AddedTokenMatcher, LeftmostLongestAsTheReference) {
+  BpeModelSpec spec;
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    unicode::append_utf8(byte_to_unicode()[b], spelled);
+    spec.vocab.emplace_back(spelled, b);
+  }
+  spec.merges = {{"a", "b"}, {"ab", "c"}};
+  spec.vocab.emplace_back("ab", 256);
+  spec.vocab.emplace_back("abc", 257);
+  const std::vector<std::string> added = {"<",        "<a",   "<ab", "<abc>", "ab>",   "<ab",
+                                          "\xC3\xA9", "\xC3", "c<a", "bc",    "<abc>>"};
+  for (size_t i = 0; i < added.size(); ++i) {
+    spec.added_tokens.push_back({added[i], 300 + static_cast<int32_t>(i), false});
+  }
+  const ByteLevelBpe bpe(spec, "test");
+  EXPECT_EQ(bpe.encode("x<ab y", false), (std::vector<int32_t>{'x', 302, ' ', 'y'}));
+  std::mt19937 rng(7);
+  const std::string alphabet[] = {"<", "a", "b", "c", ">", " ", "\xC3\xA9", "\xC3"};
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += alphabet[rng() % 8];
+    EXPECT_EQ(bpe.encode(text, false), bpe.encode_reference(text, false))
+        << json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  }
 }
 
 }  // namespace

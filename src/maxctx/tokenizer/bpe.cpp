@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -274,9 +275,22 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& a, const AddedToken& b) {
     return a.content.size() > b.content.size();
   });
-  for (size_t i = 0; i < added_.size(); ++i) {
-    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(
-        static_cast<int32_t>(i));
+  // The matcher's index. Of added tokens with the same content the first in added_ wins, as it
+  // would in a longest-first scan; std::string orders bytes as unsigned, as the matcher does.
+  added_sorted_.resize(added_.size());
+  for (size_t i = 0; i < added_.size(); ++i) added_sorted_[i] = static_cast<int32_t>(i);
+  std::stable_sort(added_sorted_.begin(), added_sorted_.end(),
+                   [&](int32_t a, int32_t b) { return added_[a].content < added_[b].content; });
+  added_sorted_.erase(
+      std::unique(added_sorted_.begin(), added_sorted_.end(),
+                  [&](int32_t a, int32_t b) { return added_[a].content == added_[b].content; }),
+      added_sorted_.end());
+  for (int b = 0; b < 256; ++b) {
+    added_by_first_byte_[b + 1] = static_cast<uint32_t>(
+        std::partition_point(
+            added_sorted_.begin(), added_sorted_.end(),
+            [&](int32_t i) { return static_cast<uint8_t>(added_[i].content[0]) <= b; }) -
+        added_sorted_.begin());
   }
   // A byte without a single-byte token (SmolLM2 lacks 21 control bytes) is dropped when met, or
   // becomes unk_token: tokenizers' BPE does so for any character absent from the vocabulary.
@@ -341,20 +355,30 @@ int32_t ByteLevelBpe::token_id(std::string_view bytes) const {
   return it == bytes_to_id_.end() ? -1 : it->second;
 }
 
+struct ByteLevelBpe::MergeScratch {
+  // A pair of adjacent symbols that had a merge when pushed: (rank << 32 | position of the left
+  // symbol), so that the smallest is the lowest rank, leftmost.
+  std::vector<uint64_t> heap;
+  std::vector<uint32_t> prev;  // the doubly linked list of live symbols, by position
+  std::vector<uint32_t> next;
+};
+
 std::vector<int32_t> ByteLevelBpe::encode_pretoken(std::string_view bytes) const {
   std::vector<int32_t> ids;
-  encode_pretoken_into(bytes, ids);
+  MergeScratch scratch;
+  encode_pretoken_into(bytes, Algorithm::kFast, scratch, ids);
   return ids;
 }
 
-void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, std::vector<int32_t>& out) const {
-  if (bytes.empty()) return;
-  if (ignore_merges_) {
-    if (const int32_t whole = token_id(bytes); whole >= 0) {
-      out.push_back(whole);
-      return;
-    }
-  }
+std::vector<int32_t> ByteLevelBpe::encode_pretoken_reference(std::string_view bytes) const {
+  std::vector<int32_t> ids;
+  MergeScratch scratch;
+  encode_pretoken_into(bytes, Algorithm::kReference, scratch, ids);
+  return ids;
+}
+
+// One symbol per byte, before any merge.
+std::vector<int32_t> ByteLevelBpe::initial_symbols(std::string_view bytes) const {
   std::vector<int32_t> symbols;
   symbols.reserve(bytes.size());
   bool after_unk = false;
@@ -367,35 +391,124 @@ void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, std::vector<int3
     }
     after_unk = id < 0;
   }
-  // Merge the lowest-ranked adjacent pair, leftmost first, until no pair has a rank. Quadratic
-  // in the pre-token's length, which the split keeps short (words, digit groups, space runs).
+  return symbols;
+}
+
+const ByteLevelBpe::Merge* ByteLevelBpe::find_merge(int32_t left, int32_t right) const {
+  const auto it = merges_.find(pair_key(left, right));
+  return it == merges_.end() ? nullptr : &it->second;
+}
+
+// The rule: merge the lowest-ranked adjacent pair, leftmost first, until no pair has a rank.
+// Rescans every pair after each merge: quadratic in the pre-token's length.
+void ByteLevelBpe::merge_reference(std::vector<int32_t>& symbols) const {
   while (symbols.size() > 1) {
     int32_t best_rank = std::numeric_limits<int32_t>::max();
     size_t best = 0;
     int32_t best_id = -1;
     for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
+      const Merge* merge = find_merge(symbols[i], symbols[i + 1]);
+      if (merge != nullptr && merge->rank < best_rank) {
+        best_rank = merge->rank;
         best = i;
-        best_id = it->second.merged_id;
+        best_id = merge->merged_id;
       }
     }
     if (best_id < 0) break;
     symbols[best] = best_id;
     symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
   }
+}
+
+// The same rule in O(n log n): the pairs that have a merge wait in a min-heap keyed by (rank,
+// position of the left symbol), which pops the lowest rank and, among equal ranks, the leftmost
+// pair, exactly as the rescan chooses. A merge keeps the left symbol's position and unlinks the
+// right one. The pairs it broke stay in the heap: an entry is taken only if the pair now at its
+// position still has its rank (then it is a pair the rescan would take, whichever pair pushed
+// the entry), and the two pairs the merge made are pushed.
+void ByteLevelBpe::merge_fast(std::vector<int32_t>& symbols, MergeScratch& scratch) const {
+  const size_t n = symbols.size();
+  if (n < 2) return;
+  if (n >= std::numeric_limits<uint32_t>::max()) {
+    fail(
+        "a pre-token of {} bytes (one run of letters, digits or spaces) is over the 4 GiB that "
+        "byte-level BPE encodes; split the text",
+        n);
+  }
+  constexpr int32_t kGone = -1;  // a symbol merged into its left neighbour
+  const auto end = static_cast<uint32_t>(n);
+  auto& [heap, prev, next] = scratch;
+  heap.clear();
+  prev.resize(n);
+  next.resize(n);
+  for (uint32_t i = 0; i < end; ++i) {
+    prev[i] = i == 0 ? end : i - 1;
+    next[i] = i + 1;
+  }
+  const auto key = [](int32_t rank, uint32_t left) {
+    return (static_cast<uint64_t>(rank) << 32) | left;
+  };
+  for (uint32_t i = 0; i + 1 < end; ++i) {
+    if (const Merge* merge = find_merge(symbols[i], symbols[i + 1])) {
+      heap.push_back(key(merge->rank, i));
+    }
+  }
+  const std::greater<uint64_t> later;
+  std::make_heap(heap.begin(), heap.end(), later);
+  const auto push = [&](uint32_t left, uint32_t right) {
+    if (const Merge* merge = find_merge(symbols[left], symbols[right])) {
+      heap.push_back(key(merge->rank, left));
+      std::push_heap(heap.begin(), heap.end(), later);
+    }
+  };
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), later);
+    const uint64_t top = heap.back();
+    heap.pop_back();
+    const auto left = static_cast<uint32_t>(top);
+    const uint32_t right = next[left];
+    if (symbols[left] == kGone || right == end) continue;
+    const Merge* merge = find_merge(symbols[left], symbols[right]);
+    if (merge == nullptr || merge->rank != static_cast<int32_t>(top >> 32)) continue;  // stale
+    symbols[left] = merge->merged_id;
+    symbols[right] = kGone;
+    next[left] = next[right];
+    if (next[left] != end) prev[next[left]] = left;
+    if (prev[left] != end) push(prev[left], left);
+    if (next[left] != end) push(left, next[left]);
+  }
+  std::erase(symbols, kGone);
+}
+
+void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, Algorithm algorithm,
+                                        MergeScratch& scratch, std::vector<int32_t>& out) const {
+  if (bytes.empty()) return;
+  if (ignore_merges_) {
+    if (const int32_t whole = token_id(bytes); whole >= 0) {
+      out.push_back(whole);
+      return;
+    }
+  }
+  std::vector<int32_t> symbols = initial_symbols(bytes);
+  if (algorithm == Algorithm::kFast) {
+    merge_fast(symbols, scratch);
+  } else {
+    merge_reference(symbols);
+  }
   out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
-void ByteLevelBpe::encode_span(std::string_view text, std::vector<int32_t>& out) const {
+void ByteLevelBpe::encode_span(std::string_view text, Algorithm algorithm, MergeScratch& scratch,
+                               std::vector<int32_t>& out) const {
   std::string normalized;
   if (nfc_) {
     normalized = nfc(text);
     text = normalized;
   }
   const auto split = [&](std::string_view part) {
-    for (std::string_view piece : split_pretokens(part, pattern_)) encode_pretoken_into(piece, out);
+    for (std::string_view piece : split_pretokens(part, pattern_)) {
+      encode_pretoken_into(piece, algorithm, scratch, out);
+    }
   };
   if (digits_ == DigitSplit::kNone) {
     split(text);
@@ -404,33 +517,65 @@ void ByteLevelBpe::encode_span(std::string_view text, std::vector<int32_t>& out)
   for (std::string_view part : split_digits(text, digits_)) split(part);
 }
 
+// The longest added token at text[at..], by narrowing the sorted contents one byte at a time:
+// after `depth` bytes, [lo, hi) holds the contents that begin with text[at, at + depth), the
+// one equal to it (if any) first. Costs the match's depth times a binary search.
+const AddedToken* ByteLevelBpe::added_token_at(std::string_view text, size_t at) const {
+  const auto first = static_cast<uint8_t>(text[at]);
+  auto lo = added_sorted_.begin() + added_by_first_byte_[first];
+  auto hi = added_sorted_.begin() + added_by_first_byte_[first + 1];
+  const AddedToken* found = nullptr;
+  for (size_t depth = 1; lo != hi; ++depth) {
+    if (added_[*lo].content.size() == depth) found = &added_[*lo++];
+    if (at + depth >= text.size()) break;
+    // Every content left in [lo, hi) is longer than depth.
+    const auto byte = static_cast<uint8_t>(text[at + depth]);
+    const auto byte_of = [&](int32_t i) { return static_cast<uint8_t>(added_[i].content[depth]); };
+    lo = std::partition_point(lo, hi, [&](int32_t i) { return byte_of(i) < byte; });
+    hi = std::partition_point(lo, hi, [&](int32_t i) { return byte_of(i) == byte; });
+  }
+  return found;
+}
+
+// Every added token tried at `at`, longest first: O(number of added tokens).
+const AddedToken* ByteLevelBpe::added_token_at_reference(std::string_view text, size_t at) const {
+  for (const AddedToken& t : added_) {
+    if (text.compare(at, t.content.size(), t.content) == 0) return &t;
+  }
+  return nullptr;
+}
+
 std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_bos) const {
+  return encode_with(text, add_bos, Algorithm::kFast);
+}
+
+std::vector<int32_t> ByteLevelBpe::encode_reference(std::string_view text, bool add_bos) const {
+  return encode_with(text, add_bos, Algorithm::kReference);
+}
+
+std::vector<int32_t> ByteLevelBpe::encode_with(std::string_view text, bool add_bos,
+                                               Algorithm algorithm) const {
   std::vector<int32_t> ids;
   if (add_bos) {
     if (bos_id_ < 0) fail("this byte-level BPE tokenizer has no BOS token; set add_bos=false");
     ids.push_back(bos_id_);
   }
+  MergeScratch scratch;
   // Cut out added tokens (leftmost; the longest where several start at the same byte).
   size_t span_begin = 0;
   for (size_t at = 0; at < text.size();) {
-    const AddedToken* found = nullptr;
-    for (const int32_t index : added_by_first_byte_[static_cast<uint8_t>(text[at])]) {
-      const AddedToken& t = added_[index];
-      if (text.compare(at, t.content.size(), t.content) == 0) {
-        found = &t;
-        break;
-      }
-    }
+    const AddedToken* found = algorithm == Algorithm::kFast ? added_token_at(text, at)
+                                                            : added_token_at_reference(text, at);
     if (!found) {
       ++at;
       continue;
     }
-    encode_span(text.substr(span_begin, at - span_begin), ids);
+    encode_span(text.substr(span_begin, at - span_begin), algorithm, scratch, ids);
     ids.push_back(found->id);
     at += found->content.size();
     span_begin = at;
   }
-  encode_span(text.substr(span_begin), ids);
+  encode_span(text.substr(span_begin), algorithm, scratch, ids);
   return ids;
 }
 
