@@ -372,5 +372,32 @@ TEST(AddedTokenMatcher, LeftmostLongestAsTheReference) {
   }
 }
 
+// Merges whose ranks do not follow the order the tokens were built in (a hand-written file may
+// do that; trained ones never do): merging (a, b) makes (ab, c), which ranks lower, so the fast
+// merge's queue must go back to a lower rank, and to positions left of where it was, exactly as
+// the rescan does. Long pre-tokens, so that the queue for long ones is the one used.
+TEST(ByteLevelBpe, MergesOutOfRankOrderAsTheReference) {
+  BpeModelSpec spec;
+  for (int b = 0; b < 256; ++b) {
+    std::string spelled;
+    unicode::append_utf8(byte_to_unicode()[b], spelled);
+    spec.vocab.emplace_back(spelled, b);
+  }
+  spec.merges = {{"ab", "c"}, {"a", "b"}, {"c", "a"}, {"abc", "abc"},
+                 {"b", "ca"}, {"c", "c"}, {"a", "a"}, {"aa", "aa"}};
+  int32_t id = 256;
+  for (const char* token : {"ab", "abc", "ca", "abcabc", "bca", "cc", "aa", "aaaa"}) {
+    spec.vocab.emplace_back(token, id++);
+  }
+  const ByteLevelBpe bpe(spec, "test");
+  EXPECT_EQ(bpe.encode_pretoken("abcabc"), (std::vector<int32_t>{259}));
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "abc"[rng() % (trial % 2 ? 3 : 2)];
+    EXPECT_EQ(bpe.encode_pretoken(text), bpe.encode_pretoken_reference(text)) << text;
+  }
+}
+
 }  // namespace
 }  // namespace maxctx::tokenizer

@@ -1,11 +1,11 @@
-// Byte-level BPE: the model (merges over token ids) and its two file formats. See bpe.h.
+// Byte-level BPE: the model (merges over token ids) and its file formats; encoding is in
+// bpe_encode.cpp. See bpe.h.
 #include "maxctx/tokenizer/bpe.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -27,10 +27,6 @@ using nlohmann::json;
 // may hold any) are replaced rather than making the quoting throw (issue #34 N10).
 std::string json_quoted(std::string_view text) {
   return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
 std::string read_file(const fs::path& path, const char* what) {
@@ -260,7 +256,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     }
     claim(id, spelled);
     id_to_bytes_[id] = *bytes;
-    bytes_to_id_.emplace(std::move(*bytes), id);
+    bytes_to_id_.insert(std::move(*bytes), id);
   }
   for (const AddedToken& t : spec.added_tokens) {
     if (t.content.empty()) fail("{}: added token {} is empty", origin, t.id);
@@ -309,11 +305,11 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     // tiktoken: a pair merges when its concatenation is a token, ranked by that token's rank.
     for (int32_t id = 0; id < static_cast<int32_t>(id_to_bytes_.size()); ++id) {
       const std::string& bytes = id_to_bytes_[id];
-      if (bytes.size() < 2 || !used[id] || bytes_to_id_.count(bytes) == 0) continue;
+      if (bytes.size() < 2 || !used[id] || bytes_to_id_.find(bytes) < 0) continue;
       for (size_t k = 1; k < bytes.size(); ++k) {
         const int32_t l = token_id(std::string_view(bytes).substr(0, k));
         const int32_t r = token_id(std::string_view(bytes).substr(k));
-        if (l >= 0 && r >= 0) merges_.emplace(pair_key(l, r), Merge{id, id});
+        if (l >= 0 && r >= 0) merges_.insert(l, r, BpeMerge{id, id});
       }
     }
   }
@@ -332,7 +328,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     const int32_t r = id_of(right, rank);
     const int32_t merged = id_of(left + right, rank);
     // A repeated merge keeps its first (lowest) rank, as the reference implementations do.
-    merges_.emplace(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
+    merges_.insert(l, r, BpeMerge{static_cast<int32_t>(rank), merged});
   }
   const auto special_id = [&](const std::string& content, const char* what) {
     if (content.empty()) return int32_t{-1};
@@ -350,245 +346,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   if (eos_id_ >= 0) is_special_[eos_id_] = 1;
 }
 
-int32_t ByteLevelBpe::token_id(std::string_view bytes) const {
-  const auto it = bytes_to_id_.find(std::string(bytes));
-  return it == bytes_to_id_.end() ? -1 : it->second;
-}
-
-struct ByteLevelBpe::MergeScratch {
-  // A pair of adjacent symbols that had a merge when pushed: (rank << 32 | position of the left
-  // symbol), so that the smallest is the lowest rank, leftmost.
-  std::vector<uint64_t> heap;
-  std::vector<uint32_t> prev;  // the doubly linked list of live symbols, by position
-  std::vector<uint32_t> next;
-};
-
-std::vector<int32_t> ByteLevelBpe::encode_pretoken(std::string_view bytes) const {
-  std::vector<int32_t> ids;
-  MergeScratch scratch;
-  encode_pretoken_into(bytes, Algorithm::kFast, scratch, ids);
-  return ids;
-}
-
-std::vector<int32_t> ByteLevelBpe::encode_pretoken_reference(std::string_view bytes) const {
-  std::vector<int32_t> ids;
-  MergeScratch scratch;
-  encode_pretoken_into(bytes, Algorithm::kReference, scratch, ids);
-  return ids;
-}
-
-// One symbol per byte, before any merge.
-std::vector<int32_t> ByteLevelBpe::initial_symbols(std::string_view bytes) const {
-  std::vector<int32_t> symbols;
-  symbols.reserve(bytes.size());
-  bool after_unk = false;
-  for (const char byte : bytes) {
-    const int32_t id = byte_id_[static_cast<uint8_t>(byte)];
-    if (id >= 0) {
-      symbols.push_back(id);
-    } else if (unk_id_ >= 0 && !(fuse_unk_ && after_unk)) {
-      symbols.push_back(unk_id_);
-    }
-    after_unk = id < 0;
-  }
-  return symbols;
-}
-
-const ByteLevelBpe::Merge* ByteLevelBpe::find_merge(int32_t left, int32_t right) const {
-  const auto it = merges_.find(pair_key(left, right));
-  return it == merges_.end() ? nullptr : &it->second;
-}
-
-// The rule: merge the lowest-ranked adjacent pair, leftmost first, until no pair has a rank.
-// Rescans every pair after each merge: quadratic in the pre-token's length.
-void ByteLevelBpe::merge_reference(std::vector<int32_t>& symbols) const {
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max();
-    size_t best = 0;
-    int32_t best_id = -1;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const Merge* merge = find_merge(symbols[i], symbols[i + 1]);
-      if (merge != nullptr && merge->rank < best_rank) {
-        best_rank = merge->rank;
-        best = i;
-        best_id = merge->merged_id;
-      }
-    }
-    if (best_id < 0) break;
-    symbols[best] = best_id;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-  }
-}
-
-// The same rule in O(n log n): the pairs that have a merge wait in a min-heap keyed by (rank,
-// position of the left symbol), which pops the lowest rank and, among equal ranks, the leftmost
-// pair, exactly as the rescan chooses. A merge keeps the left symbol's position and unlinks the
-// right one. The pairs it broke stay in the heap: an entry is taken only if the pair now at its
-// position still has its rank (then it is a pair the rescan would take, whichever pair pushed
-// the entry), and the two pairs the merge made are pushed.
-void ByteLevelBpe::merge_fast(std::vector<int32_t>& symbols, MergeScratch& scratch) const {
-  const size_t n = symbols.size();
-  if (n < 2) return;
-  if (n >= std::numeric_limits<uint32_t>::max()) {
-    fail(
-        "a pre-token of {} bytes (one run of letters, digits or spaces) is over the 4 GiB that "
-        "byte-level BPE encodes; split the text",
-        n);
-  }
-  constexpr int32_t kGone = -1;  // a symbol merged into its left neighbour
-  const auto end = static_cast<uint32_t>(n);
-  auto& [heap, prev, next] = scratch;
-  heap.clear();
-  prev.resize(n);
-  next.resize(n);
-  for (uint32_t i = 0; i < end; ++i) {
-    prev[i] = i == 0 ? end : i - 1;
-    next[i] = i + 1;
-  }
-  const auto key = [](int32_t rank, uint32_t left) {
-    return (static_cast<uint64_t>(rank) << 32) | left;
-  };
-  for (uint32_t i = 0; i + 1 < end; ++i) {
-    if (const Merge* merge = find_merge(symbols[i], symbols[i + 1])) {
-      heap.push_back(key(merge->rank, i));
-    }
-  }
-  const std::greater<uint64_t> later;
-  std::make_heap(heap.begin(), heap.end(), later);
-  const auto push = [&](uint32_t left, uint32_t right) {
-    if (const Merge* merge = find_merge(symbols[left], symbols[right])) {
-      heap.push_back(key(merge->rank, left));
-      std::push_heap(heap.begin(), heap.end(), later);
-    }
-  };
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), later);
-    const uint64_t top = heap.back();
-    heap.pop_back();
-    const auto left = static_cast<uint32_t>(top);
-    const uint32_t right = next[left];
-    if (symbols[left] == kGone || right == end) continue;
-    const Merge* merge = find_merge(symbols[left], symbols[right]);
-    if (merge == nullptr || merge->rank != static_cast<int32_t>(top >> 32)) continue;  // stale
-    symbols[left] = merge->merged_id;
-    symbols[right] = kGone;
-    next[left] = next[right];
-    if (next[left] != end) prev[next[left]] = left;
-    if (prev[left] != end) push(prev[left], left);
-    if (next[left] != end) push(left, next[left]);
-  }
-  std::erase(symbols, kGone);
-}
-
-void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, Algorithm algorithm,
-                                        MergeScratch& scratch, std::vector<int32_t>& out) const {
-  if (bytes.empty()) return;
-  if (ignore_merges_) {
-    if (const int32_t whole = token_id(bytes); whole >= 0) {
-      out.push_back(whole);
-      return;
-    }
-  }
-  std::vector<int32_t> symbols = initial_symbols(bytes);
-  if (algorithm == Algorithm::kFast) {
-    merge_fast(symbols, scratch);
-  } else {
-    merge_reference(symbols);
-  }
-  out.insert(out.end(), symbols.begin(), symbols.end());
-}
-
-void ByteLevelBpe::encode_span(std::string_view text, Algorithm algorithm, MergeScratch& scratch,
-                               std::vector<int32_t>& out) const {
-  std::string normalized;
-  if (nfc_) {
-    normalized = nfc(text);
-    text = normalized;
-  }
-  const auto split = [&](std::string_view part) {
-    for (std::string_view piece : split_pretokens(part, pattern_)) {
-      encode_pretoken_into(piece, algorithm, scratch, out);
-    }
-  };
-  if (digits_ == DigitSplit::kNone) {
-    split(text);
-    return;
-  }
-  for (std::string_view part : split_digits(text, digits_)) split(part);
-}
-
-// The longest added token at text[at..], by narrowing the sorted contents one byte at a time:
-// after `depth` bytes, [lo, hi) holds the contents that begin with text[at, at + depth), the
-// one equal to it (if any) first. Costs the match's depth times a binary search.
-const AddedToken* ByteLevelBpe::added_token_at(std::string_view text, size_t at) const {
-  const auto first = static_cast<uint8_t>(text[at]);
-  auto lo = added_sorted_.begin() + added_by_first_byte_[first];
-  auto hi = added_sorted_.begin() + added_by_first_byte_[first + 1];
-  const AddedToken* found = nullptr;
-  for (size_t depth = 1; lo != hi; ++depth) {
-    if (added_[*lo].content.size() == depth) found = &added_[*lo++];
-    if (at + depth >= text.size()) break;
-    // Every content left in [lo, hi) is longer than depth.
-    const auto byte = static_cast<uint8_t>(text[at + depth]);
-    const auto byte_of = [&](int32_t i) { return static_cast<uint8_t>(added_[i].content[depth]); };
-    lo = std::partition_point(lo, hi, [&](int32_t i) { return byte_of(i) < byte; });
-    hi = std::partition_point(lo, hi, [&](int32_t i) { return byte_of(i) == byte; });
-  }
-  return found;
-}
-
-// Every added token tried at `at`, longest first: O(number of added tokens).
-const AddedToken* ByteLevelBpe::added_token_at_reference(std::string_view text, size_t at) const {
-  for (const AddedToken& t : added_) {
-    if (text.compare(at, t.content.size(), t.content) == 0) return &t;
-  }
-  return nullptr;
-}
-
-std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_bos) const {
-  return encode_with(text, add_bos, Algorithm::kFast);
-}
-
-std::vector<int32_t> ByteLevelBpe::encode_reference(std::string_view text, bool add_bos) const {
-  return encode_with(text, add_bos, Algorithm::kReference);
-}
-
-std::vector<int32_t> ByteLevelBpe::encode_with(std::string_view text, bool add_bos,
-                                               Algorithm algorithm) const {
-  std::vector<int32_t> ids;
-  if (add_bos) {
-    if (bos_id_ < 0) fail("this byte-level BPE tokenizer has no BOS token; set add_bos=false");
-    ids.push_back(bos_id_);
-  }
-  MergeScratch scratch;
-  // Cut out added tokens (leftmost; the longest where several start at the same byte).
-  size_t span_begin = 0;
-  for (size_t at = 0; at < text.size();) {
-    const AddedToken* found = algorithm == Algorithm::kFast ? added_token_at(text, at)
-                                                            : added_token_at_reference(text, at);
-    if (!found) {
-      ++at;
-      continue;
-    }
-    encode_span(text.substr(span_begin, at - span_begin), algorithm, scratch, ids);
-    ids.push_back(found->id);
-    at += found->content.size();
-    span_begin = at;
-  }
-  encode_span(text.substr(span_begin), algorithm, scratch, ids);
-  return ids;
-}
-
-std::string ByteLevelBpe::decode(std::span<const int32_t> ids) const {
-  std::string text;
-  for (const int32_t id : ids) {
-    if (id < 0 || id >= vocab_size()) {
-      fail("token id {} is outside the vocabulary [0, {})", id, vocab_size());
-    }
-    if (!is_special_[id]) text += id_to_bytes_[id];
-  }
-  return text;
-}
+int32_t ByteLevelBpe::token_id(std::string_view bytes) const { return bytes_to_id_.find(bytes); }
 
 // A function-try-block: any field of the wrong JSON type (a "type" that is a list, found by
 // fuzz_tokenizer) is one error naming the file, whichever accessor meets it.

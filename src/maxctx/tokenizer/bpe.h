@@ -17,10 +17,11 @@
 //
 // Time (issue #34 N6): encode is O(n log n) in the text's length whatever the text, since a
 // pre-token can be the whole text (a run of one letter or of spaces): the merges go through a
-// min-heap of adjacent pairs, and the added tokens are found by narrowing a sorted list byte by
-// byte, so each byte of text costs at most the longest added token's length times a binary
-// search. encode_reference runs the plain algorithms (every pair rescanned after each merge,
-// every added token tried at every byte): the oracle the fast ones are tested against.
+// priority queue of adjacent pairs (bpe_encode.cpp), and the added tokens are found by narrowing
+// a sorted list byte by byte, so each byte of text costs at most the longest added token's
+// length times a binary search. encode_reference runs the plain algorithms (every pair
+// rescanned after each merge, every added token tried at every byte): the oracle the fast ones
+// are tested against. bench/tokenizer measures the time on hostile inputs.
 #pragma once
 
 #include <array>
@@ -29,9 +30,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "maxctx/tokenizer/bpe_tables.h"
 #include "maxctx/tokenizer/tokenizer.h"
 
 namespace maxctx::tokenizer {
@@ -135,10 +136,6 @@ class ByteLevelBpe final : public Tokenizer {
   int32_t token_id(std::string_view bytes) const;
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t merged_id;
-  };
   struct MergeScratch;  // the fast merge's buffers, reused across the pre-tokens of one text
   enum class Algorithm { kFast, kReference };
 
@@ -147,8 +144,7 @@ class ByteLevelBpe final : public Tokenizer {
                    std::vector<int32_t>& out) const;
   void encode_pretoken_into(std::string_view bytes, Algorithm algorithm, MergeScratch& scratch,
                             std::vector<int32_t>& out) const;
-  std::vector<int32_t> initial_symbols(std::string_view bytes) const;
-  const Merge* find_merge(int32_t left, int32_t right) const;
+  void initial_symbols(std::string_view bytes, std::vector<int32_t>& symbols) const;
   void merge_fast(std::vector<int32_t>& symbols, MergeScratch& scratch) const;
   void merge_reference(std::vector<int32_t>& symbols) const;
   const AddedToken* added_token_at(std::string_view text, size_t at) const;
@@ -160,12 +156,12 @@ class ByteLevelBpe final : public Tokenizer {
   bool ignore_merges_;
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
-  std::unordered_map<std::string, int32_t> bytes_to_id_;
-  std::vector<std::string> id_to_bytes_;        // raw bytes of every id ("" for unused ids)
-  std::vector<uint8_t> is_special_;             // per id: decodes to nothing
-  std::array<int32_t, 256> byte_id_{};          // the single-byte token of each byte, or -1
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
-  std::vector<AddedToken> added_;               // longest first
+  BpeTokenTable bytes_to_id_;
+  std::vector<std::string> id_to_bytes_;  // raw bytes of every id ("" for unused ids)
+  std::vector<uint8_t> is_special_;       // per id: decodes to nothing
+  std::array<int32_t, 256> byte_id_{};    // the single-byte token of each byte, or -1
+  BpeMergeTable merges_;
+  std::vector<AddedToken> added_;  // longest first
   // Indices into added_ sorted by content, one per content (the first in added_'s order);
   // added_by_first_byte_[b] .. [b + 1] is the part whose contents start with byte b.
   std::vector<int32_t> added_sorted_;
