@@ -66,32 +66,39 @@ const BpeMerge* BpeMergeTable::find_sparse(int32_t left, int32_t right) const {
 }
 
 void BpeTokenTable::insert(std::string bytes, int32_t id) {
-  std::vector<Slot> old = grown_for(slots_, count_);
-  if (!old.empty()) {
-    count_ = 0;
-    for (Slot& slot : old) {
-      if (slot.id >= 0) insert(std::move(slot.bytes), slot.id);
-    }
-  }
   const size_t hash = std::hash<std::string_view>()(bytes);
-  for (size_t i = first_slot(hash, slots_.size());; i = (i + 1) & (slots_.size() - 1)) {
-    if (slots_[i].id < 0) {
-      slots_[i] = Slot{hash, id, std::move(bytes)};
-      ++count_;
-      return;
+  if (find_entry(bytes, hash) >= 0) return;
+  if (!grown_for(slots_, bytes_.size()).empty()) {
+    for (size_t entry = 0; entry < bytes_.size(); ++entry) {
+      place(std::hash<std::string_view>()(bytes_[entry]), entry);
     }
-    if (slots_[i].hash == hash && slots_[i].bytes == bytes) return;
   }
+  place(hash, bytes_.size());
+  bytes_.push_back(std::move(bytes));
+  ids_.push_back(id);
+}
+
+void BpeTokenTable::place(size_t hash, size_t entry) {
+  size_t i = first_slot(hash, slots_.size());
+  while (slots_[i] != 0) i = (i + 1) & (slots_.size() - 1);
+  slots_[i] = slot_value(hash, entry);
+}
+
+int64_t BpeTokenTable::find_entry(std::string_view bytes, size_t hash) const {
+  if (slots_.empty()) return -1;
+  const uint64_t high = hash >> 32 << 32;
+  for (size_t i = first_slot(hash, slots_.size()); slots_[i] != 0;
+       i = (i + 1) & (slots_.size() - 1)) {
+    if ((slots_[i] >> 32 << 32) != high) continue;
+    const size_t entry = static_cast<uint32_t>(slots_[i]) - 1;
+    if (bytes_[entry] == bytes) return static_cast<int64_t>(entry);
+  }
+  return -1;
 }
 
 int32_t BpeTokenTable::find(std::string_view bytes) const {
-  if (slots_.empty()) return -1;
-  const size_t hash = std::hash<std::string_view>()(bytes);
-  for (size_t i = first_slot(hash, slots_.size());; i = (i + 1) & (slots_.size() - 1)) {
-    const Slot& slot = slots_[i];
-    if (slot.id < 0) return -1;
-    if (slot.hash == hash && slot.bytes == bytes) return slot.id;
-  }
+  const int64_t entry = find_entry(bytes, std::hash<std::string_view>()(bytes));
+  return entry < 0 ? -1 : ids_[entry];
 }
 
 }  // namespace maxctx::tokenizer

@@ -55,13 +55,16 @@ class BpeTokenTable {
   int32_t find(std::string_view bytes) const;  // -1 when absent
 
  private:
-  struct Slot {
-    size_t hash = 0;
-    int32_t id = -1;  // -1: empty
-    std::string bytes;
-  };
-  std::vector<Slot> slots_;
-  size_t count_ = 0;
+  // A slot is (the hash's high 32 bits << 32 | 1 + the entry's index), 0 when empty: 8 bytes,
+  // so that the slots of a 128K vocabulary fit in 2 MB and a miss (most pre-tokens of text
+  // that is not words) costs one probe there.
+  static uint64_t slot_value(size_t hash, size_t entry) { return (hash >> 32 << 32) | (entry + 1); }
+  int64_t find_entry(std::string_view bytes, size_t hash) const;
+  void place(size_t hash, size_t entry);
+
+  std::vector<uint64_t> slots_;
+  std::vector<std::string> bytes_;  // per entry
+  std::vector<int32_t> ids_;
 };
 
 }  // namespace maxctx::tokenizer
