@@ -343,18 +343,25 @@ TEST(ByteLevelBpe, SparseIdsAreRefusedBeforeTheTablesAreAllocated) {
   expect_load_error(sparse, "token ids are too sparse: the largest id is 400000000");
 }
 
+// The 256 byte tokens (ids 0..255 in byte order), then `tokens` (ids from 256, ASCII), and
+// `merges` in rank order, for the GPT-2 pattern.
+BpeModelSpec bytes_and(const std::vector<std::string>& tokens,
+                       std::vector<std::pair<std::string, std::string>> merges) {
+  BpeModelSpec spec;
+  for (int b = 0; b < 256; ++b) {
+    spec.vocab.emplace_back(spelled(std::string(1, static_cast<char>(b))), b);
+  }
+  for (const std::string& token : tokens) {
+    spec.vocab.emplace_back(token, static_cast<int32_t>(spec.vocab.size()));
+  }
+  spec.merges = std::move(merges);
+  return spec;
+}
+
 // Added tokens that are prefixes of one another, share first bytes, repeat a content under two
 // ids (the first listed wins), and start with bytes >= 0x80 (the sorted order is unsigned).
 TEST(AddedTokenMatcher, LeftmostLongestAsTheReference) {
-  BpeModelSpec spec;
-  for (int b = 0; b < 256; ++b) {
-    std::string spelled;
-    unicode::append_utf8(byte_to_unicode()[b], spelled);
-    spec.vocab.emplace_back(spelled, b);
-  }
-  spec.merges = {{"a", "b"}, {"ab", "c"}};
-  spec.vocab.emplace_back("ab", 256);
-  spec.vocab.emplace_back("abc", 257);
+  BpeModelSpec spec = bytes_and({"ab", "abc"}, {{"a", "b"}, {"ab", "c"}});
   const std::vector<std::string> added = {"<",        "<a",   "<ab", "<abc>", "ab>",   "<ab",
                                           "\xC3\xA9", "\xC3", "c<a", "bc",    "<abc>>"};
   for (size_t i = 0; i < added.size(); ++i) {
@@ -377,19 +384,12 @@ TEST(AddedTokenMatcher, LeftmostLongestAsTheReference) {
 // merge's queue must go back to a lower rank, and to positions left of where it was, exactly as
 // the rescan does. Long pre-tokens, so that the queue for long ones is the one used.
 TEST(ByteLevelBpe, MergesOutOfRankOrderAsTheReference) {
-  BpeModelSpec spec;
-  for (int b = 0; b < 256; ++b) {
-    std::string spelled;
-    unicode::append_utf8(byte_to_unicode()[b], spelled);
-    spec.vocab.emplace_back(spelled, b);
-  }
-  spec.merges = {{"ab", "c"}, {"a", "b"}, {"c", "a"}, {"abc", "abc"},
-                 {"b", "ca"}, {"c", "c"}, {"a", "a"}, {"aa", "aa"}};
-  int32_t id = 256;
-  for (const char* token : {"ab", "abc", "ca", "abcabc", "bca", "cc", "aa", "aaaa"}) {
-    spec.vocab.emplace_back(token, id++);
-  }
-  const ByteLevelBpe bpe(spec, "test");
+  // Rank 0 needs "ab", which only rank 1 makes.
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"ab", "c"}, {"a", "b"}, {"c", "a"}, {"abc", "abc"},
+      {"b", "ca"}, {"c", "c"}, {"a", "a"}, {"aa", "aa"}};
+  const ByteLevelBpe bpe(
+      bytes_and({"ab", "abc", "ca", "abcabc", "bca", "cc", "aa", "aaaa"}, merges), "test");
   EXPECT_EQ(bpe.encode_pretoken("abcabc"), (std::vector<int32_t>{259}));
   std::mt19937 rng(11);
   for (int trial = 0; trial < 60; ++trial) {
