@@ -226,8 +226,12 @@ fs::path assets_dir() {
 
 int main(int argc, char** argv) {
   Options o;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
+    if (i + 1 == argc) {
+      std::fprintf(stderr, "tokenizer_bench: %s needs a value\n", flag.c_str());
+      return 2;
+    }
     const std::string value = argv[i + 1];
     if (flag == "--bytes") {
       o.bytes = std::stoull(value);
