@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -340,6 +341,62 @@ TEST(ByteLevelBpe, SparseIdsAreRefusedBeforeTheTablesAreAllocated) {
   json sparse = tiny_tokenizer_json();
   sparse["added_tokens"][2]["id"] = 400000000;
   expect_load_error(sparse, "token ids are too sparse: the largest id is 400000000");
+}
+
+// The 256 byte tokens (ids 0..255 in byte order), then `tokens` (ids from 256, ASCII), and
+// `merges` in rank order, for the GPT-2 pattern.
+BpeModelSpec bytes_and(const std::vector<std::string>& tokens,
+                       std::vector<std::pair<std::string, std::string>> merges) {
+  BpeModelSpec spec;
+  for (int b = 0; b < 256; ++b) {
+    spec.vocab.emplace_back(spelled(std::string(1, static_cast<char>(b))), b);
+  }
+  for (const std::string& token : tokens) {
+    spec.vocab.emplace_back(token, static_cast<int32_t>(spec.vocab.size()));
+  }
+  spec.merges = std::move(merges);
+  return spec;
+}
+
+// Added tokens that are prefixes of one another, share first bytes, repeat a content under two
+// ids (the first listed wins), and start with bytes >= 0x80 (the sorted order is unsigned).
+TEST(AddedTokenMatcher, LeftmostLongestAsTheReference) {
+  BpeModelSpec spec = bytes_and({"ab", "abc"}, {{"a", "b"}, {"ab", "c"}});
+  const std::vector<std::string> added = {"<",        "<a",   "<ab", "<abc>", "ab>",   "<ab",
+                                          "\xC3\xA9", "\xC3", "c<a", "bc",    "<abc>>"};
+  for (size_t i = 0; i < added.size(); ++i) {
+    spec.added_tokens.push_back({added[i], 300 + static_cast<int32_t>(i), false});
+  }
+  const ByteLevelBpe bpe(spec, "test");
+  EXPECT_EQ(bpe.encode("x<ab y", false), (std::vector<int32_t>{'x', 302, ' ', 'y'}));
+  std::mt19937 rng(7);
+  const std::string alphabet[] = {"<", "a", "b", "c", ">", " ", "\xC3\xA9", "\xC3"};
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += alphabet[rng() % 8];
+    EXPECT_EQ(bpe.encode(text, false), bpe.encode_reference(text, false))
+        << json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+}
+
+// Merges whose ranks do not follow the order the tokens were built in (a hand-written file may
+// do that; trained ones never do): merging (a, b) makes (ab, c), which ranks lower, so the fast
+// merge's queue must go back to a lower rank, and to positions left of where it was, exactly as
+// the rescan does. Long pre-tokens, so that the queue for long ones is the one used.
+TEST(ByteLevelBpe, MergesOutOfRankOrderAsTheReference) {
+  // Rank 0 needs "ab", which only rank 1 makes.
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"ab", "c"}, {"a", "b"}, {"c", "a"}, {"abc", "abc"},
+      {"b", "ca"}, {"c", "c"}, {"a", "a"}, {"aa", "aa"}};
+  const ByteLevelBpe bpe(
+      bytes_and({"ab", "abc", "ca", "abcabc", "bca", "cc", "aa", "aaaa"}, merges), "test");
+  EXPECT_EQ(bpe.encode_pretoken("abcabc"), (std::vector<int32_t>{259}));
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    std::string text;
+    for (int i = 0; i < 300; ++i) text += "abc"[rng() % (trial % 2 ? 3 : 2)];
+    EXPECT_EQ(bpe.encode_pretoken(text), bpe.encode_pretoken_reference(text)) << text;
+  }
 }
 
 }  // namespace

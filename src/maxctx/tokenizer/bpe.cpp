@@ -1,4 +1,5 @@
-// Byte-level BPE: the model (merges over token ids) and its two file formats. See bpe.h.
+// Byte-level BPE: the model (merges over token ids) and its file formats; encoding is in
+// bpe_encode.cpp. See bpe.h.
 #include "maxctx/tokenizer/bpe.h"
 
 #include <fmt/format.h>
@@ -26,10 +27,6 @@ using nlohmann::json;
 // may hold any) are replaced rather than making the quoting throw (issue #34 N10).
 std::string json_quoted(std::string_view text) {
   return json(std::string(text)).dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-uint64_t pair_key(int32_t left, int32_t right) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
 
 std::string read_file(const fs::path& path, const char* what) {
@@ -259,7 +256,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     }
     claim(id, spelled);
     id_to_bytes_[id] = *bytes;
-    bytes_to_id_.emplace(std::move(*bytes), id);
+    bytes_to_id_.insert(std::move(*bytes), id);
   }
   for (const AddedToken& t : spec.added_tokens) {
     if (t.content.empty()) fail("{}: added token {} is empty", origin, t.id);
@@ -274,9 +271,22 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   std::stable_sort(added_.begin(), added_.end(), [](const AddedToken& a, const AddedToken& b) {
     return a.content.size() > b.content.size();
   });
-  for (size_t i = 0; i < added_.size(); ++i) {
-    added_by_first_byte_[static_cast<uint8_t>(added_[i].content[0])].push_back(
-        static_cast<int32_t>(i));
+  // The matcher's index. Of added tokens with the same content the first in added_ wins, as it
+  // would in a longest-first scan; std::string orders bytes as unsigned, as the matcher does.
+  added_sorted_.resize(added_.size());
+  for (size_t i = 0; i < added_.size(); ++i) added_sorted_[i] = static_cast<int32_t>(i);
+  std::stable_sort(added_sorted_.begin(), added_sorted_.end(),
+                   [&](int32_t a, int32_t b) { return added_[a].content < added_[b].content; });
+  added_sorted_.erase(
+      std::unique(added_sorted_.begin(), added_sorted_.end(),
+                  [&](int32_t a, int32_t b) { return added_[a].content == added_[b].content; }),
+      added_sorted_.end());
+  for (int b = 0; b < 256; ++b) {
+    added_by_first_byte_[b + 1] = static_cast<uint32_t>(
+        std::partition_point(
+            added_sorted_.begin(), added_sorted_.end(),
+            [&](int32_t i) { return static_cast<uint8_t>(added_[i].content[0]) <= b; }) -
+        added_sorted_.begin());
   }
   // A byte without a single-byte token (SmolLM2 lacks 21 control bytes) is dropped when met, or
   // becomes unk_token: tokenizers' BPE does so for any character absent from the vocabulary.
@@ -295,11 +305,11 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     // tiktoken: a pair merges when its concatenation is a token, ranked by that token's rank.
     for (int32_t id = 0; id < static_cast<int32_t>(id_to_bytes_.size()); ++id) {
       const std::string& bytes = id_to_bytes_[id];
-      if (bytes.size() < 2 || !used[id] || bytes_to_id_.count(bytes) == 0) continue;
+      if (bytes.size() < 2 || !used[id] || bytes_to_id_.find(bytes) < 0) continue;
       for (size_t k = 1; k < bytes.size(); ++k) {
         const int32_t l = token_id(std::string_view(bytes).substr(0, k));
         const int32_t r = token_id(std::string_view(bytes).substr(k));
-        if (l >= 0 && r >= 0) merges_.emplace(pair_key(l, r), Merge{id, id});
+        if (l >= 0 && r >= 0) merges_.insert(l, r, BpeMerge{id, id});
       }
     }
   }
@@ -318,7 +328,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
     const int32_t r = id_of(right, rank);
     const int32_t merged = id_of(left + right, rank);
     // A repeated merge keeps its first (lowest) rank, as the reference implementations do.
-    merges_.emplace(pair_key(l, r), Merge{static_cast<int32_t>(rank), merged});
+    merges_.insert(l, r, BpeMerge{static_cast<int32_t>(rank), merged});
   }
   const auto special_id = [&](const std::string& content, const char* what) {
     if (content.empty()) return int32_t{-1};
@@ -336,114 +346,7 @@ ByteLevelBpe::ByteLevelBpe(BpeModelSpec spec, const std::string& origin)
   if (eos_id_ >= 0) is_special_[eos_id_] = 1;
 }
 
-int32_t ByteLevelBpe::token_id(std::string_view bytes) const {
-  const auto it = bytes_to_id_.find(std::string(bytes));
-  return it == bytes_to_id_.end() ? -1 : it->second;
-}
-
-std::vector<int32_t> ByteLevelBpe::encode_pretoken(std::string_view bytes) const {
-  std::vector<int32_t> ids;
-  encode_pretoken_into(bytes, ids);
-  return ids;
-}
-
-void ByteLevelBpe::encode_pretoken_into(std::string_view bytes, std::vector<int32_t>& out) const {
-  if (bytes.empty()) return;
-  if (ignore_merges_) {
-    if (const int32_t whole = token_id(bytes); whole >= 0) {
-      out.push_back(whole);
-      return;
-    }
-  }
-  std::vector<int32_t> symbols;
-  symbols.reserve(bytes.size());
-  bool after_unk = false;
-  for (const char byte : bytes) {
-    const int32_t id = byte_id_[static_cast<uint8_t>(byte)];
-    if (id >= 0) {
-      symbols.push_back(id);
-    } else if (unk_id_ >= 0 && !(fuse_unk_ && after_unk)) {
-      symbols.push_back(unk_id_);
-    }
-    after_unk = id < 0;
-  }
-  // Merge the lowest-ranked adjacent pair, leftmost first, until no pair has a rank. Quadratic
-  // in the pre-token's length, which the split keeps short (words, digit groups, space runs).
-  while (symbols.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max();
-    size_t best = 0;
-    int32_t best_id = -1;
-    for (size_t i = 0; i + 1 < symbols.size(); ++i) {
-      const auto it = merges_.find(pair_key(symbols[i], symbols[i + 1]));
-      if (it != merges_.end() && it->second.rank < best_rank) {
-        best_rank = it->second.rank;
-        best = i;
-        best_id = it->second.merged_id;
-      }
-    }
-    if (best_id < 0) break;
-    symbols[best] = best_id;
-    symbols.erase(symbols.begin() + static_cast<std::ptrdiff_t>(best) + 1);
-  }
-  out.insert(out.end(), symbols.begin(), symbols.end());
-}
-
-void ByteLevelBpe::encode_span(std::string_view text, std::vector<int32_t>& out) const {
-  std::string normalized;
-  if (nfc_) {
-    normalized = nfc(text);
-    text = normalized;
-  }
-  const auto split = [&](std::string_view part) {
-    for (std::string_view piece : split_pretokens(part, pattern_)) encode_pretoken_into(piece, out);
-  };
-  if (digits_ == DigitSplit::kNone) {
-    split(text);
-    return;
-  }
-  for (std::string_view part : split_digits(text, digits_)) split(part);
-}
-
-std::vector<int32_t> ByteLevelBpe::encode(std::string_view text, bool add_bos) const {
-  std::vector<int32_t> ids;
-  if (add_bos) {
-    if (bos_id_ < 0) fail("this byte-level BPE tokenizer has no BOS token; set add_bos=false");
-    ids.push_back(bos_id_);
-  }
-  // Cut out added tokens (leftmost; the longest where several start at the same byte).
-  size_t span_begin = 0;
-  for (size_t at = 0; at < text.size();) {
-    const AddedToken* found = nullptr;
-    for (const int32_t index : added_by_first_byte_[static_cast<uint8_t>(text[at])]) {
-      const AddedToken& t = added_[index];
-      if (text.compare(at, t.content.size(), t.content) == 0) {
-        found = &t;
-        break;
-      }
-    }
-    if (!found) {
-      ++at;
-      continue;
-    }
-    encode_span(text.substr(span_begin, at - span_begin), ids);
-    ids.push_back(found->id);
-    at += found->content.size();
-    span_begin = at;
-  }
-  encode_span(text.substr(span_begin), ids);
-  return ids;
-}
-
-std::string ByteLevelBpe::decode(std::span<const int32_t> ids) const {
-  std::string text;
-  for (const int32_t id : ids) {
-    if (id < 0 || id >= vocab_size()) {
-      fail("token id {} is outside the vocabulary [0, {})", id, vocab_size());
-    }
-    if (!is_special_[id]) text += id_to_bytes_[id];
-  }
-  return text;
-}
+int32_t ByteLevelBpe::token_id(std::string_view bytes) const { return bytes_to_id_.find(bytes); }
 
 // A function-try-block: any field of the wrong JSON type (a "type" that is a list, found by
 // fuzz_tokenizer) is one error naming the file, whichever accessor meets it.

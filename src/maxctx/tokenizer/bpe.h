@@ -14,6 +14,14 @@
 // files. Not supported, and refused at load with the component named: other normalizers,
 // add_prefix_space, dropout, byte_fallback, subword prefixes/suffixes, other split patterns,
 // added tokens that strip whitespace or match single words.
+//
+// Time (issue #34 N6): encode is O(n log n) in the text's length whatever the text, since a
+// pre-token can be the whole text (a run of one letter or of spaces): the merges go through a
+// priority queue of adjacent pairs (bpe_encode.cpp), and the added tokens are found by narrowing
+// a sorted list byte by byte, so each byte of text costs at most the longest added token's
+// length times a binary search. encode_reference runs the plain algorithms (every pair
+// rescanned after each merge, every added token tried at every byte): the oracle the fast ones
+// are tested against. bench/tokenizer measures the time on hostile inputs.
 #pragma once
 
 #include <array>
@@ -22,9 +30,9 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
+#include "maxctx/tokenizer/bpe_tables.h"
 #include "maxctx/tokenizer/tokenizer.h"
 
 namespace maxctx::tokenizer {
@@ -111,6 +119,9 @@ class ByteLevelBpe final : public Tokenizer {
   static std::unique_ptr<ByteLevelBpe> from_tiktoken(const std::filesystem::path& path);
 
   std::vector<int32_t> encode(std::string_view text, bool add_bos) const override;
+  // The same ids by the plain algorithms, quadratic in a pre-token's length and in the number of
+  // added tokens: for tests only.
+  std::vector<int32_t> encode_reference(std::string_view text, bool add_bos) const;
   std::string decode(std::span<const int32_t> ids) const override;
   int32_t bos_id() const override { return bos_id_; }
   int32_t eos_id() const override { return eos_id_; }
@@ -120,16 +131,24 @@ class ByteLevelBpe final : public Tokenizer {
   SplitPattern pattern() const { return pattern_; }
   // The ids of one pre-token's bytes through the merges alone (no split, no added tokens).
   std::vector<int32_t> encode_pretoken(std::string_view bytes) const;
+  std::vector<int32_t> encode_pretoken_reference(std::string_view bytes) const;
   // The id of a token given by its raw bytes; -1 when absent.
   int32_t token_id(std::string_view bytes) const;
 
  private:
-  struct Merge {
-    int32_t rank;
-    int32_t merged_id;
-  };
-  void encode_span(std::string_view text, std::vector<int32_t>& out) const;
-  void encode_pretoken_into(std::string_view bytes, std::vector<int32_t>& out) const;
+  struct MergeScratch;  // the fast merge's buffers, reused across the pre-tokens of one text
+  enum class Algorithm { kFast, kReference };
+
+  std::vector<int32_t> encode_with(std::string_view text, bool add_bos, Algorithm algorithm) const;
+  void encode_span(std::string_view text, Algorithm algorithm, MergeScratch& scratch,
+                   std::vector<int32_t>& out) const;
+  void encode_pretoken_into(std::string_view bytes, Algorithm algorithm, MergeScratch& scratch,
+                            std::vector<int32_t>& out) const;
+  void initial_symbols(std::string_view bytes, std::vector<int32_t>& symbols) const;
+  void merge_fast(std::vector<int32_t>& symbols, MergeScratch& scratch) const;
+  void merge_reference(std::vector<int32_t>& symbols) const;
+  const AddedToken* added_token_at(std::string_view text, size_t at) const;
+  const AddedToken* added_token_at_reference(std::string_view text, size_t at) const;
 
   SplitPattern pattern_;
   DigitSplit digits_;
@@ -137,13 +156,16 @@ class ByteLevelBpe final : public Tokenizer {
   bool ignore_merges_;
   int32_t unk_id_ = -1;
   bool fuse_unk_ = false;
-  std::unordered_map<std::string, int32_t> bytes_to_id_;
-  std::vector<std::string> id_to_bytes_;        // raw bytes of every id ("" for unused ids)
-  std::vector<uint8_t> is_special_;             // per id: decodes to nothing
-  std::array<int32_t, 256> byte_id_{};          // the single-byte token of each byte, or -1
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> merge
-  std::vector<AddedToken> added_;               // longest first
-  std::array<std::vector<int32_t>, 256> added_by_first_byte_;  // indices into added_, in order
+  BpeTokenTable bytes_to_id_;
+  std::vector<std::string> id_to_bytes_;  // raw bytes of every id ("" for unused ids)
+  std::vector<uint8_t> is_special_;       // per id: decodes to nothing
+  std::array<int32_t, 256> byte_id_{};    // the single-byte token of each byte, or -1
+  BpeMergeTable merges_;
+  std::vector<AddedToken> added_;  // longest first
+  // Indices into added_ sorted by content, one per content (the first in added_'s order);
+  // added_by_first_byte_[b] .. [b + 1] is the part whose contents start with byte b.
+  std::vector<int32_t> added_sorted_;
+  std::array<uint32_t, 257> added_by_first_byte_{};
   int32_t bos_id_ = -1;
   int32_t eos_id_ = -1;
 };

@@ -6,8 +6,11 @@
 // the match. Each alternative below is a function of the position returning where its match
 // ends, or `kNoMatch`; the comments give the backtracking argument where it is not a plain run.
 // Every position matches some alternative (a character is a letter, a number, whitespace or
-// "other"), so the pieces tile the text.
+// "other"), so the pieces tile the text. Linear in the text: an alternative scans only what it
+// takes, except that a whitespace run may be scanned a few times (forward, back to its last line
+// break, then by the next match).
 #include <algorithm>
+#include <cstdint>
 
 #include "maxctx/tokenizer/bpe.h"
 #include "maxctx/tokenizer/bpe_unicode.h"
@@ -133,9 +136,10 @@ struct CodePoints {
   size_t size() const { return cp.size(); }
   bool is(size_t i, CharClass c) const { return i < size() && cls[i] == c; }
   bool is_crlf(size_t i) const { return i < size() && (cp[i] == '\r' || cp[i] == '\n'); }
-  // End of the maximal run of class c starting at i (i itself when cls[i] != c).
-  size_t run(size_t i, CharClass c) const {
-    while (is(i, c)) ++i;
+  // End of the maximal run of class c starting at i (i itself when cls[i] != c), stopping at
+  // `limit`: a bounded quantifier must not scan the whole run (issue #34 N6).
+  size_t run(size_t i, CharClass c, size_t limit = SIZE_MAX) const {
+    while (i < limit && is(i, c)) ++i;
     return i;
   }
 };
@@ -187,7 +191,7 @@ size_t next_llama3(const CodePoints& t, size_t i, size_t max_digits) {
     return t.run(i + 1, CharClass::kLetter);
   }
   // \p{N}{1,3} (Qwen2: \p{N})
-  if (t.is(i, CharClass::kNumber)) return std::min(i + max_digits, t.run(i, CharClass::kNumber));
+  if (t.is(i, CharClass::kNumber)) return t.run(i, CharClass::kNumber, i + max_digits);
   // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
   const size_t j = (t.cp[i] == ' ' && t.is(i + 1, CharClass::kOther)) ? i + 1 : i;
   if (t.is(j, CharClass::kOther)) {
