@@ -97,6 +97,13 @@ int run_decode(const Args& args) {
   for (const auto& tokens : result.tokens) generated += static_cast<int64_t>(tokens.size());
   log::info("{} slots x up to {} tokens on context_autoregressive = {}: {} tokens in {:.3f} s",
             settings.slots, out.size(), engine.ca(), generated, seconds);
+  if (const auto transfers = engine.decode_transfers(); transfers && transfers->steps > 0) {
+    // The sampled rows' logits, which the host's sampler reads, are a decode step's readback.
+    log::info("device readbacks per decode step: {:.2f} ({:.2f} host waits), over {} steps",
+              static_cast<double>(transfers->counts.readbacks) / transfers->steps,
+              static_cast<double>(transfers->counts.host_waits) / transfers->steps,
+              transfers->steps);
+  }
   if (tokenizer != nullptr) {
     log::info("Input `{}` -> `{}`", config.prompt, detokenize(*tokenizer, out));
   } else {

@@ -129,6 +129,11 @@ decode() {  # decode <case> <ranks> <key=value ...>: 4 slots of the tiny_llama f
     "${py[@]}" decode "$work/$name.$hardware.log" "$work/$name.$hardware.txt"
   done
   same "$name"
+  # A decode step reads back once: the sampled rows' logits (issue #32's readback rule).
+  grep -q "device readbacks per decode step: 1.00 (1.00 host waits)" "$work/$name.gpu.log" || {
+    echo "FAIL: $name: $(grep "device readbacks" "$work/$name.gpu.log" || echo no readback count)"
+    exit 1
+  }
 }
 decode decode_np1 1
 decode decode_sequence_ca2 2 context_autoregressive_decode=sequence

@@ -456,6 +456,7 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
       fail("slot {}: token id {} outside the vocabulary 0..{}", b, tokens[b], V - 1);
     }
   }
+  const std::optional<kernels::TransferCounts> transfers_before = kernels_.transfer_counts();
   const int64_t local = local_slots(), first = first_local_slot();
   tokens_.resize(static_cast<size_t>(local));
   positions_.resize(tokens_.size());
@@ -487,6 +488,13 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   gather_groups();
   for (int64_t b = 0; b < B; ++b) {
     if (active[b]) ++length_[b];
+  }
+  if (transfers_before) {
+    if (!decode_transfers_) decode_transfers_.emplace();
+    const kernels::TransferCounts step = *kernels_.transfer_counts() - *transfers_before;
+    decode_transfers_->steps += 1;
+    decode_transfers_->counts.readbacks += step.readbacks;
+    decode_transfers_->counts.host_waits += step.host_waits;
   }
   return logits_;
 }

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -119,6 +120,14 @@ class InferenceEngine {
   const std::vector<float>& decode_step(std::span<const int32_t> tokens,
                                         std::span<const uint8_t> active);
 
+  // What the decode steps so far read back from a device backend and waited for, with the
+  // number of steps (Kernels::transfer_counts; nullopt on the cpu, whose memory is the host's).
+  struct DecodeTransfers {
+    int64_t steps = 0;
+    kernels::TransferCounts counts;
+  };
+  std::optional<DecodeTransfers> decode_transfers() const { return decode_transfers_; }
+
   // Prefill, then sample and decode until every slot drew eos_id or reached max_target_length.
   GenerateResult generate(const std::vector<std::vector<int32_t>>& prompts,
                           bool keep_logits = false);
@@ -173,6 +182,7 @@ class InferenceEngine {
   const Communicator& ca_;
   const Communicator& expert_;
   const Communicator& devices_;
+  std::optional<DecodeTransfers> decode_transfers_;
   parallel::InferenceParallelPlans plans_;  // cache, prefill/decode attention, row split
   std::unique_ptr<model::InferenceWeights> inference_weights_;
   model::InferenceWorkspace ws_;
