@@ -185,6 +185,7 @@ class CudaAllocator final : public Allocator {
     return held;
   }
   std::optional<CommittedBytes> committed_bytes() const override { return committed_.read(); }
+  void count_outside(int64_t bytes) const { committed_.add(bytes); }
   void reset_peak() const override { committed_.reset_peak(); }
   void copy_to_host(void* host, const void* memory, size_t bytes) const override {
     if (bytes == 0) return;
@@ -298,16 +299,22 @@ const Allocator& cuda_allocator() {
   return kAllocator;
 }
 
+void count_outside_memory(int64_t bytes) {
+  static_cast<const CudaAllocator&>(cuda_allocator()).count_outside(bytes);
+}
+
 void* scratch(Scratch slot, size_t bytes) {
   static ScratchBuffers buffers;
   const auto i = static_cast<size_t>(slot);
   if (buffers.bytes[i] < bytes) {
     if (buffers.data[i] != nullptr) MAXCTX_CUDA_CHECK(cudaFree(buffers.data[i]));
+    count_outside_memory(-static_cast<int64_t>(buffers.bytes[i]));
     buffers.data[i] = nullptr;
     buffers.bytes[i] = 0;
     const size_t grown = bytes + bytes / 4;  // amortize growth
     MAXCTX_CUDA_CHECK(cudaMalloc(&buffers.data[i], grown));
     buffers.bytes[i] = grown;
+    count_outside_memory(static_cast<int64_t>(grown));
   }
   return buffers.data[i];
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "maxctx/core/device.h"
 
@@ -12,6 +13,11 @@ namespace maxctx::kernels::cuda {
 // kBufferAlignment). Copies are synchronous cudaMemcpy calls on the legacy default stream, so
 // they are ordered after every kernel launched before them.
 const Allocator& cuda_allocator();
+
+// Device memory held outside cuda_allocator()'s allocations (the scratch below, the flash
+// attention's stream-ordered temporaries): `bytes` added to its committed count (negative: handed
+// back), so that Allocator::committed_bytes is everything this rank holds on the device.
+void count_outside_memory(int64_t bytes);
 
 // Scratch an op uses within one call, grown to its largest use and kept: `slot` names the use,
 // so that one op can hold several at once. Contents are undefined. The backend is driven from

@@ -50,8 +50,8 @@ Shape make_shape(const AttentionParams& p, int tile_rows, int block_k, bool pack
 class Scratch {
  public:
   Scratch(size_t bytes, void* stream)
-      : stream_(stream), data_(flash::scratch_alloc(bytes, stream)) {}
-  ~Scratch() { flash::scratch_free(data_, stream_); }
+      : stream_(stream), bytes_(bytes), data_(flash::scratch_alloc(bytes, stream)) {}
+  ~Scratch() { flash::scratch_free(data_, bytes_, stream_); }
   Scratch(const Scratch&) = delete;
   Scratch& operator=(const Scratch&) = delete;
   template <typename T>
@@ -61,6 +61,7 @@ class Scratch {
 
  private:
   void* stream_;
+  size_t bytes_;
   void* data_;
 };
 

@@ -69,8 +69,9 @@ void launch_block_bounds(BlockBounds* bounds, const int32_t* pos, const int32_t*
 void launch_row_delta(float* delta, const void* d_out, Elem d_out_type, const void* out,
                       Elem out_type, Elem in_type, int batch, int seq_q, int heads_q, int dim,
                       void* stream);
-void* scratch_alloc(size_t bytes, void* stream);  // stream-ordered; never null
-void scratch_free(void* data, void* stream);
+// Stream-ordered temporaries, counted in the allocator's committed bytes while held.
+void* scratch_alloc(size_t bytes, void* stream);  // never null
+void scratch_free(void* data, size_t bytes, void* stream);
 // Waits for the stream, then copies count bounds to the host.
 void copy_bounds_to_host(BlockBounds* host, const BlockBounds* device, size_t count, void* stream);
 

@@ -1,5 +1,6 @@
 // The small kernels around the CUDA flash attention: per-block position/segment ranges (what
 // tiles are classified from), delta = rowsum(dO∘O) for the backward, and stream-ordered scratch.
+#include "maxctx/kernels/cuda/allocator.h"
 #include "maxctx/kernels/cuda/cuda_check.h"
 #include "maxctx/kernels/cuda/flash_common.cuh"
 
@@ -80,12 +81,15 @@ void* scratch_alloc(size_t bytes, void* stream) {
   void* data = nullptr;
   MAXCTX_CUDA_CHECK(
       cudaMallocAsync(&data, bytes > 0 ? bytes : 1, static_cast<cudaStream_t>(stream)));
+  count_outside_memory(static_cast<int64_t>(bytes));
   return data;
 }
 
-void scratch_free(void* data, void* stream) {
+void scratch_free(void* data, size_t bytes, void* stream) {
   // Called from destructors: an error here is left for the next checked call to report.
-  if (data != nullptr) cudaFreeAsync(data, static_cast<cudaStream_t>(stream));
+  if (data == nullptr) return;
+  cudaFreeAsync(data, static_cast<cudaStream_t>(stream));
+  count_outside_memory(-static_cast<int64_t>(bytes));
 }
 
 void copy_bounds_to_host(BlockBounds* host, const BlockBounds* device, size_t count, void* stream) {
