@@ -11,6 +11,7 @@
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/memory_estimate.h"
+#include "maxctx/model/model_record.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/parallelize.h"
 
@@ -113,7 +114,7 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
     m.config = model::llama_config_from_hf(config_json);
     model::apply_precision(c, m.config);
   } else {
-    m.config = model::llama_config_from(c);
+    m.config = model::checkpoint_model(c, dir);  // the model it records, else the config's
   }
   check_weights_fit(m.config, group.size(), int8, ca.size());
   const auto specs =
@@ -142,9 +143,11 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
                    model::load_weights(kernels, part, out, tensors);
                  });
   }
-  m.source = fs::exists(config_json)
-                 ? fmt::format("{} (dimensions from its config.json)", dir)
-                 : fmt::format("{} (dimensions from model '{}')", dir, c.model_name);
+  m.source = fs::exists(config_json) ? fmt::format("{} (dimensions from its config.json)", dir)
+                                     : fmt::format("{} (dimensions from {})", dir,
+                                                   model::read_recorded_model(dir)
+                                                       ? std::string("its recorded model")
+                                                       : fmt::format("model '{}'", c.model_name));
   return m;
 }
 
