@@ -6,7 +6,7 @@
 #  - load_full_state_path of it in a new run with a contradicting rope_max_timescale;
 # and in one process: `maxctx export` with a contradicting rope_max_timescale or layer count.
 # `maxctx export` with no model keys at all writes the recorded model (RoPE base, tied head,
-# dimensions), not configs/base.yml's.
+# dimensions), not configs/base.yml's; decode of the checkpoint runs it too.
 #   model_record.sh <build dir> <source dir>
 set -euo pipefail
 src=$2
@@ -56,4 +56,14 @@ bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
 assert not bad, f"config.json differs from the recorded model: {bad}"
 print("export without model keys wrote the recorded model:", {k: c[k] for k in want})
 PY
+# decode of the checkpoint: the recorded model too, with no model keys; a contradicting one fails.
+decode=(timeout 60 "$maxctx" decode "$src/configs/base.yml" load_parameters_path="$checkpoint"
+  per_device_batch_size=1 max_prefill_predict_length=8 max_target_length=12 prompt="1 2 3"
+  base_output_directory="$work")
+"${decode[@]}" > "$work/decode.log" 2>&1 ||
+  { echo "FAIL: decode without model keys"; tail "$work/decode.log"; exit 1; }
+grep -q "dimensions from its recorded model" "$work/decode.log" ||
+  { echo "FAIL: decode did not use the recorded model"; grep -v "^Config" "$work/decode.log"; exit 1; }
+expect_failure "$work/decode_tied.log" 10 "tie_embeddings true, this run's has false" \
+  "${decode[@]}" logits_via_embedding=false
 echo "model_record: OK"

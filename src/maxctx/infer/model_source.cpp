@@ -129,7 +129,8 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
     m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
     m.int8 = model::read_int8_checkpoint(kernels, layout, m.weights.view(), dir);
   } else {
-    if (model::is_int8_checkpoint(dir)) {
+    // A training checkpoint (index.json over its shards) is never an int8 one.
+    if (!fs::exists(fs::path(dir) / io::kSliceIndexName) && model::is_int8_checkpoint(dir)) {
       fail(
           "{} is a quantized checkpoint (int8 projections): load it with "
           "checkpoint_is_quantized=true quantization=int8",
