@@ -59,6 +59,15 @@ def permute(w, n_head):
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def gguf_rows(hf_name, value, heads, kv_heads):
+    """A Hugging Face tensor in the row order the converter writes: Q and K permuted."""
+    if hf_name.endswith("q_proj.weight"):
+        return permute(value, heads)
+    if hf_name.endswith("k_proj.weight"):
+        return permute(value, kv_heads)
+    return value
+
+
 # Hugging Face name -> (GGUF name, type in the file)
 def layout(layers):
     types = {
@@ -112,11 +121,7 @@ def main():
     w.add_eos_token_id(95)
     expected = {}
     for hf_name, (gguf_name, t) in layout(config["num_hidden_layers"]).items():
-        value = weights[hf_name].astype(np.float32)
-        if hf_name.endswith("q_proj.weight"):
-            value = permute(value, heads)
-        elif hf_name.endswith("k_proj.weight"):
-            value = permute(value, kv_heads)
+        value = gguf_rows(hf_name, weights[hf_name].astype(np.float32), heads, kv_heads)
         if t == T.F32:
             data, stored = value, value
         elif t == T.F16:
@@ -215,11 +220,7 @@ def write_mixtral():
         for proj, name in names.items():
             plain[f"model.layers.{i}.self_attn.{proj}.weight"] = f"blk.{i}.{name}.weight"
     for hf_name, gguf_name in plain.items():
-        value = weights[hf_name]
-        if hf_name.endswith("q_proj.weight"):
-            value = permute(value, heads)
-        elif hf_name.endswith("k_proj.weight"):
-            value = permute(value, kv_heads)
+        value = gguf_rows(hf_name, weights[hf_name], heads, kv_heads)
         t = T.F32 if value.ndim == 1 else T.F16
         data, stored = stored_as(value, t)
         w.add_tensor(gguf_name, data, raw_dtype=t)
@@ -279,11 +280,7 @@ def write_rope_llama3():
     freqs = llama3_rope_freqs(config["rope_theta"], config["head_dim"], 8.0, 1.0, 4.0, 64)
     w.add_tensor("rope_freqs.weight", freqs, raw_dtype=T.F32)
     for hf_name, (gguf_name, _) in layout(config["num_hidden_layers"]).items():
-        value = weights[hf_name]
-        if hf_name.endswith("q_proj.weight"):
-            value = permute(value, heads)
-        elif hf_name.endswith("k_proj.weight"):
-            value = permute(value, kv_heads)
+        value = gguf_rows(hf_name, weights[hf_name], heads, kv_heads)
         t = T.F32 if value.ndim == 1 else T.F16
         w.add_tensor(gguf_name, stored_as(value, t)[0], raw_dtype=t)
     w.write_header_to_file()
