@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include "maxctx/core/check.h"
@@ -55,62 +56,54 @@ struct Field {
   const char* name;
   std::vector<std::string> keys;
   bool (*applies)(const LlamaConfig&);
-  json (*get)(const LlamaConfig&);
-  void (*set)(const json&, LlamaConfig&, const std::string& what);
+  std::function<json(const LlamaConfig&)> get;
+  std::function<void(const json&, LlamaConfig&, const std::string& what)> set;
 };
+
+// A count of the model (a LlamaConfig member) of at least `lo`.
+Field count(const char* name, std::vector<std::string> keys, int64_t LlamaConfig::*member,
+            int64_t lo = 1, bool (*applies)(const LlamaConfig&) = always) {
+  return {name, std::move(keys), applies,
+          [member](const LlamaConfig& m) { return json(m.*member); },
+          [member, lo](const json& v, LlamaConfig& m, const std::string& w) {
+            m.*member = integer_in(v, lo, w);
+          }};
+}
+
+// A Llama 3 RoPE factor (a RopeParams member).
+Field rope_factor(const char* name, const char* key, double kernels::RopeParams::*member) {
+  return {name,
+          {"rope_type", key},
+          llama3_rope,
+          [member](const LlamaConfig& m) { return json(m.rope.*member); },
+          [member](const json& v, LlamaConfig& m, const std::string& w) {
+            m.rope.*member = positive(v, w);
+          }};
+}
+
+// A switch of the model (a LlamaConfig member).
+Field flag(const char* name, const char* key, bool LlamaConfig::*member) {
+  return {
+      name,
+      {key},
+      always,
+      [member](const LlamaConfig& m) { return json(m.*member); },
+      [member](const json& v, LlamaConfig& m, const std::string& w) { m.*member = boolean(v, w); }};
+}
 
 // In an order where a field that decides whether others apply (rope_type, moe) comes first.
 const std::vector<Field>& fields() {
+  const auto scaled_by = [](const char* key) {
+    return std::vector<std::string>{key, "global_parameter_scale"};
+  };
   static const std::vector<Field> kFields = {
-      {"vocab_size",
-       {"vocab_size"},
-       always,
-       [](const LlamaConfig& m) { return json(m.vocab_size); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.vocab_size = integer_in(v, 1, w);
-       }},
-      {"emb_dim",
-       {"base_emb_dim", "global_parameter_scale"},
-       always,
-       [](const LlamaConfig& m) { return json(m.emb_dim); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.emb_dim = integer_in(v, 1, w);
-       }},
-      {"num_query_heads",
-       {"base_num_query_heads", "global_parameter_scale"},
-       always,
-       [](const LlamaConfig& m) { return json(m.num_query_heads); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.num_query_heads = integer_in(v, 1, w);
-       }},
-      {"num_kv_heads",
-       {"base_num_kv_heads", "global_parameter_scale"},
-       always,
-       [](const LlamaConfig& m) { return json(m.num_kv_heads); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.num_kv_heads = integer_in(v, 1, w);
-       }},
-      {"head_dim",
-       {"head_dim"},
-       always,
-       [](const LlamaConfig& m) { return json(m.head_dim); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.head_dim = integer_in(v, 1, w);
-       }},
-      {"mlp_dim",
-       {"base_mlp_dim", "global_parameter_scale"},
-       always,
-       [](const LlamaConfig& m) { return json(m.mlp_dim); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.mlp_dim = integer_in(v, 1, w);
-       }},
-      {"num_layers",
-       {"base_num_decoder_layers", "global_parameter_scale"},
-       always,
-       [](const LlamaConfig& m) { return json(m.num_layers); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.num_layers = integer_in(v, 1, w);
-       }},
+      count("vocab_size", {"vocab_size"}, &LlamaConfig::vocab_size),
+      count("emb_dim", scaled_by("base_emb_dim"), &LlamaConfig::emb_dim),
+      count("num_query_heads", scaled_by("base_num_query_heads"), &LlamaConfig::num_query_heads),
+      count("num_kv_heads", scaled_by("base_num_kv_heads"), &LlamaConfig::num_kv_heads),
+      count("head_dim", {"head_dim"}, &LlamaConfig::head_dim),
+      count("mlp_dim", scaled_by("base_mlp_dim"), &LlamaConfig::mlp_dim),
+      count("num_layers", scaled_by("base_num_decoder_layers"), &LlamaConfig::num_layers),
       {"norm_eps",
        {"normalization_layer_epsilon"},
        always,
@@ -134,25 +127,11 @@ const std::vector<Field>& fields() {
          m.rope.scaling =
              v == "llama3" ? kernels::RopeScaling::kLlama3 : kernels::RopeScaling::kNone;
        }},
-      {"rope_factor",
-       {"rope_type", "rope_scaling_factor"},
-       llama3_rope,
-       [](const LlamaConfig& m) { return json(m.rope.factor); },
-       [](const json& v, LlamaConfig& m, const std::string& w) { m.rope.factor = positive(v, w); }},
-      {"rope_low_freq_factor",
-       {"rope_type", "rope_low_freq_factor"},
-       llama3_rope,
-       [](const LlamaConfig& m) { return json(m.rope.low_freq_factor); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.rope.low_freq_factor = positive(v, w);
-       }},
-      {"rope_high_freq_factor",
-       {"rope_type", "rope_high_freq_factor"},
-       llama3_rope,
-       [](const LlamaConfig& m) { return json(m.rope.high_freq_factor); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.rope.high_freq_factor = positive(v, w);
-       }},
+      rope_factor("rope_factor", "rope_scaling_factor", &kernels::RopeParams::factor),
+      rope_factor("rope_low_freq_factor", "rope_low_freq_factor",
+                  &kernels::RopeParams::low_freq_factor),
+      rope_factor("rope_high_freq_factor", "rope_high_freq_factor",
+                  &kernels::RopeParams::high_freq_factor),
       {"rope_original_max_position_embeddings",
        {"rope_type", "rope_original_max_position_embeddings"},
        llama3_rope,
@@ -162,13 +141,7 @@ const std::vector<Field>& fields() {
        [](const json& v, LlamaConfig& m, const std::string& w) {
          m.rope.original_max_position_embeddings = static_cast<double>(integer_in(v, 1, w));
        }},
-      {"tie_embeddings",
-       {"logits_via_embedding"},
-       always,
-       [](const LlamaConfig& m) { return json(m.tie_embeddings); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.tie_embeddings = boolean(v, w);
-       }},
+      flag("tie_embeddings", "logits_via_embedding", &LlamaConfig::tie_embeddings),
       {"sliding_window",
        {"attention_type", "sliding_window_size"},
        always,
@@ -176,25 +149,10 @@ const std::vector<Field>& fields() {
        [](const json& v, LlamaConfig& m, const std::string& w) {
          m.sliding_window = static_cast<int32_t>(integer_in(v, 0, w));
        }},
-      {"moe",
-       {"decoder_block"},
-       always,
-       [](const LlamaConfig& m) { return json(m.moe); },
-       [](const json& v, LlamaConfig& m, const std::string& w) { m.moe = boolean(v, w); }},
-      {"num_experts",
-       {"decoder_block", "num_experts"},
-       experts,
-       [](const LlamaConfig& m) { return json(m.num_experts); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.num_experts = integer_in(v, 1, w);
-       }},
-      {"num_experts_per_tok",
-       {"decoder_block", "num_experts_per_tok"},
-       experts,
-       [](const LlamaConfig& m) { return json(m.num_experts_per_tok); },
-       [](const json& v, LlamaConfig& m, const std::string& w) {
-         m.num_experts_per_tok = integer_in(v, 1, w);
-       }},
+      flag("moe", "decoder_block", &LlamaConfig::moe),
+      count("num_experts", {"decoder_block", "num_experts"}, &LlamaConfig::num_experts, 1, experts),
+      count("num_experts_per_tok", {"decoder_block", "num_experts_per_tok"},
+            &LlamaConfig::num_experts_per_tok, 1, experts),
   };
   return kFields;
 }
