@@ -264,10 +264,8 @@ int run_export(const Args& args) {
 
   fs::create_directories(out);
   if (c.quantization == "int8") {
-    // A checkpoint saved already quantized (checkpoint_is_quantized=true loads it).
-    if (m.tie_embeddings) {
-      fail("export quantization=int8: a model with tied embeddings is not supported");
-    }
+    // A checkpoint saved already quantized (checkpoint_is_quantized=true loads it). With tied
+    // embeddings the head is the embedding, kept in F32 as quantizing on load keeps it.
     // The parameters are a host array: quantized by the cpu backend whatever `hardware` says.
     std::vector<float> params(static_cast<size_t>(model::total_numel(specs)));
     model::load_weights(kernels::backend(Device::kCpu), specs,

@@ -19,6 +19,7 @@
 #include "maxctx/io/safetensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/checkpoint.h"
@@ -210,6 +211,20 @@ TEST(Export, ConfigThatDoesNotDescribeTheCheckpointFails) {
                 .find("neither a checkpoint"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path() / "a"));
+}
+
+// quantization=int8 with tied embeddings: the projections as int8, the embedding (the head too)
+// stays F32, and the directory reads back as a quantized checkpoint.
+TEST(Export, TiedInt8) {
+  TempDir dir;
+  const Checkpoint c = write_random_checkpoint(dir.path() / "run", kTiedMistral, 3, true);
+  const fs::path out = dir.path() / "int8";
+  std::vector<std::string> args = args_for({}, c.run_dir, out);
+  args.push_back("quantization=int8");
+  ASSERT_EQ(cli::run_export(args), 0);
+  EXPECT_TRUE(model::is_int8_checkpoint(out));
+  const io::SafetensorsFile weights((out / "model.safetensors").string());
+  EXPECT_EQ(weights.info("model.embed_tokens.weight").dtype, io::StDType::kF32);
 }
 
 // A checkpoint that records its model exports with no model keys at all (configs/base.yml's own

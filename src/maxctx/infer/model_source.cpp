@@ -120,11 +120,8 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
   const auto specs =
       inference_weight_specs(m.config, group.size(), group.rank(), ca.size(), ca.rank());
   if (c.checkpoint_is_quantized) {
-    if (m.config.tie_embeddings) {
-      fail(
-          "checkpoint_is_quantized: a model with tied embeddings (lm_head = the embedding) is "
-          "not supported; load its F32 checkpoint with quantization=int8");
-    }
+    // Tied embeddings: the head is the embedding, which stays a float tensor (as quantizing on
+    // load keeps it), so the checkpoint holds no head of its own.
     const model::Int8Layout layout = model::int8_layout(specs);
     m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
     m.int8 = model::read_int8_checkpoint(kernels, layout, m.weights.view(), dir);
