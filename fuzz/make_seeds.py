@@ -100,7 +100,7 @@ def gguf_value(kind, value):
     if kind == GGUF_F32:
         return struct.pack("<f", value)
     if kind == GGUF_STRING:
-        data = value.encode()
+        data = value if isinstance(value, bytes) else value.encode()
         return struct.pack("<Q", len(data)) + data
     element, items = value
     return struct.pack("<IQ", element, len(items)) + b"".join(gguf_value(element, v) for v in items)
@@ -235,6 +235,17 @@ out.mkdir(parents=True, exist_ok=True)
 # overflowed.
 (out / "deep_nesting.json").write_text('{"format": ' + "[" * 100000 + "]" * 100000 + "}")
 (out / "data_position_max.json").write_text(json.dumps(dict(state, data_position=2**63 - 1)))
+out = regressions / "gguf"
+out.mkdir(parents=True, exist_ok=True)
+# A token that is not UTF-8 (nlohmann's exception escaped when tokenizer.json was written), and a
+# block_count of 2^30 over one layer's tensors (the weight list, one entry per tensor, was built
+# before any tensor was looked up: out of memory).
+bad_token = [m if m[0] != "tokenizer.ggml.tokens" else
+             (m[0], GGUF_ARRAY, (GGUF_STRING, tokens[:7] + [b"\xff\xfe"])) for m in gguf_tokenizer]
+(out / "token_not_utf8.gguf").write_bytes(gguf_file(
+    llama_metadata() + bad_token, llama_tensors(["F16"] * 8)))
+many_layers = [m if m[0] != "llama.block_count" else (m[0], GGUF_U32, 2**30) for m in llama_metadata()]
+(out / "block_count_2e30.gguf").write_bytes(gguf_file(many_layers, llama_tensors(["F16"] * 8)))
 out = regressions / "yaml_config"
 out.mkdir(parents=True, exist_ok=True)
 (out / "complex_key.yml").write_text("? [a, b]\n: 1\nsteps: 3\n")

@@ -165,6 +165,11 @@ TEST(Gguf, DamagedFilesAreOneError) {
   q5[at] = 6;
   EXPECT_NE(error_of(q5).find("is type 6; maxctx reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1"),
             std::string::npos);
+  // One layer more than the file holds: refused before the weight list is built.
+  std::string more_layers = bytes;
+  more_layers[more_layers.find("llama.block_count") + 17 + 4] = 3;
+  EXPECT_NE(error_of(more_layers).find("the metadata describes"), std::string::npos)
+      << error_of(more_layers);
   std::string other_arch = bytes;
   const size_t arch = other_arch.find("llama", other_arch.find("general.architecture"));
   other_arch.replace(arch, 5, "gemma");

@@ -138,6 +138,21 @@ json tokenizer_json(const io::GgufFile& f) {
         f.path().string(), pre);
   }
   const std::vector<std::string> tokens = f.strings("tokenizer.ggml.tokens");
+  const std::vector<std::string> merges = f.has("tokenizer.ggml.merges")
+                                              ? f.strings("tokenizer.ggml.merges")
+                                              : std::vector<std::string>();
+  // GGUF strings are UTF-8, and so is tokenizer.json: a token that is not is refused here, not
+  // when the JSON is written (nlohmann throws its own exception there).
+  for (const auto* list : {&tokens, &merges}) {
+    for (size_t i = 0; i < list->size(); ++i) {
+      try {
+        (void)json((*list)[i]).dump();
+      } catch (const json::exception&) {
+        fail("{}: {} {} of the embedded tokenizer is not valid UTF-8", f.path().string(),
+             list == &tokens ? "token" : "merge", i);
+      }
+    }
+  }
   const std::vector<int64_t> types = f.has("tokenizer.ggml.token_type")
                                          ? f.integers("tokenizer.ggml.token_type")
                                          : std::vector<int64_t>(tokens.size(), 1);
@@ -170,20 +185,21 @@ json tokenizer_json(const io::GgufFile& f) {
            {{"type", "BPE"},
             {"ignore_merges", ignore_merges},
             {"vocab", vocab},
-            {"merges", f.has("tokenizer.ggml.merges") ? json(f.strings("tokenizer.ggml.merges"))
-                                                      : json::array()}}}};
+            {"merges", json(merges)}}}};
 }
 
 }  // namespace
 
 namespace {
 
-// A dimension from the metadata, bounded so that the weight list's sizes cannot overflow.
-int64_t dimension(const io::GgufFile& f, const std::string& key, int64_t lo) {
+// A dimension from the metadata within [lo, hi] (config/size_limits.h: the weight list's sizes
+// cannot overflow).
+int64_t dimension(const io::GgufFile& f, const std::string& key, int64_t lo,
+                  int64_t hi = limits::kMaxInt32) {
   const int64_t value = f.integer(key);
-  if (value < lo || value > (int64_t{1} << 31) - 1) {
-    fail("{}: GGUF metadata '{}' = {} is out of range [{}, 2^31 - 1]", f.path().string(), key,
-         value, lo);
+  if (value < lo || value > hi) {
+    fail("{}: GGUF metadata '{}' = {} is out of range [{}, {}]", f.path().string(), key, value, lo,
+         hi);
   }
   return value;
 }
@@ -267,15 +283,16 @@ LlamaConfig llama_config_from_gguf(const io::GgufFile& f) {
          arch);
   }
   LlamaConfig m;
-  m.emb_dim = dimension(f, "llama.embedding_length", 1);
-  m.mlp_dim = dimension(f, "llama.feed_forward_length", 1);
-  m.num_layers = dimension(f, "llama.block_count", 1);
-  m.num_query_heads = dimension(f, "llama.attention.head_count", 1);
+  m.emb_dim = dimension(f, "llama.embedding_length", 1, limits::kMaxWidth);
+  m.mlp_dim = dimension(f, "llama.feed_forward_length", 1, limits::kMaxWidth);
+  m.num_layers = dimension(f, "llama.block_count", 1, limits::kMaxLayers);
+  m.num_query_heads = dimension(f, "llama.attention.head_count", 1, limits::kMaxHeads);
   m.num_kv_heads = f.has("llama.attention.head_count_kv")
-                       ? dimension(f, "llama.attention.head_count_kv", 1)
+                       ? dimension(f, "llama.attention.head_count_kv", 1, limits::kMaxHeads)
                        : m.num_query_heads;
-  m.head_dim = f.has("llama.attention.key_length") ? dimension(f, "llama.attention.key_length", 2)
-                                                   : m.emb_dim / m.num_query_heads;
+  m.head_dim = f.has("llama.attention.key_length")
+                   ? dimension(f, "llama.attention.key_length", 2, limits::kMaxHeadDim)
+                   : m.emb_dim / m.num_query_heads;
   if (m.head_dim % 2 != 0 || m.head_dim == 0 || m.num_query_heads % m.num_kv_heads != 0) {
     fail(
         "{}: {} heads of {} over {} kv heads: RoPE needs an even head_dim and the query heads a "
@@ -342,9 +359,13 @@ LlamaConfig llama_config_from_gguf(const io::GgufFile& f) {
   }
   m.vocab_size = embed->shape[0];
   m.tie_embeddings = f.find("output.weight") == nullptr;
-  if (parameter_count<double>(m) > 0x1p40) {
-    fail("{}: the metadata describes {:.3g} parameters, more than maxctx converts", path,
-         parameter_count<double>(m));
+  // Every weight is an element of some tensor of the file: a model the metadata makes larger
+  // than that is refused before its weight list (one entry per tensor) is built.
+  double elements = 0.0;
+  for (const io::GgufTensor& t : f.tensors()) elements += static_cast<double>(t.numel());
+  if (parameter_count<double>(m) > elements) {
+    fail("{}: the metadata describes {:.4g} parameters, the file's tensors hold {:.4g}", path,
+         parameter_count<double>(m), elements);
   }
   return m;
 }
