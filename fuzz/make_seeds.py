@@ -199,6 +199,14 @@ rope = gguf_file(llama_metadata() + [("llama.rope.scaling.type", GGUF_STRING, "n
                  llama_tensors(["F16", "F16", "F16", "F16", "F16", "F16", "F16", "F16"]))
 (out / "rope_llama3.gguf").write_bytes(rope)
 
+# Top-k goldens: the last row only beside no full logits, and every row beside full logits.
+out = corpus / "golden_logits"
+(out / "top_k.jsonl").write_text(
+    json.dumps({"prompt": "a", "tokens": [3, 1, 2], "top_k_rows": [2], "top_k_ids": [[4, 0, 2]],
+                "top_k_logits": [[3.5, 1.25, -0.5]]}) + "\n" +
+    json.dumps({"tokens": [1, 2], "logits": [[0, 1, 2], [2, 1, 0]], "top_k_ids": [[2, 1], [0, 1]],
+                "top_k_logits": [[2, 1], [2, 1]]}) + "\n")
+
 # Regression inputs: the reproducers of past findings, reduced to their cause. fuzz/run.sh runs
 # each once before fuzzing, so a finding that comes back fails on every machine at once.
 out = corpus / "checkpoint_index"
