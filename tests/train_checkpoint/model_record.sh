@@ -36,6 +36,10 @@ expect_failure "$work/full_state_rope.log" 30 \
   "${mpirun[@]}" "$maxctx" "${train[@]}" "${model[@]}" run_name=second steps=4 \
   rope_max_timescale=10000 load_full_state_path="$work/first"
 
+if grep -q "MPI_ABORT" "$work"/resume_*.log "$work/full_state_rope.log"; then
+  echo "FAIL: a model mismatch aborted the job instead of ending it with one line"; exit 1
+fi
+
 export_cmd=(timeout 60 "$maxctx" export "$src/configs/base.yml" load_parameters_path="$work/first")
 expect_failure "$work/export_rope.log" 10 "rope_theta 100000.0, this run's has 10000.0" \
   "${export_cmd[@]}" base_output_directory="$work/bad_export" rope_max_timescale=10000
