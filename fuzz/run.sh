@@ -27,9 +27,11 @@ fi
 mkdir -p "$build/fuzz-artifacts" "$build/fuzz-logs"
 # FUZZ_RUNS=ci: about a minute of each harness on this project's 2-core machines (measured rates:
 # safetensors_header 17k executions/s, golden_logits 13k, hf_config 12k, tokenizer 6k, and
-# yaml_config 500: yaml-cpp builds a node tree per input).
+# yaml_config 500: yaml-cpp builds a node tree per input; gguf 2k: each input is dequantized and
+# written out as a Hugging Face directory).
 declare -A ci_runs=([safetensors_header]=1000000 [golden_logits]=800000 [hf_config]=700000
-  [tokenizer]=350000 [yaml_config]=30000 [checkpoint_index]=300000 [checkpoint_state]=100000)
+  [tokenizer]=350000 [yaml_config]=30000 [checkpoint_index]=300000 [checkpoint_state]=100000
+  [gguf]=100000)
 limits=(-timeout=10 -rss_limit_mb=2048)
 # A fixed budget is reproducible only with address randomization off: some code paths depend on
 # pointer values (two seed-1 runs of fuzz_tokenizer reached 2652 and 2710 edges with it on, the

@@ -2,7 +2,8 @@
 //  [max_kl_div=...] [atol=...] [rtol=...]`: MaxText's forward_pass_logit_checker.
 //
 // Builds the model from load_parameters_path (a Hugging Face directory: its config.json gives the
-// model; without config.json, a maxctx checkpoint directory read with the config's model keys;
+// model; without config.json, a maxctx checkpoint directory read as the model it records, or
+// with the config's model keys when it records none;
 // either in one file or many, each rank reading only its own blocks),
 // runs one forward per golden prompt on the mesh at hand and compares the logits (io/
 // golden_logits.h: allclose with atol + rtol·|golden|, and max per-token KL(golden‖model)).
@@ -30,6 +31,7 @@
 #include "maxctx/model/activations.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama.h"
+#include "maxctx/model/model_record.h"
 #include "maxctx/parallel/load_balance.h"
 #include "maxctx/parallel/parallelize.h"
 
@@ -44,8 +46,14 @@ constexpr const char* kUsage =
     "                           [max_kl_div=1e-4] [atol=0.1] [rtol=0.1] [mesh keys ...]\n\n"
     "MaxText's forward_pass_logit_checker. <dir> is a Hugging Face checkpoint (config.json +\n"
     "safetensors, one file or several with model.safetensors.index.json), or a maxctx checkpoint\n"
-    "directory (sharded, saved on any mesh; the model from the config's keys). The golden file\n"
-    "is JSONL: {\"prompt\", \"tokens\", \"logits\" [seq][vocab]} per line.\n"
+    "directory (sharded, saved on any mesh; the model it records, or the config's keys for an\n"
+    "older one that records none). The golden file\n"
+    "is JSONL: {\"prompt\", \"tokens\", \"logits\" [seq][vocab]} per line; or top-k goldens,\n"
+    "\"top_k_ids\" and \"top_k_logits\" [rows][k] (highest first) for the rows \"top_k_rows\"\n"
+    "(absent: every row), with or without \"logits\". A top-k row passes when the golden ids'\n"
+    "logits are within atol + rtol*|golden| and no other id exceeds the k-th golden logit by\n"
+    "more than that (ties within tolerance may swap; no KL: the rest of the vocabulary is\n"
+    "unknown).\n"
     "Runs one forward per prompt on the mesh (context, tensor, expert, data, fsdp axes; e.g.\n"
     "`mpirun -np 4 maxctx check-logits ... ici_context_parallelism=4`) and prints the max\n"
     "|model - golden| and the max per-token KL(golden||model). Fails (exit 1) when any logit has\n"
@@ -72,7 +80,9 @@ void load_model(const Config& c, const Mesh& mesh, const parallel::ParallelDims&
          c.load_parameters_path.empty() ? "" : fmt::format(" (got '{}')", c.load_parameters_path));
   }
   const bool hf = fs::exists(dir / "config.json");
-  m.config = hf ? model::llama_config_from_hf(dir / "config.json") : model::llama_config_from(c);
+  // A maxctx checkpoint: the model it records (model keys given must agree), else the config's.
+  m.config =
+      hf ? model::llama_config_from_hf(dir / "config.json") : model::checkpoint_model(c, dir);
   model::apply_precision(c, m.config);
   m.specs = model::llama_weight_specs(m.config, static_cast<int>(dims.tensor), dims.tensor_rank,
                                       static_cast<int>(dims.expert),
@@ -84,9 +94,9 @@ void load_model(const Config& c, const Mesh& mesh, const parallel::ParallelDims&
   log::info(
       "check-logits: model from {} ({}): vocab {}, emb {}, layers {}, heads {}/{} kv, head_dim "
       "{}, mlp {}; dtype {}, weight_dtype {}",
-      dir.string(), hf ? "config.json" : "the config's model keys", m.config.vocab_size,
-      m.config.emb_dim, m.config.num_layers, m.config.num_query_heads, m.config.num_kv_heads,
-      m.config.head_dim, m.config.mlp_dim, c.dtype, c.weight_dtype);
+      dir.string(), hf ? "config.json" : "the checkpoint's record or the config's model keys",
+      m.config.vocab_size, m.config.emb_dim, m.config.num_layers, m.config.num_query_heads,
+      m.config.num_kv_heads, m.config.head_dim, m.config.mlp_dim, c.dtype, c.weight_dtype);
 }
 
 // The model's logits for one prompt, (S, V) in prompt order, on every rank.
@@ -187,10 +197,11 @@ int run_check_logits(const Args& args) {
       mesh.axis_size(Axis::kTensor), mesh.axis_size(Axis::kExpert));
 
   io::LogitComparison total;
+  io::TopKComparison top_k;
   size_t kl_prompt = 0, worst_prompt = 0;
   for (size_t p = 0; p < golden.size(); ++p) {
     const io::GoldenPrompt& g = golden[p];
-    if (g.vocab != m.config.vocab_size) {
+    if (!g.logits.empty() && g.vocab != m.config.vocab_size) {
       fail("{}: prompt {} has logits over {} tokens; the model's vocabulary is {}",
            c.golden_logits_path, p, g.vocab, m.config.vocab_size);
     }
@@ -200,8 +211,29 @@ int run_check_logits(const Args& args) {
              t, m.config.vocab_size);
       }
     }
+    for (const int32_t id : g.top_k_ids) {
+      if (id >= m.config.vocab_size) {
+        fail("{}: prompt {} has top-k id {}, outside the vocabulary of {}", c.golden_logits_path, p,
+             id, m.config.vocab_size);
+      }
+    }
     int64_t padded = 0;
     const std::vector<float> logits = forward_logits(c, mesh, m, g, padded);
+    if (g.top_k > 0) {
+      const io::TopKComparison k =
+          io::compare_top_k(g, logits, m.config.vocab_size, c.atol, c.rtol);
+      log::info(
+          "prompt {}: top-{} goldens of {} rows: max |model - golden| = {:.3e}, {} rows with "
+          "other top ids or logits outside atol + rtol*|golden|",
+          p, g.top_k, k.rows, k.max_abs_diff, k.num_failed);
+      top_k.rows += k.rows;
+      top_k.max_abs_diff = std::max(top_k.max_abs_diff, k.max_abs_diff);
+      if (k.num_failed > 0 && top_k.num_failed == 0) {
+        top_k.first_failure = fmt::format("prompt {} {}", p, k.first_failure);
+      }
+      top_k.num_failed += k.num_failed;
+    }
+    if (g.logits.empty()) continue;  // top-k goldens only
     const io::LogitComparison r =
         io::compare_logits(g.logits, logits, g.seq(), g.vocab, c.atol, c.rtol);
     log::info(
@@ -233,6 +265,10 @@ int run_check_logits(const Args& args) {
             c.atol, c.rtol);
   log::info("Max KL divergence for a single token: {:.6e} (max_kl_div {})", total.max_kl,
             c.max_kl_div);
+  if (top_k.rows > 0) {
+    log::info("Top-k rows: {}, max |model - golden| over their ids {:.6e}", top_k.rows,
+              top_k.max_abs_diff);
+  }
 
   std::vector<std::string> failures;
   if (total.num_outside > 0) {
@@ -242,13 +278,19 @@ int run_check_logits(const Args& args) {
         total.num_outside, total.logits, c.atol, c.rtol, worst_prompt, total.worst_token,
         total.worst_vocab, total.worst_model, total.worst_golden));
   }
+  if (top_k.num_failed > 0) {
+    failures.push_back(
+        fmt::format("{} of {} top-k rows differ beyond atol {} + rtol {} * |golden| (first: {})",
+                    top_k.num_failed, top_k.rows, c.atol, c.rtol, top_k.first_failure));
+  }
   if (!(total.max_kl <= c.max_kl_div)) {
     failures.push_back(
         fmt::format("max KL(golden||model) {:.3e} > max_kl_div {} (prompt {} token {})",
                     total.max_kl, c.max_kl_div, kl_prompt, total.max_kl_token));
   }
   if (!failures.empty()) fail("check-logits failed: {}", fmt::join(failures, "; "));
-  log::info("check-logits: PASS ({} prompts, {} tokens)", golden.size(), total.tokens);
+  log::info("check-logits: PASS ({} prompts, {} tokens{})", golden.size(), total.tokens,
+            top_k.rows > 0 ? fmt::format(", {} top-k rows", top_k.rows) : std::string());
   return 0;
 }
 

@@ -2,12 +2,14 @@
 //  [tokenizer_path=<file>]`: a trained maxctx checkpoint out as a Hugging Face Llama directory.
 //
 // <checkpoint> is one checkpoint (<run>/checkpoints/<step>) or a run directory (its latest
-// complete checkpoint). The model is the config's model keys (the same command line that trained
-// it); every tensor must be in the checkpoint with its shape, and the checkpoint must hold no
-// other, so a config that does not describe the checkpoint is an error, not a silent partial
-// export. Writes <out>/config.json (LlamaConfig form, MistralConfig with a sliding window,
-// MixtralConfig for decoder_block mixtral) and
-// <out>/model.safetensors (F32, Hugging Face names; above export_max_shard_size bytes, files
+// complete checkpoint). The model is the one the checkpoint records (model/model_record.h): a
+// model key given on the command line must agree with it (else an error naming both values), and
+// config.json carries the recorded values, never the config's defaults. A checkpoint written
+// before the record existed is read with the config's model keys. Either way every tensor must
+// be in the checkpoint with its shape, and the checkpoint must hold no other, so a model that does
+// not describe the checkpoint is an error, not a silent partial export. Writes <out>/config.json
+// (LlamaConfig form, MistralConfig with a sliding window, MixtralConfig for decoder_block mixtral)
+// and <out>/model.safetensors (F32, Hugging Face names; above export_max_shard_size bytes, files
 // model-0000i-of-0000n.safetensors listed by model.safetensors.index.json, as transformers
 // writes them), plus the tokenizer files when tokenizer_path is set. What it writes loads back
 // through llama_config_from_hf and load_hf_weights bit-exactly. One process, streaming: each
@@ -33,6 +35,7 @@
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/model_record.h"
 #include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/tokenizer/tokenizer.h"
@@ -54,8 +57,9 @@ constexpr const char* kUsage =
     "model.safetensors.index.json) and, with tokenizer_path, the tokenizer (tokenizer.model for\n"
     "SentencePiece; tokenizer.json and tokenizer_config.json, or GPT-2's vocab.json +\n"
     "merges.txt). <checkpoint> is <run>/checkpoints/<step> or a run directory (latest step).\n"
-    "The model keys must be the ones the checkpoint was trained with (same config and\n"
-    "overrides); a mismatch is an error naming the tensor. Runs as one process.\n"
+    "The model is the one the checkpoint records; model keys given must agree with it (a\n"
+    "mismatch is an error naming both values). A checkpoint that records no model (an older\n"
+    "one) is read with the config's model keys. Runs as one process.\n"
     "quantization=int8 writes the projections as int8 codes and scales instead (a checkpoint\n"
     "that decode and bench-inference load with checkpoint_is_quantized=true quantization=int8).\n";
 
@@ -159,8 +163,9 @@ json hf_config(const Config& c, const model::LlamaConfig& m,
   j["head_dim"] = m.head_dim;
   j["num_hidden_layers"] = m.num_layers;
   j["vocab_size"] = m.vocab_size;
-  // The config's double, not the model's float: HF rounds it to the same float when it loads.
-  j["rms_norm_eps"] = c.normalization_layer_epsilon;
+  // The float's shortest decimal (1e-06, as the config or config.json gave it): HF rounds it to
+  // the same float when it loads.
+  j["rms_norm_eps"] = std::stod(fmt::format("{}", m.norm_eps));
   j["rope_theta"] = m.rope.theta;
   if (m.rope.scaling == kernels::RopeScaling::kLlama3) {
     j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -229,7 +234,7 @@ int run_export(const Args& args) {
   }
   const fs::path checkpoint = resolve_checkpoint(c.load_parameters_path);
   const fs::path out(c.base_output_directory);
-  const model::LlamaConfig m = model::llama_config_from(c);
+  const model::LlamaConfig m = model::checkpoint_model(c, checkpoint);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m);
 
   // Every weight of the model, and no other weight, must be in the checkpoint (its optimizer
@@ -259,10 +264,8 @@ int run_export(const Args& args) {
 
   fs::create_directories(out);
   if (c.quantization == "int8") {
-    // A checkpoint saved already quantized (checkpoint_is_quantized=true loads it).
-    if (m.tie_embeddings) {
-      fail("export quantization=int8: a model with tied embeddings is not supported");
-    }
+    // A checkpoint saved already quantized (checkpoint_is_quantized=true loads it). With tied
+    // embeddings the head is the embedding, kept in F32 as quantizing on load keeps it.
     // The parameters are a host array: quantized by the cpu backend whatever `hardware` says.
     std::vector<float> params(static_cast<size_t>(model::total_numel(specs)));
     model::load_weights(kernels::backend(Device::kCpu), specs,

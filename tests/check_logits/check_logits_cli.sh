@@ -74,6 +74,43 @@ for run in first second; do
 done
 grep -q "21 tensors (2 BF16, 3 F16, 6 F32, 3 Q4_0, 3 Q4_1, 4 Q8_0) dequantized" "$work/gguf_first.log"
 grep -q "reusing its Hugging Face form" "$work/gguf_second.log"
+# A Mixtral GGUF (tiny_mixtral's weights, experts stacked as llama.cpp's converter writes them,
+# F16/Q8_0 in part) on the expert axis: near tiny_mixtral's goldens (measured max |delta| 1.3e-2,
+# KL 6.5e-6).
+"${mpirun[@]}" -np 2 "$maxctx" check-logits "$src/configs/base.yml" \
+  load_parameters_path="$src/tests/fixtures/gguf/tiny_mixtral.gguf" ici_expert_parallelism=2 \
+  golden_logits_path="$src/tests/fixtures/tiny_mixtral/golden_logits.jsonl" \
+  base_output_directory="$work/gguf_runs" max_kl_div=1e-4 atol=5e-2 rtol=0 \
+  > "$work/gguf_mixtral.log" 2>&1 ||
+  { echo "FAIL: check-logits of the Mixtral GGUF"; tail -20 "$work/gguf_mixtral.log"; exit 1; }
+grep -q "check-logits: PASS (2 prompts, 22 tokens)" "$work/gguf_mixtral.log"
+
+# Top-k goldens (the rows' 3 highest golden logits, from the full goldens): pass on 2 ranks, and
+# one swapped id fails in one line.
+python3 - "$fixture/golden_logits.jsonl" "$work" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def top(line, k, swap=False):
+    ids = [sorted(range(len(r)), key=lambda v: -r[v])[:k] for r in line["logits"]]
+    values = [[r[v] for v in i] for r, i in zip(line["logits"], ids)]
+    if swap:
+        ids[-1][0], ids[-1][1] = ids[-1][1], ids[-1][0]
+    return {"prompt": line["prompt"], "tokens": line["tokens"], "top_k_ids": ids,
+            "top_k_logits": values}
+with open(sys.argv[2] + "/top_k.jsonl", "w") as f:
+    for l in lines:
+        f.write(json.dumps(top(l, 3)) + "\n")
+with open(sys.argv[2] + "/top_k_swapped.jsonl", "w") as f:
+    f.write(json.dumps(top(lines[0], 3, swap=True)) + "\n")
+PY
+check 2 "$work/top_k.jsonl" > "$work/top_k.log" 2>&1 ||
+  { echo "FAIL: check-logits of top-k goldens"; tail -20 "$work/top_k.log"; exit 1; }
+grep -q "check-logits: PASS (2 prompts, 0 tokens, 22 top-k rows)" "$work/top_k.log"
+if check 2 "$work/top_k_swapped.jsonl" > "$work/top_k_swapped.log" 2>&1; then
+  echo "FAIL: check-logits passed swapped top-k ids"; exit 1
+fi
+[[ $(grep -c "maxctx: error" "$work/top_k_swapped.log") == 1 ]]
+grep "maxctx: error: check-logits failed: 1 of 10 top-k rows differ" "$work/top_k_swapped.log"
 
 # Row 0's first logit of prompt 0 set to 9: far outside atol.
 sed -E '1s/"logits": \[\[[^,]*,/"logits": [[9.0,/' "$fixture/golden_logits.jsonl" > "$work/perturbed.jsonl"

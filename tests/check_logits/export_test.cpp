@@ -19,6 +19,7 @@
 #include "maxctx/io/safetensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/tokenizer/tokenizer.h"
 #include "maxctx/train/checkpoint.h"
@@ -63,8 +64,10 @@ struct Checkpoint {
   fs::path run_dir;
 };
 
+// `record`: state.json records the model (as a training run's checkpoint does); without it, the
+// checkpoint of an older maxctx.
 Checkpoint write_random_checkpoint(const fs::path& run_dir, const std::vector<std::string>& keys,
-                                   int64_t step) {
+                                   int64_t step, bool record = false) {
   Checkpoint c;
   c.config = model::llama_config_from(load_config(kBase, keys, 1));
   c.specs = model::llama_weight_specs(c.config);
@@ -73,7 +76,9 @@ Checkpoint write_random_checkpoint(const fs::path& run_dir, const std::vector<st
   // RMSNorm scales start at one; make them random too so that every tensor is distinct.
   for (size_t i = 0; i < c.params.size(); i += 3) c.params[i] *= 1.0f + 1e-3f * float(i % 17);
   const std::vector<float> moments(c.params.size(), 0.5f);
-  train::write_checkpoint(run_dir, {step, 0, "test"}, c.specs, c.params, moments, moments);
+  train::CheckpointState state{step, 0, "test"};
+  if (record) state.model = c.config;
+  train::write_checkpoint(run_dir, state, c.specs, c.params, moments, moments);
   c.run_dir = run_dir;
   return c;
 }
@@ -206,6 +211,55 @@ TEST(Export, ConfigThatDoesNotDescribeTheCheckpointFails) {
                 .find("neither a checkpoint"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path() / "a"));
+}
+
+// quantization=int8 with tied embeddings: the projections as int8, the embedding (the head too)
+// stays F32, and the directory reads back as a quantized checkpoint.
+TEST(Export, TiedInt8) {
+  TempDir dir;
+  const Checkpoint c = write_random_checkpoint(dir.path() / "run", kTiedMistral, 3, true);
+  const fs::path out = dir.path() / "int8";
+  std::vector<std::string> args = args_for({}, c.run_dir, out);
+  args.push_back("quantization=int8");
+  ASSERT_EQ(cli::run_export(args), 0);
+  EXPECT_TRUE(model::is_int8_checkpoint(out));
+  const io::SafetensorsFile weights((out / "model.safetensors").string());
+  EXPECT_EQ(weights.info("model.embed_tokens.weight").dtype, io::StDType::kF32);
+}
+
+// A checkpoint that records its model exports with no model keys at all (configs/base.yml's own
+// model is 2048 wide, RoPE 10000, untied): the recorded model, Llama 3.1 scaling and experts
+// included. A model key given must agree with the record.
+TEST(Export, RecordedModelNeedsNoModelKeys) {
+  for (const std::vector<std::string>& keys :
+       {kGqaLlama31, kTiedMistral, std::vector<std::string>{"model_name=mixtral-tiny"}}) {
+    SCOPED_TRACE(keys[0]);
+    TempDir dir;
+    const Checkpoint c = write_random_checkpoint(dir.path() / "run", keys, 4, /*record=*/true);
+    const fs::path out = dir.path() / "hf";
+    ASSERT_EQ(cli::run_export(args_for({}, c.run_dir, out)), 0);
+    expect_round_trip(c, out);
+    EXPECT_EQ(model::llama_config_from_hf(out / "config.json").num_experts_per_tok,
+              c.config.num_experts_per_tok);
+    ASSERT_EQ(cli::run_export(args_for(keys, c.run_dir, dir.path() / "same_keys")), 0);
+  }
+  TempDir dir;
+  const Checkpoint c = write_random_checkpoint(dir.path() / "run", kGqaLlama31, 4, true);
+  EXPECT_EQ(export_error(args_for({"rope_max_timescale=10000"}, c.run_dir, dir.path() / "a")),
+            train::checkpoint_directory(c.run_dir, 4).string() +
+                ": the checkpoint's model has rope_theta 500000.0, this run's has 10000.0 (config "
+                "key rope_max_timescale); leave the key out to use the checkpoint's value");
+  EXPECT_NE(export_error(args_for({"base_num_decoder_layers=2"}, c.run_dir, dir.path() / "b"))
+                .find("num_layers 3, this run's has 2"),
+            std::string::npos);
+  EXPECT_NE(export_error(args_for({"rope_scaling_factor=4"}, c.run_dir, dir.path() / "c"))
+                .find("rope_factor 8.0, this run's has 4.0"),
+            std::string::npos);
+  // A preset names the whole model: mixtral-tiny is not this checkpoint's model.
+  EXPECT_NE(export_error(args_for({"model_name=mixtral-tiny"}, c.run_dir, dir.path() / "d"))
+                .find("the checkpoint's model has"),
+            std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.path() / "a" / "config.json"));
 }
 
 }  // namespace

@@ -114,5 +114,76 @@ TEST(GoldenLogits, MalformedFilesNameTheLine) {
   expect_read_error(R"([1, 2])", "must be a JSON object");
 }
 
+TEST(GoldenLogits, TopKLinesRead) {
+  TempDir dir;
+  std::ofstream(dir.path() / "k.jsonl")
+      << R"({"tokens": [5, 6, 7], "top_k_rows": [2], "top_k_ids": [[4, 1]],)"
+      << R"( "top_k_logits": [[3.5, 3.25]]})"
+      << "\n"
+      << R"({"tokens": [5], "top_k_ids": [[0]], "top_k_logits": [[1]], "logits": [[1, 0]]})"
+      << "\n";
+  const std::vector<GoldenPrompt> g = read_golden_logits(dir.path() / "k.jsonl");
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_TRUE(g[0].logits.empty());
+  EXPECT_EQ(g[0].top_k, 2);
+  EXPECT_EQ(g[0].top_k_rows, (std::vector<int64_t>{2}));
+  EXPECT_EQ(g[0].top_k_ids, (std::vector<int32_t>{4, 1}));
+  EXPECT_EQ(g[0].top_k_logits, (std::vector<float>{3.5f, 3.25f}));
+  EXPECT_EQ(g[1].top_k_rows, (std::vector<int64_t>{0}));  // absent: every row
+  EXPECT_EQ(g[1].vocab, 2);
+
+  const std::string ids = R"({"tokens": [1, 2], "top_k_rows": [1], )";
+  expect_read_error(ids + R"("top_k_ids": [[1, 2]]})", "need \"top_k_ids\" and \"top_k_logits\"");
+  expect_read_error(ids + R"("top_k_ids": [[1, 2]], "top_k_logits": [[2, 3]]})",
+                    "top-k row 0 is not highest first (3 after 2)");
+  expect_read_error(ids + R"("top_k_ids": [[1, 1]], "top_k_logits": [[3, 2]]})",
+                    "holds id 1 twice");
+  expect_read_error(ids + R"("top_k_ids": [[1]], "top_k_logits": [[3, 2]]})",
+                    "two lists of the same, non-zero length");
+  expect_read_error(R"({"tokens": [1, 2], "top_k_rows": [2], "top_k_ids": [[1]], )"
+                    R"("top_k_logits": [[1]]})",
+                    "top_k_rows holds 2; rows are ascending indices below the 2 tokens");
+  expect_read_error(R"({"tokens": [1, 2], "top_k_ids": [[1]], "top_k_logits": [[1]]})",
+                    "1 rows of top_k_ids and 1 of top_k_logits for 2 rows");
+  expect_read_error(ids + R"("top_k_ids": [[1]], "top_k_logits": [[1e999]]})", "");
+}
+
+// Top-k goldens: ids in order, values within atol + rtol·|golden|, ties within tolerance may swap
+// (inside the k, or the k-th with one just outside), an intruder above the k-th logit fails.
+TEST(GoldenLogits, TopKComparison) {
+  GoldenPrompt g{"", {3, 4}, 0, {}};
+  g.top_k = 3;
+  g.top_k_rows = {1};
+  g.top_k_ids = {2, 0, 5};
+  g.top_k_logits = {9.0f, 7.0f, 6.0f};
+  const auto compare = [&](std::vector<float> row1) {
+    std::vector<float> model(6, -100.0f);  // row 0 is not compared
+    model.insert(model.end(), row1.begin(), row1.end());
+    return compare_top_k(g, model, 6, 1e-3, 0.0);
+  };
+  //                                  id: 0      1     2     3     4     5
+  EXPECT_EQ(compare({7.0f, 1.0f, 9.0f, 2.0f, 3.0f, 6.0f}).num_failed, 0);
+  const TopKComparison close = compare({7.0005f, 1.0f, 8.9995f, 2.0f, 5.9995f, 6.0f});
+  EXPECT_EQ(close.num_failed, 0);  // id 4 ties the 3rd golden logit within tolerance
+  EXPECT_NEAR(close.max_abs_diff, 5e-4, 1e-6);
+  const TopKComparison off = compare({7.01f, 1.0f, 9.0f, 2.0f, 3.0f, 6.0f});
+  EXPECT_EQ(off.num_failed, 1);
+  EXPECT_NE(off.first_failure.find("row 1: golden id 0 (rank 2) has logit 7.01 in the model, 7 in"),
+            std::string::npos)
+      << off.first_failure;
+  const TopKComparison intruder = compare({7.0f, 6.5f, 9.0f, 2.0f, 3.0f, 6.0f});
+  EXPECT_EQ(intruder.num_failed, 1);
+  EXPECT_NE(intruder.first_failure.find("id 1 has logit 6.5 in the model, above the golden's k-th"),
+            std::string::npos)
+      << intruder.first_failure;
+  EXPECT_NE(intruder.first_failure.find("(model top 3: [2, 0, 1], golden: [2, 0, 5])"),
+            std::string::npos)
+      << intruder.first_failure;
+  // Two golden logits within tolerance of each other may come out in either order.
+  g.top_k_logits = {9.0f, 7.0f, 6.9995f};
+  EXPECT_EQ(compare({6.9996f, 1.0f, 9.0f, 2.0f, 3.0f, 6.9999f}).num_failed, 0);
+  EXPECT_EQ(compare({std::nanf(""), 1.0f, 9.0f, 2.0f, 3.0f, 6.9999f}).num_failed, 1);
+}
+
 }  // namespace
 }  // namespace maxctx::io

@@ -1,8 +1,8 @@
 // Checkpoints saved already quantized (checkpoint_is_quantized, model/quantized_checkpoint.h):
-// written from the tiny_llama and tiny_mixtral fixtures, loaded through load_inference_model
-// as decode and bench-inference load them, they decode bit-identically (every token and every
-// step's logits) to the F32 checkpoint quantized on load, on context_autoregressive = the
-// ranks; and the ways such a checkpoint can be wrong are one clear error each.
+// written from the tiny_llama and tiny_mixtral fixtures (and a tied one), loaded through
+// load_inference_model as decode and bench-inference load them, they decode bit-identically (every
+// token and every step's logits) to the F32 checkpoint quantized on load, on context_autoregressive
+// = the ranks; and the ways such a checkpoint can be wrong are one clear error each.
 #include "maxctx/model/quantized_checkpoint.h"
 
 #include <fmt/ranges.h>
@@ -64,8 +64,7 @@ GenerateResult decode(const Config& c) {
 
 class QuantizedCheckpoint : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
-  const std::string fixture = GetParam();
+void expect_decodes_as_quantized_on_load(const std::string& fixture) {
   const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
   // The projections are 1 byte a weight: 0.42 of the F32 file here (the F32 embedding weighs
   // much in these tiny models), about a quarter for a full-size one.
@@ -85,6 +84,16 @@ TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
               0)
         << "step " << step << " logits differ";
   }
+}
+
+TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
+  expect_decodes_as_quantized_on_load(GetParam());
+}
+
+// Tied embeddings (`maxctx export quantization=int8` of such a model): the head is the embedding,
+// a float tensor in the checkpoint as it stays when quantizing on load.
+TEST(QuantizedCheckpointTied, DecodesBitIdenticallyToQuantizingOnLoad) {
+  expect_decodes_as_quantized_on_load(MAXCTX_TEST_FIXTURES "/tiny_llama_tied_scaled");
 }
 
 // Loads `c` on its mesh (each rank its own experts) and on one rank (the whole model) and

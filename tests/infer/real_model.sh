@@ -5,7 +5,8 @@
 # the embedded SmolLM2 tokenizer: pre smollm, 21 single-byte tokens missing) and must match
 # transformers on the same weights (tests/fixtures/real_smollm2/goldens.json, written by
 # tools/reference/real_model_goldens.py): the chat prompt's ids, and transformers' 64 greedy
-# tokens as the start of maxctx's greedy answer, on context_autoregressive 1 and 2.
+# tokens as the start of maxctx's greedy answer, on context_autoregressive 1 and 2, and its top-8
+# logits after the prompt (check-logits with top-k goldens) on context 1 and 2.
 # Then 20 fine-tuning steps from the GGUF on context=2 lower the eval loss.
 #   real_model.sh <build dir> <source dir>
 set -euo pipefail
@@ -53,6 +54,24 @@ bad = [i for i, (g, e) in enumerate(zip(got, golden)) if g != e]
 assert len(got) == len(golden) and not bad, f"texts {bad} differ"
 print(f"{len(got)} corpus texts tokenized as transformers does")
 PY
+
+# check-logits against transformers' top-8 logits of the prompt's last position (top-k goldens:
+# the 8 ids in transformers' order, ties within tolerance may swap; their logits within
+# atol 1e-4), on context 1 and 2 (the prompt's 19 tokens padded to 20 and split over 2 ranks).
+python3 - "$goldens" > "$work/top_k.jsonl" <<'PY'
+import json, sys
+g = json.load(open(sys.argv[1]))
+print(json.dumps({"prompt": g["prompt"], "tokens": g["prompt_ids"],
+                  "top_k_rows": [len(g["prompt_ids"]) - 1], "top_k_ids": [g["last_top_ids"]],
+                  "top_k_logits": [g["last_top_logits"]]}))
+PY
+for cp in 1 2; do
+  "${mpirun[@]}" -np "$cp" "$maxctx" check-logits "$src/configs/base.yml" \
+    load_parameters_path="$(dirname "$tokenizer")" golden_logits_path="$work/top_k.jsonl" \
+    ici_context_parallelism="$cp" atol=1e-4 rtol=0 > "$work/check_logits_cp$cp.log" 2>&1 ||
+    { echo "FAIL: check-logits on context=$cp"; grep -v "^Config" "$work/check_logits_cp$cp.log" | tail -5; exit 1; }
+  echo "context=$cp: $(grep -o "Top-k rows: .*" "$work/check_logits_cp$cp.log")"
+done
 
 for ca in 1 2; do
   "${mpirun[@]}" -np "$ca" "$maxctx" decode "$src/configs/base.yml" load_parameters_path="$gguf" \

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 
 #include "io/temp_dir.h"
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/types.h"
 #include "maxctx/model/gguf_import.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/weights.h"
@@ -38,6 +40,60 @@ std::vector<float> load(const fs::path& dir, const LlamaConfig& config,
   std::vector<float> flat(static_cast<size_t>(total_numel(specs)));
   load_hf_weights(specs, flat.data(), dir);
   return flat;
+}
+
+// Every converted tensor equals gguf-py's dequantization of what the fixture stores, in Hugging
+// Face row order (`expected`: sums, an order-sensitive sum, the first values), and lies within its
+// type's rounding of the original F32 weights.
+void expect_as_gguf_py(const std::vector<WeightSpec>& specs, const std::vector<float>& converted,
+                       const std::vector<float>& original, const json& expected) {
+  ASSERT_EQ(converted.size(), original.size());
+  // The largest rounding of each type, relative to the tensor's largest magnitude: ggml's
+  // block scale d is amax/8 (Q4_0), (max - min)/15 (Q4_1), amax/127 (Q8_0), values round to d/2
+  // (Q4_0's +8 clips to +7: d there).
+  const std::map<std::string, double> bound = {{"F32", 0.0},     {"F16", 1e-3},  {"BF16", 4e-3},
+                                               {"Q8_0", 4.5e-3}, {"Q4_0", 0.13}, {"Q4_1", 6.8e-2}};
+  for (const WeightSpec& s : specs) {
+    SCOPED_TRACE(s.name);
+    const json& e = expected.at(s.name);
+    const float* got = converted.data() + s.offset;
+    const float* f32 = original.data() + s.offset;
+    double sum = 0, sum_sq = 0, weighted = 0, amax = 0, max_diff = 0;
+    for (int64_t k = 0; k < s.numel(); ++k) {
+      sum += got[k];
+      sum_sq += double{got[k]} * got[k];
+      weighted += double{got[k]} * static_cast<double>(k);
+      amax = std::max(amax, std::abs(double{f32[k]}));
+      max_diff = std::max(max_diff, std::abs(double{got[k]} - f32[k]));
+    }
+    weighted /= static_cast<double>(s.numel());
+    const auto near = [](double a, double b) {
+      return std::abs(a - b) <= 1e-9 * (1 + std::abs(b));
+    };
+    EXPECT_TRUE(near(sum, e.at("sum"))) << sum << " vs " << e.at("sum");
+    EXPECT_TRUE(near(sum_sq, e.at("sum_sq"))) << sum_sq << " vs " << e.at("sum_sq");
+    EXPECT_TRUE(near(weighted, e.at("index_weighted"))) << weighted;
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(got[k], e.at("first")[k].get<float>()) << k;
+    EXPECT_LE(max_diff, bound.at(e.at("type")) * amax) << e.at("type") << ": " << max_diff / amax;
+  }
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The error converting `content` as a GGUF file, or "no error".
+std::string conversion_error(const io::TempDir& dir, const std::string& content) {
+  const fs::path path = dir.path() / "damaged.gguf";
+  std::ofstream(path, std::ios::binary) << content;
+  try {
+    write_hf_directory_from_gguf(io::GgufFile(path), dir.path() / "out");
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    return std::string(e.what());
+  }
+  return std::string("no error");
 }
 
 TEST(Gguf, MixedTypesDequantizeAndUnpermuteAsLlamaCpp) {
@@ -66,34 +122,7 @@ TEST(Gguf, MixedTypesDequantizeAndUnpermuteAsLlamaCpp) {
   ASSERT_EQ(converted.size(), original.size());
 
   const json expected = json::parse(std::ifstream(kFixtures / "gguf" / "expected.json"));
-  // The largest rounding of each type, relative to the tensor's largest magnitude: ggml's
-  // block scale d is amax/8 (Q4_0), (max - min)/15 (Q4_1), amax/127 (Q8_0), values round to d/2
-  // (Q4_0's +8 clips to +7: d there).
-  const std::map<std::string, double> bound = {{"F32", 0.0},     {"F16", 1e-3},  {"BF16", 4e-3},
-                                               {"Q8_0", 4.5e-3}, {"Q4_0", 0.13}, {"Q4_1", 6.8e-2}};
-  for (const WeightSpec& s : specs) {
-    SCOPED_TRACE(s.name);
-    const json& e = expected.at("tensors").at(s.name);
-    const float* got = converted.data() + s.offset;
-    const float* f32 = original.data() + s.offset;
-    double sum = 0, sum_sq = 0, weighted = 0, amax = 0, max_diff = 0;
-    for (int64_t k = 0; k < s.numel(); ++k) {
-      sum += got[k];
-      sum_sq += double{got[k]} * got[k];
-      weighted += double{got[k]} * static_cast<double>(k);
-      amax = std::max(amax, std::abs(double{f32[k]}));
-      max_diff = std::max(max_diff, std::abs(double{got[k]} - f32[k]));
-    }
-    weighted /= static_cast<double>(s.numel());
-    const auto near = [](double a, double b) {
-      return std::abs(a - b) <= 1e-9 * (1 + std::abs(b));
-    };
-    EXPECT_TRUE(near(sum, e.at("sum"))) << sum << " vs " << e.at("sum");
-    EXPECT_TRUE(near(sum_sq, e.at("sum_sq"))) << sum_sq << " vs " << e.at("sum_sq");
-    EXPECT_TRUE(near(weighted, e.at("index_weighted"))) << weighted;
-    for (int k = 0; k < 8; ++k) EXPECT_EQ(got[k], e.at("first")[k].get<float>()) << k;
-    EXPECT_LE(max_diff, bound.at(e.at("type")) * amax) << e.at("type") << ": " << max_diff / amax;
-  }
+  expect_as_gguf_py(specs, converted, original, expected.at("tensors"));
 
   // The embedded tokenizer: 94 printable bytes, Ġ for space, <|endoftext|> as BOS/EOS; digits
   // alone (tokenizer.ggml.pre smollm); bytes without a token (é) dropped.
@@ -136,10 +165,99 @@ TEST(Gguf, DamagedFilesAreOneError) {
   q5[at] = 6;
   EXPECT_NE(error_of(q5).find("is type 6; maxctx reads F32, F16, BF16, Q8_0, Q4_0 and Q4_1"),
             std::string::npos);
+  // One layer more than the file holds: refused before the weight list is built.
+  std::string more_layers = bytes;
+  more_layers[more_layers.find("llama.block_count") + 17 + 4] = 3;
+  EXPECT_NE(error_of(more_layers).find("the metadata describes"), std::string::npos)
+      << error_of(more_layers);
   std::string other_arch = bytes;
   const size_t arch = other_arch.find("llama", other_arch.find("general.architecture"));
   other_arch.replace(arch, 5, "gemma");
   EXPECT_NE(error_of(other_arch).find("general.architecture 'gemma' is not supported"),
+            std::string::npos);
+}
+
+// A Mixtral as llama.cpp's converter writes it (tools/reference/gguf_fixture.py from
+// tests/fixtures/tiny_mixtral: experts stacked per layer in ffn_{gate,down,up}_exps, F32, F16 and
+// Q8_0) becomes a MixtralConfig directory whose every expert equals gguf-py's dequantization of
+// its slice, within its type's rounding of tiny_mixtral's own weights.
+TEST(Gguf, MixtralExpertsLoad) {
+  const io::GgufFile file(kFixtures / "gguf" / "tiny_mixtral.gguf");
+  const LlamaConfig config = llama_config_from_gguf(file);
+  const LlamaConfig hf_config = llama_config_from_hf(kFixtures / "tiny_mixtral" / "config.json");
+  EXPECT_TRUE(config.moe);
+  EXPECT_EQ(config.num_experts, 4);
+  EXPECT_EQ(config.num_experts_per_tok, 2);
+  EXPECT_EQ(config.num_parameters(), hf_config.num_parameters());
+  EXPECT_EQ(config.rope.theta, 1e6);
+
+  io::TempDir dir;
+  const std::string what = write_hf_directory_from_gguf(file, dir.path() / "hf");
+  // 41 Hugging Face tensors from 23 GGUF ones: each stacked expert tensor read once.
+  EXPECT_NE(what.find("41 tensors (13 F16, 8 F32, 2 Q8_0)"), std::string::npos) << what;
+  const LlamaConfig back = llama_config_from_hf(dir.path() / "hf" / "config.json");
+  EXPECT_TRUE(back.moe);
+  EXPECT_EQ(back.num_experts, 4);
+  EXPECT_EQ(back.num_experts_per_tok, 2);
+  std::vector<WeightSpec> specs, original_specs;
+  const std::vector<float> converted = load(dir.path() / "hf", back, specs);
+  const std::vector<float> original = load(kFixtures / "tiny_mixtral", hf_config, original_specs);
+  const json expected = json::parse(std::ifstream(kFixtures / "gguf" / "expected.json"));
+  expect_as_gguf_py(specs, converted, original, expected.at("tiny_mixtral"));
+
+  // More experts per token than experts: one line naming both keys.
+  std::string bytes = read_bytes(kFixtures / "gguf" / "tiny_mixtral.gguf");
+  const std::string key = "llama.expert_used_count";
+  bytes[bytes.find(key) + key.size() + 4] = 9;  // after the key, its uint32 type
+  EXPECT_NE(conversion_error(dir, bytes)
+                .find("llama.expert_used_count = 9 is more than "
+                      "llama.expert_count = 4"),
+            std::string::npos);
+}
+
+// Llama 3 RoPE scaling as the converter writes it (the divisors of rope_freqs.weight, no
+// metadata) becomes rope_type llama3 whose frequencies are llama.cpp's: inv_freq_i divided by the
+// file's divisor i. Divisors of another form, and other scaling types, are refused in one line.
+TEST(Gguf, Llama3RopeScalingFromRopeFreqs) {
+  const fs::path path = kFixtures / "gguf" / "tiny_llama_rope_llama3.gguf";
+  const io::GgufFile file(path);
+  const LlamaConfig config = llama_config_from_gguf(file);
+  EXPECT_EQ(config.rope.scaling, kernels::RopeScaling::kLlama3);
+  EXPECT_EQ(config.rope.factor, 8.0);
+  EXPECT_EQ(config.rope.low_freq_factor, 1.0);
+  EXPECT_EQ(config.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(config.rope.original_max_position_embeddings, 64.0);
+  const json expected = json::parse(std::ifstream(kFixtures / "gguf" / "expected.json"));
+  const std::vector<double> inv_freq = kernels::rope_inv_freq(config.rope, config.head_dim);
+  ASSERT_EQ(inv_freq.size(), 4u);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    const double llama_cpp =
+        std::pow(10000.0, -2.0 * double(i) / 8.0) / expected.at("rope_freqs")[i].get<double>();
+    EXPECT_NEAR(inv_freq[i], llama_cpp, 1e-6 * llama_cpp) << i;
+  }
+  io::TempDir dir;
+  write_hf_directory_from_gguf(file, dir.path() / "hf");
+  const LlamaConfig back = llama_config_from_hf(dir.path() / "hf" / "config.json");
+  EXPECT_EQ(back.rope.scaling, kernels::RopeScaling::kLlama3);
+  EXPECT_EQ(back.rope.factor, 8.0);
+  EXPECT_EQ(back.rope.original_max_position_embeddings, 64.0);
+
+  const std::string bytes = read_bytes(path);
+  const io::GgufTensor& freqs = *file.find("rope_freqs.weight");
+  std::string other = bytes;
+  const float divisors[4] = {1.0f, 2.0f, 3.0f, 5.0f};
+  std::memcpy(other.data() + freqs.offset, divisors, sizeof(divisors));
+  EXPECT_NE(
+      conversion_error(dir, other)
+          .find(
+              "tensor rope_freqs.weight is not Llama 3 RoPE scaling (factor 5, low_freq_factor 1, "
+              "high_freq_factor 4, any original context length)"),
+      std::string::npos)
+      << conversion_error(dir, other);
+  std::string yarn = bytes;
+  yarn.replace(yarn.find("none", yarn.find("llama.rope.scaling.type")), 4, "yarn");
+  EXPECT_NE(conversion_error(dir, yarn).find(
+                "GGUF RoPE scaling 'yarn' (llama.rope.scaling.type) is not supported"),
             std::string::npos);
 }
 

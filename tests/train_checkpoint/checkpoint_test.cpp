@@ -18,6 +18,7 @@
 #include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/model/hf_import.h"
+#include "maxctx/model/model_record.h"
 #include "maxctx/model/weights.h"
 
 namespace maxctx::train {
@@ -490,6 +492,83 @@ TEST_F(CheckpointTest, BadStateJsonIsAnError) {
   const std::string message = read_error(10);
   EXPECT_CONTAINS(message, state_file.string());
   EXPECT_CONTAINS(message, "is missing");
+}
+
+// state.json records the model (model/model_record.h): written, read back field for field, and
+// compared with a running model naming the field and both values.
+TEST_F(CheckpointTest, StateRecordsTheModel) {
+  LlamaConfig recorded = small_config(/*tied=*/true);
+  recorded.norm_eps = 1e-6f;
+  recorded.rope.theta = 100000.0;
+  recorded.rope.scaling = kernels::RopeScaling::kLlama3;
+  recorded.rope.factor = 4.0;
+  const TrainingState s(recorded);
+  CheckpointState state{10, 3, "model_name: test"};
+  state.model = recorded;
+  write_checkpoint(run_dir_, state, s.specs, s.params, s.adam_m, s.adam_v);
+  const OpenCheckpoint opened = open_checkpoint(run_dir_, 10);
+  ASSERT_TRUE(opened.state.model.has_value());
+  EXPECT_EQ(model::model_difference(recorded, *opened.state.model), std::nullopt);
+  EXPECT_EQ(opened.state.model->norm_eps, 1e-6f);
+  EXPECT_EQ(opened.state.model->rope.factor, 4.0);
+  std::ifstream in(dir(10) / "state.json");
+  const nlohmann::json json = nlohmann::json::parse(in);
+  EXPECT_EQ(json.at("model").at("norm_eps"), 1e-6);  // the shortest decimal, not the float's
+  EXPECT_EQ(json.at("model").at("rope_type"), "llama3");
+  EXPECT_FALSE(json.at("model").contains("num_experts"));  // only what the model has
+
+  LlamaConfig running = recorded;
+  running.rope.theta = 10000.0;
+  EXPECT_EQ(model::model_difference(recorded, running),
+            "the checkpoint's model has rope_theta 100000.0, this run's has 10000.0 (config key "
+            "rope_max_timescale)");
+  running = recorded;
+  running.num_layers = 3;
+  EXPECT_CONTAINS(*model::model_difference(recorded, running), "num_layers 2, this run's has 3");
+  const std::set<std::string> rope_only = {"rope_max_timescale"};
+  EXPECT_EQ(model::model_difference(recorded, running, &rope_only), std::nullopt);
+  running = recorded;
+  running.rope.scaling = kernels::RopeScaling::kNone;
+  EXPECT_CONTAINS(*model::model_difference(recorded, running), "rope_type \"llama3\"");
+
+  // Without a record (a checkpoint written before it existed): none, and it still loads.
+  write(s, 20);
+  EXPECT_FALSE(open_checkpoint(run_dir_, 20).state.model.has_value());
+}
+
+TEST_F(CheckpointTest, BadModelRecordIsAnError) {
+  const nlohmann::json good = model::model_record(small_config());
+  const auto error = [](const nlohmann::json& record) {
+    try {
+      model::model_from_record(record, "state.json");
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error(good), "accepted");
+  nlohmann::json record = good;
+  record.erase("head_dim");
+  EXPECT_CONTAINS(error(record), "the model record has no \"head_dim\"");
+  record = good;
+  record["mlp_width"] = 3;
+  EXPECT_CONTAINS(error(record), "unknown field \"mlp_width\"");
+  record = good;
+  record["num_layers"] = -2;
+  EXPECT_CONTAINS(error(record), "\"num_layers\" is -2, expected an integer in [1, 2^31 - 1]");
+  record = good;
+  record["rope_theta"] = "big";
+  EXPECT_CONTAINS(error(record), "\"rope_theta\" is \"big\", expected a positive number");
+  record = good;
+  record["num_experts"] = 8;  // a dense model has no experts
+  EXPECT_CONTAINS(error(record), "\"num_experts\" is recorded for a model that does not have it");
+  record = good;
+  record["vocab_size"] = 2147483647;
+  record["emb_dim"] = 2147483647;
+  record["num_layers"] = 2147483647;
+  EXPECT_CONTAINS(error(record), "more than 2^62");
+  EXPECT_CONTAINS(error(nlohmann::json::array()), "expected an object");
 }
 
 TEST_F(CheckpointTest, NonexistentStepIsAnError) {

@@ -11,6 +11,10 @@ LlamaModel.permute does. The embedded tokenizer is a 96-token byte-level vocabul
 (the printable ASCII bytes, Ġ for space, <|endoftext|> as a control token; tokenizer.ggml.pre
 "smollm": digits alone), so that most bytes have no token, as in SmolLM2's vocabulary.
 
+Also tiny_mixtral.gguf (tests/fixtures/tiny_mixtral's weights as the converter writes a Mixtral:
+experts stacked per layer) and tiny_llama_rope_llama3.gguf (tiny_llama with Llama 3 RoPE scaling
+as the tensor rope_freqs.weight).
+
 expected.json holds, for each Hugging Face weight name, gguf-py's dequantized values in Hugging
 Face row order summarised (sum, sum of squares, the index-weighted sum, first 8 values, float64)
 and the type the tensor has in the file; gguf_test checks maxctx's conversion against them and against the original
@@ -19,6 +23,7 @@ F32 weights within each type's rounding.
 
 import importlib.metadata
 import json
+import math
 import os
 import struct
 import sys
@@ -52,6 +57,15 @@ def permute(w, n_head):
     """convert_hf_to_gguf.py's LlamaModel.permute (n_head: the tensor's own head count)."""
     return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
             .swapaxes(1, 2).reshape(w.shape))
+
+
+def gguf_rows(hf_name, value, heads, kv_heads):
+    """A Hugging Face tensor in the row order the converter writes: Q and K permuted."""
+    if hf_name.endswith("q_proj.weight"):
+        return permute(value, heads)
+    if hf_name.endswith("k_proj.weight"):
+        return permute(value, kv_heads)
+    return value
 
 
 # Hugging Face name -> (GGUF name, type in the file)
@@ -107,11 +121,7 @@ def main():
     w.add_eos_token_id(95)
     expected = {}
     for hf_name, (gguf_name, t) in layout(config["num_hidden_layers"]).items():
-        value = weights[hf_name].astype(np.float32)
-        if hf_name.endswith("q_proj.weight"):
-            value = permute(value, heads)
-        elif hf_name.endswith("k_proj.weight"):
-            value = permute(value, kv_heads)
+        value = gguf_rows(hf_name, weights[hf_name].astype(np.float32), heads, kv_heads)
         if t == T.F32:
             data, stored = value, value
         elif t == T.F16:
@@ -137,11 +147,147 @@ def main():
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    mixtral_path, mixtral_expected = write_mixtral()
+    rope_path, rope_freqs = write_rope_llama3()
+    generator = ("tools/reference/gguf_fixture.py (gguf-py " + importlib.metadata.version("gguf") +
+                 ")")
     with open(os.path.join(OUT, "expected.json"), "w") as f:
-        json.dump({"generator": "tools/reference/gguf_fixture.py (gguf-py " +
-                   importlib.metadata.version("gguf") + ")",
-                   "tensors": expected}, f, indent=1)
-    print(f"wrote {path} ({os.path.getsize(path)} bytes) and expected.json")
+        json.dump({"generator": generator, "tensors": expected,
+                   "tiny_mixtral": mixtral_expected, "rope_freqs": rope_freqs}, f, indent=1)
+    for p in (path, mixtral_path, rope_path):
+        print(f"wrote {p} ({os.path.getsize(p)} bytes)")
+    print("and expected.json")
+
+
+def summary(stored, t):
+    """What expected.json keeps of one tensor in Hugging Face row order (float64 sums)."""
+    flat = stored.astype(np.float64).reshape(-1)
+    return {"type": t.name, "sum": float(flat.sum()), "sum_sq": float((flat * flat).sum()),
+            # order-sensitive: a row put back in the wrong place changes it
+            "index_weighted": float((flat * np.arange(flat.size)).sum() / flat.size),
+            "first": [float(x) for x in flat[:8]]}
+
+
+def stored_as(value, t):
+    """(the array to write, what ggml reads back from it) for type t."""
+    if t == T.F32:
+        return value, value
+    if t == T.F16:
+        data = value.astype(np.float16)
+        return data, data.astype(np.float32)
+    data = gguf.quants.quantize(value, t)
+    return data, gguf.quants.dequantize(data, t).reshape(value.shape).astype(np.float32)
+
+
+def add_llama_metadata(w, config):
+    w.add_context_length(config["max_position_embeddings"])
+    w.add_embedding_length(config["hidden_size"])
+    w.add_block_count(config["num_hidden_layers"])
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(config["num_attention_heads"])
+    w.add_head_count_kv(config["num_key_value_heads"])
+    w.add_key_length(config["head_dim"])
+    w.add_value_length(config["head_dim"])
+    w.add_rope_dimension_count(config["head_dim"])
+    w.add_rope_freq_base(config["rope_theta"])
+    w.add_layer_norm_rms_eps(config["rms_norm_eps"])
+
+
+def write_mixtral():
+    """tiny_mixtral as convert_hf_to_gguf.py writes a Mixtral: each layer's experts stacked into
+    ffn_{gate,down,up}_exps ([experts, rows, cols]), the router as ffn_gate_inp, the Q/K rows
+    permuted; norms F32, the other matrices F16 but layer 0's experts F32 and layer 1's gate/up
+    experts Q8_0."""
+    source = os.path.join(ROOT, "tests", "fixtures", "tiny_mixtral")
+    config = json.load(open(os.path.join(source, "config.json")))
+    weights = read_safetensors(os.path.join(source, "model.safetensors"))
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    experts = config["num_local_experts"]
+    path = os.path.join(OUT, "tiny_mixtral.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("tiny_mixtral (maxctx test fixture)")
+    add_llama_metadata(w, config)
+    w.add_expert_count(experts)
+    w.add_expert_used_count(config["num_experts_per_tok"])
+    expected = {}
+    plain = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    names = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "attn_output"}
+    for i in range(config["num_hidden_layers"]):
+        plain[f"model.layers.{i}.input_layernorm.weight"] = f"blk.{i}.attn_norm.weight"
+        plain[f"model.layers.{i}.post_attention_layernorm.weight"] = f"blk.{i}.ffn_norm.weight"
+        plain[f"model.layers.{i}.block_sparse_moe.gate.weight"] = f"blk.{i}.ffn_gate_inp.weight"
+        for proj, name in names.items():
+            plain[f"model.layers.{i}.self_attn.{proj}.weight"] = f"blk.{i}.{name}.weight"
+    for hf_name, gguf_name in plain.items():
+        value = gguf_rows(hf_name, weights[hf_name], heads, kv_heads)
+        t = T.F32 if value.ndim == 1 else T.F16
+        data, stored = stored_as(value, t)
+        w.add_tensor(gguf_name, data, raw_dtype=t)
+        if hf_name.endswith("q_proj.weight"):
+            stored = unpermute(stored, heads)
+        elif hf_name.endswith("k_proj.weight"):
+            stored = unpermute(stored, kv_heads)
+        expected[hf_name] = summary(stored, t)
+    for i in range(config["num_hidden_layers"]):
+        for hf_proj, gguf_proj in (("w1", "ffn_gate"), ("w2", "ffn_down"), ("w3", "ffn_up")):
+            t = T.F32 if i == 0 else (T.F16 if hf_proj == "w2" else T.Q8_0)
+            names = [f"model.layers.{i}.block_sparse_moe.experts.{x}.{hf_proj}.weight"
+                     for x in range(experts)]
+            stacked = np.stack([weights[n] for n in names])  # torch.stack(datas, dim=0)
+            data, stored = stored_as(stacked, t)
+            w.add_tensor(f"blk.{i}.{gguf_proj}_exps.weight", data, raw_dtype=t)
+            for x, n in enumerate(names):
+                expected[n] = summary(stored[x], t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, expected
+
+
+def llama3_rope_freqs(theta, dim, factor, low, high, original):
+    """convert_hf_to_gguf.py LlamaModel.generate_extra_tensors (rope_type llama3), numpy float32
+    where it uses torch float32."""
+    freqs = 1.0 / (np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)))
+    low_wavelen, high_wavelen = original / low, original / high
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (original / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_rope_llama3():
+    """tiny_llama (F16 matrices) with Llama 3 RoPE scaling as the converter writes it: no scaling metadata
+    (llama.rope.scaling.type "none"), the tensor rope_freqs.weight. factor 8, low 1, high 4 and an
+    original context of 64 put tiny_llama's four frequencies (wavelengths 6.3, 63, 628, 6283) in
+    all three bands."""
+    config = json.load(open(os.path.join(SOURCE, "config.json")))
+    weights = read_safetensors(os.path.join(SOURCE, "model.safetensors"))
+    heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
+    path = os.path.join(OUT, "tiny_llama_rope_llama3.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("tiny_llama with Llama 3 RoPE scaling (maxctx test fixture)")
+    add_llama_metadata(w, config)
+    w.add_rope_scaling_type(gguf.RopeScalingType.NONE)
+    freqs = llama3_rope_freqs(config["rope_theta"], config["head_dim"], 8.0, 1.0, 4.0, 64)
+    w.add_tensor("rope_freqs.weight", freqs, raw_dtype=T.F32)
+    for hf_name, (gguf_name, _) in layout(config["num_hidden_layers"]).items():
+        value = gguf_rows(hf_name, weights[hf_name], heads, kv_heads)
+        t = T.F32 if value.ndim == 1 else T.F16
+        w.add_tensor(gguf_name, stored_as(value, t)[0], raw_dtype=t)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path, [float(x) for x in freqs]
 
 
 def unpermute(w, n_head):

@@ -11,6 +11,7 @@
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/model/hf_import.h"
 #include "maxctx/model/memory_estimate.h"
+#include "maxctx/model/model_record.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/parallel/parallelize.h"
 
@@ -113,22 +114,20 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
     m.config = model::llama_config_from_hf(config_json);
     model::apply_precision(c, m.config);
   } else {
-    m.config = model::llama_config_from(c);
+    m.config = model::checkpoint_model(c, dir);  // the model it records, else the config's
   }
   check_weights_fit(m.config, group.size(), int8, ca.size());
   const auto specs =
       inference_weight_specs(m.config, group.size(), group.rank(), ca.size(), ca.rank());
   if (c.checkpoint_is_quantized) {
-    if (m.config.tie_embeddings) {
-      fail(
-          "checkpoint_is_quantized: a model with tied embeddings (lm_head = the embedding) is "
-          "not supported; load its F32 checkpoint with quantization=int8");
-    }
+    // Tied embeddings: the head is the embedding, which stays a float tensor (as quantizing on
+    // load keeps it), so the checkpoint holds no head of its own.
     const model::Int8Layout layout = model::int8_layout(specs);
     m.weights = kernels.empty({model::total_numel(layout.float_specs)}, m.config.weight_dtype);
     m.int8 = model::read_int8_checkpoint(kernels, layout, m.weights.view(), dir);
   } else {
-    if (model::is_int8_checkpoint(dir)) {
+    // A training checkpoint (index.json over its shards) is never an int8 one.
+    if (!fs::exists(fs::path(dir) / io::kSliceIndexName) && model::is_int8_checkpoint(dir)) {
       fail(
           "{} is a quantized checkpoint (int8 projections): load it with "
           "checkpoint_is_quantized=true quantization=int8",
@@ -142,9 +141,11 @@ InferenceModel load_inference_model(const Config& c, const kernels::Kernels& ker
                    model::load_weights(kernels, part, out, tensors);
                  });
   }
-  m.source = fs::exists(config_json)
-                 ? fmt::format("{} (dimensions from its config.json)", dir)
-                 : fmt::format("{} (dimensions from model '{}')", dir, c.model_name);
+  m.source = fs::exists(config_json) ? fmt::format("{} (dimensions from its config.json)", dir)
+                                     : fmt::format("{} (dimensions from {})", dir,
+                                                   model::read_recorded_model(dir)
+                                                       ? std::string("its recorded model")
+                                                       : fmt::format("model '{}'", c.model_name));
   return m;
 }
 

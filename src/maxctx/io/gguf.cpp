@@ -169,7 +169,8 @@ GgufFile::GgufFile(const fs::path& path) : path_(path) {
         fail("{}: metadata '{}' claims {} elements, more than the file holds", path.string(), key,
              n);
       }
-      value.array.reserve(n);
+      // Reserved up to a bound: an element may be one byte in the file but a variant here.
+      value.array.reserve(std::min<uint64_t>(n, uint64_t{1} << 16));
       for (uint64_t k = 0; k < n; ++k) value.array.push_back(read_scalar(c, element, path, key));
     } else {
       value.scalar = read_scalar(c, type, path, key);
@@ -184,11 +185,18 @@ GgufFile::GgufFile(const fs::path& path) : path_(path) {
     const uint32_t dims = c.read<uint32_t>();
     if (dims == 0 || dims > 4)
       fail("{}: tensor '{}' has {} dimensions", path.string(), t.name, dims);
+    uint64_t elements = 1;
     for (uint32_t d = 0; d < dims; ++d) {
       const uint64_t ne = c.read<uint64_t>();
       if (ne == 0 || ne > (uint64_t{1} << 40)) {
         fail("{}: tensor '{}' dimension {} is {}", path.string(), t.name, d, ne);
       }
+      // The element count must fit the file (a byte holds at most two 4-bit elements), which
+      // also keeps numel() and the byte size from overflowing.
+      if (ne > (size * 2 + 1) / elements) {
+        fail("{}: tensor '{}' has more elements than the file can hold", path.string(), t.name);
+      }
+      elements *= ne;
       t.shape.insert(t.shape.begin(), static_cast<int64_t>(ne));
     }
     t.type = c.read<uint32_t>();

@@ -38,14 +38,14 @@ LlamaConfig llama_config_from(const Config& c) {
   m.num_layers = c.derived.num_decoder_layers;
   m.norm_eps = static_cast<float>(c.normalization_layer_epsilon);
   m.rope.theta = c.rope_max_timescale;
-  if (c.rope_type == "llama3.1") {
-    m.rope.scaling = kernels::RopeScaling::kLlama3;
-    m.rope.factor = c.rope_scaling_factor;
-    m.rope.low_freq_factor = c.rope_low_freq_factor;
-    m.rope.high_freq_factor = c.rope_high_freq_factor;
-    m.rope.original_max_position_embeddings =
-        static_cast<double>(c.rope_original_max_position_embeddings);
-  }
+  // The factors are kept without Llama 3 scaling too (unused then), so that a checkpoint's
+  // recorded model can be compared with the keys given (model/model_record.h).
+  if (c.rope_type == "llama3.1") m.rope.scaling = kernels::RopeScaling::kLlama3;
+  m.rope.factor = c.rope_scaling_factor;
+  m.rope.low_freq_factor = c.rope_low_freq_factor;
+  m.rope.high_freq_factor = c.rope_high_freq_factor;
+  m.rope.original_max_position_embeddings =
+      static_cast<double>(c.rope_original_max_position_embeddings);
   m.moe = c.decoder_block == "mixtral";
   m.num_experts = c.num_experts;
   m.num_experts_per_tok = c.num_experts_per_tok;

@@ -37,6 +37,7 @@
 #include "maxctx/io/safetensors.h"
 #include "maxctx/mesh/collective_watchdog.h"
 #include "maxctx/mesh/root_task.h"
+#include "maxctx/model/model_record.h"
 
 namespace maxctx::train {
 namespace {
@@ -180,6 +181,10 @@ CheckpointState parse_state(const fs::path& path, int64_t step) {
          brief(config));
   }
   result.config_text = config.get<std::string>();
+  if (state.contains("model")) {
+    result.model = model::model_from_record(state["model"],
+                                            fmt::format("checkpoint state '{}'", path.string()));
+  }
   if (result.step != step) {
     fail("checkpoint state '{}' says step {}, but its directory is step {}", path.string(),
          result.step, step);
@@ -272,11 +277,12 @@ fs::path temporary_directory(const fs::path& run_dir, int64_t step, int64_t id) 
 void commit_directory(const fs::path& run_dir, const fs::path& tmp_dir,
                       const CheckpointState& state, const io::SliceIndex& index) {
   io::write_slice_index_file(tmp_dir / io::kSliceIndexName, index);
-  const nlohmann::ordered_json state_json = {{"format", kCheckpointFormat},
-                                             {"step", state.step},
-                                             {"data_position", state.data_position},
-                                             {"num_ranks", state.num_ranks},
-                                             {"config", state.config_text}};
+  nlohmann::ordered_json state_json = {{"format", kCheckpointFormat},
+                                       {"step", state.step},
+                                       {"data_position", state.data_position},
+                                       {"num_ranks", state.num_ranks},
+                                       {"config", state.config_text}};
+  if (state.model) state_json["model"] = model::model_record(*state.model);
   io::write_synced_text(tmp_dir / kStateFile, state_json.dump(2) + "\n");
   io::sync_path(tmp_dir, /*directory=*/true);
   inject_fault(FaultKind::kKillSaveCommit, state.step);

@@ -10,7 +10,10 @@
 //                             "adam_m.<name>" / "adam_v.<name>") with its dtype, global shape and
 //                             slices: file, rectangle, byte range (io/sliced_tensors.h);
 //   state.json                {"format": "maxctx-checkpoint-v2", "step", "data_position",
-//                              "num_ranks", "config"}.
+//                              "num_ranks", "config", "model"}: "model" is the model it holds
+//                              (model/model_record.h), which a resume and load_full_state_path
+//                              compare with the run's and export uses; checkpoints written
+//                              before it was recorded have none and still load.
 // Which rank saves which copy is parallel::saves_copy (each element exactly once); what it
 // saves is the part of its fsdp shard the copy covers (parallel::flat_slices).
 //
@@ -36,6 +39,7 @@
 
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
 
 namespace maxctx::train {
@@ -49,6 +53,9 @@ struct CheckpointState {
   std::string config_text;    // the resolved config (printed form), for provenance
   int64_t num_ranks = 1;      // the mesh that saved it (provenance: any mesh restores it)
   bool sharded = true;        // false: an older, unsharded (v1) checkpoint
+  // The model it holds (architecture and numerics; not its precision); nullopt: written before
+  // checkpoints recorded their model.
+  std::optional<model::LlamaConfig> model = std::nullopt;
 };
 
 // <run_dir>/checkpoints/<step>

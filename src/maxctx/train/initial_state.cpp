@@ -16,6 +16,7 @@
 #include "maxctx/io/durable_file.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/model/hf_import.h"
+#include "maxctx/model/model_record.h"
 #include "maxctx/train/checkpoint.h"
 
 namespace maxctx::train {
@@ -171,6 +172,30 @@ model::LlamaConfig hf_training_model(const Config& c, const fs::path& json) {
   return m;
 }
 
+// The run's model against the one checkpoint `dir` records (see the file comment); nullopt:
+// the checkpoint has no record.
+void check_recorded_model(const Config& c, const std::optional<model::LlamaConfig>& recorded,
+                          const model::LlamaConfig& running, const fs::path& dir,
+                          bool explicit_rope_wins) {
+  if (!recorded) {
+    log::info(
+        "checkpoint '{}' does not record its model (written before maxctx recorded it): read "
+        "as this run's model",
+        dir.string());
+    return;
+  }
+  model::LlamaConfig compared = running;
+  if (explicit_rope_wins) {
+    for (const std::string& key : model::rope_keys()) {
+      if (set_explicitly(c, key)) compared.rope = recorded->rope;
+    }
+  }
+  if (const std::optional<std::string> difference = model::model_difference(*recorded, compared)) {
+    fail("checkpoint '{}': {}; train with the model the checkpoint holds", dir.string(),
+         *difference);
+  }
+}
+
 }  // namespace
 
 model::LlamaConfig training_model_config(const Config& c) {
@@ -196,8 +221,9 @@ Config with_model_dimensions(Config c, const model::LlamaConfig& m) {
 }
 
 StartingState load_starting_state(const Config& c, const fs::path& run_dir,
+                                  const model::LlamaConfig& model,
                                   const std::vector<model::WeightSpec>& global_specs,
-                                  DType weight_dtype, const Communicator& world) {
+                                  const Communicator& world) {
   if (!c.load_parameters_path.empty() && !c.load_full_state_path.empty()) {
     fail(
         "load_parameters_path ('{}') and load_full_state_path ('{}') are both set; set one "
@@ -223,7 +249,10 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
   run_on_every_rank(world, [&] {
     const auto open_full_state = [&](const fs::path& from_run, int64_t step) {
       OpenCheckpoint checkpoint = open_checkpoint(from_run, step);
-      check_full_state(checkpoint.tensors, global_specs, weight_dtype);
+      // The recorded model first: it names the field, where the tensors would name a shape.
+      check_recorded_model(c, checkpoint.state.model, model, checkpoint_directory(from_run, step),
+                           false);
+      check_full_state(checkpoint.tensors, global_specs, model.weight_dtype);
       s.step = checkpoint.state.step;
       s.data_position = checkpoint.state.data_position;
       s.tensors = std::move(checkpoint.tensors);
@@ -248,6 +277,10 @@ StartingState load_starting_state(const Config& c, const fs::path& run_dir,
             "load_parameters_path = '{}' is not a directory: give a Hugging Face directory "
             "(config.json + safetensors) or a checkpoint directory <run>/checkpoints/<step>",
             c.load_parameters_path);
+      }
+      std::error_code ec;
+      if (fs::exists(fs::symlink_status(dir / "state.json", ec))) {  // a maxctx checkpoint
+        check_recorded_model(c, model::read_recorded_model(dir), model, dir, true);
       }
       s.tensors.emplace(io::open_tensor_index(dir), dir.string());
       model::check_weight_tensors(*s.tensors, global_specs);

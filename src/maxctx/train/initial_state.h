@@ -20,6 +20,13 @@
 // model's context is extended (a larger RoPE base, or Llama 3 scaling) before fine-tuning at
 // longer lengths. A checkpoint whose tensors do not match the model is an error naming the
 // tensor.
+//
+// A checkpoint records the model it holds (model/model_record.h). A resume and
+// load_full_state_path continue that training: the run's model must equal the recorded one in
+// every field, else an error names the field and both values. load_parameters_path of a
+// checkpoint starts a new run from its parameters: the same, except that RoPE keys set
+// explicitly may differ (context extension, as over a config.json). A checkpoint without the
+// record (written before it existed) is read with the run's model, as before, with a note.
 #pragma once
 
 #include <cstdint>
@@ -62,8 +69,10 @@ struct StartingState {
 // every rank opens the step it names, so that no rank resumes alone. Any rank's problem (a
 // missing or mismatched checkpoint, an unreadable file) is a one-line maxctx::Error on every
 // rank.
+// `model` is the run's model (training_model_config), `global_specs` its unsharded weights.
 StartingState load_starting_state(const Config& config, const std::filesystem::path& run_dir,
+                                  const model::LlamaConfig& model,
                                   const std::vector<model::WeightSpec>& global_specs,
-                                  DType weight_dtype, const Communicator& world);
+                                  const Communicator& world);
 
 }  // namespace maxctx::train

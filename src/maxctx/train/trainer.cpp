@@ -128,7 +128,9 @@ struct Trainer::State {
                                              mesh.coord(Axis::kExpert)};
     StagedSlices staged = stage_checkpoint_slices(kernels, specs, *plans.parameters, position);
     last_staged_bytes = staged.size;
-    saver->save({step, loader->position(), format_config(config)}, std::move(staged));
+    CheckpointState state{step, loader->position(), format_config(config)};
+    state.model = model_config;
+    saver->save(state, std::move(staged));
   }
 };
 
@@ -181,7 +183,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   // counter-based initialisation; each rank reads (or generates) only its own shard, so every
   // mesh starts from the same values and no rank holds the whole model.
   StartingState start =
-      load_starting_state(c, s.run_dir, s.global_specs, s.model_config.weight_dtype, mesh.world());
+      load_starting_state(c, s.run_dir, s.model_config, s.global_specs, mesh.world());
   s.step = start.step;
   log::info("{}", start.source);
   if (start.tensors) {
