@@ -73,9 +73,8 @@ std::vector<std::string> adversarial_texts() {
   std::string few_letters;
   for (int i = 0; i < 2000; ++i) few_letters += "aeht n"[rng() % 6];
   std::string corpus;
-  for (const json& text : read_json(kFixtures / "corpus.json").at("texts")) {
-    corpus += text.get<std::string>();
-  }
+  const json file = read_json(kFixtures / "corpus.json");  // alive through the loop
+  for (const json& text : file.at("texts")) corpus += text.get<std::string>();
   return {repeat("a", 2000),
           repeat(" ", 2000),
           repeat("7", 2000),
