@@ -12,6 +12,7 @@
 #include "maxctx/kernels/cpu/elementwise.h"
 #include "maxctx/kernels/cpu/embedding.h"
 #include "maxctx/kernels/cpu/matmul.h"
+#include "maxctx/kernels/cpu/readouts.h"
 #include "maxctx/kernels/cpu/rmsnorm.h"
 #include "maxctx/kernels/cpu/rope.h"
 #include "maxctx/kernels/cpu/swiglu.h"
@@ -97,7 +98,8 @@ inline const KernelSet<float>& cpu_kernels() {
       .add_inplace = &cpu::add_inplace,
       .scale = &cpu::scale,
       .fill_zero = &cpu::fill_zero,
-      .sum_of_squares = &cpu::sum_of_squares,
+      .sum_of_squares =
+          static_cast<double (*)(const float*, int64_t)>(&cpu::sum_of_squares_in_order),
   };
   return kSet;
 }

@@ -56,6 +56,19 @@ void check_attention_alignment(const TensorView& q, const TensorView& k, const T
   }
 }
 
+double* checked_readout(double* out, const char* op) {
+  MAXCTX_CHECK(out != nullptr, "{} was given no result array", op);
+  return out;
+}
+
+LogitRows readout_logits(const TensorView& logits, const int32_t* row_ids, const char* op) {
+  MAXCTX_CHECK_EQ(logits.shape().rank(), 2, "{} takes (N, V) logits", op);
+  const LogitRows dims{logits.shape()[0], logits.shape()[1]};
+  MAXCTX_CHECK(dims.vocab > 0, "{}: logits with no vocabulary", op);
+  MAXCTX_CHECK(dims.rows == 0 || row_ids != nullptr, "{}: {} rows and no id array", op, dims.rows);
+  return dims;
+}
+
 void check_token_ids(const int32_t* tokens, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n) {
     MAXCTX_CHECK(tokens[n] >= 0 && tokens[n] < V,

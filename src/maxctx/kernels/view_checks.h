@@ -38,6 +38,15 @@ inline constexpr uintptr_t kDeviceVectorBytes = 16;
 void check_attention_alignment(const TensorView& q, const TensorView& k, const TensorView& v,
                                const AttentionParams& p, const char* op);
 
+// The readout ops (kernel_ops.inc): their result array, never null; and their logits (N, V),
+// rank 2 with V > 0 (an arg max needs a value), with the per-row id array they read or write
+// (targets, ids) present when N > 0.
+double* checked_readout(double* out, const char* op);
+struct LogitRows {
+  int64_t rows, vocab;
+};
+LogitRows readout_logits(const TensorView& logits, const int32_t* row_ids, const char* op);
+
 // Token ids in [0, V), and targets in [0, V) on every row of weight ≠ 0, on the host (the
 // reference's messages). The cpu backend checks its arrays in its ops; a device backend's ops do
 // not (that would read the device back on each call), so the host checks its copies before they

@@ -312,17 +312,19 @@ void write_loss_sum(const kernels::Kernels& k, int64_t N, LlamaActivations& acts
   k.sum_in_order(acts.readout.slot(kLossSlot), acts.token_loss.view().elements(0, N));
 }
 
-// The forward's one readback: the loss sum and the tiles' hits, added to `sums` with the weight
-// sum and the scored count, which the host takes from its own copy of the loss weights.
-void read_loss_sums(const kernels::Kernels& k, const TokenBatch& b, int64_t N, int64_t tiles,
-                    bool count_hits, LlamaActivations& acts, LossSums& sums) {
-  const std::vector<double> values = acts.readout.read(k, readout_slots(tiles, count_hits));
+// The forward's one readback of its `slots` readout slots (the loss sum, then each tile's hits
+// when counted), added to `sums` with the weight sum and the scored count, which the host takes
+// from its own copy of the loss weights.
+void read_loss_sums(const kernels::Kernels& k, const TokenBatch& b, int64_t slots, bool count_hits,
+                    LlamaActivations& acts, LossSums& sums) {
+  const std::vector<double> values = acts.readout.read(k, slots);
   sums.loss_sum += values[kLossSlot];
+  for (int64_t s = kLossSlot + 1; s < slots; ++s) sums.correct += values[s];
   const float* weights = b.host_loss_weights ? b.host_loss_weights : b.loss_weights;
-  for (int64_t i = 0; i < N; ++i) sums.weight_sum += weights[i];
-  if (!count_hits) return;
-  for (int64_t t = 0; t < tiles; ++t) sums.correct += values[hits_slot(t)];
-  for (int64_t i = 0; i < N; ++i) sums.scored += weights[i] != 0.0f ? 1.0 : 0.0;
+  for (int64_t i = 0; i < b.batch * b.seq; ++i) {
+    sums.weight_sum += weights[i];
+    if (count_hits && weights[i] != 0.0f) sums.scored += 1.0;
+  }
 }
 
 LossSums moe_sums(const LlamaConfig& c, const LlamaActivations& acts) {
@@ -345,10 +347,11 @@ double moe_lb_scale(const LlamaConfig& c, int64_t global_sequences) {
 
 namespace {
 
-// llama_forward up to its readback: whether it computed a loss (the batch has targets), with the
-// loss sum and hits written to acts.readout.
-bool forward_without_readback(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
-                              parallel::ModelPlan& plan, LlamaActivations& acts, bool count_hits) {
+// llama_forward up to its readback: the readout slots it wrote (the loss sum and the tiles'
+// hits in acts.readout), 0 when it computed no loss (the batch has no targets).
+int64_t forward_without_readback(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
+                                 parallel::ModelPlan& plan, LlamaActivations& acts,
+                                 bool count_hits) {
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
   const LocalDims d = local_dims(c, b.batch, b.seq, plan.tensor_size);
@@ -362,27 +365,25 @@ bool forward_without_readback(const LlamaConfig& c, const LlamaWeights& w, const
                  d.N, c.vocab_tiles);
     k.matmul_forward(acts.logits.view(), acts.final_norm_out.view(), w.lm_head);
     head_after_use(c, plan);
-    return false;
+    return 0;
   }
   MAXCTX_CHECK(b.loss_weights != nullptr, "targets without loss weights");
   const std::vector<LossTile> tiles = loss_tiles(c, d.N, acts);
-  acts.readout.reserve(k, readout_slots(static_cast<int64_t>(tiles.size()), count_hits));
+  const int64_t slots = readout_slots(static_cast<int64_t>(tiles.size()), count_hits);
+  acts.readout.reserve(k, slots);
   for (size_t t = 0; t < tiles.size(); ++t) {
     head_tile_forward(k, w, b, acts, tiles[t], static_cast<int64_t>(t), count_hits);
   }
   head_after_use(c, plan);
   write_loss_sum(k, d.N, acts);
-  return true;
+  return slots;
 }
 
-// The sums of a forward that forward_without_readback ran (`has_loss`), read back once.
+// The sums of a forward that wrote `slots` readout slots (0: no loss), read back once.
 LossSums forward_sums(const LlamaConfig& c, const TokenBatch& b, parallel::ModelPlan& plan,
-                      LlamaActivations& acts, bool has_loss, bool count_hits) {
+                      LlamaActivations& acts, int64_t slots, bool count_hits) {
   LossSums sums = moe_sums(c, acts);
-  if (!has_loss) return sums;
-  const int64_t N = local_dims(c, b.batch, b.seq, plan.tensor_size).N;
-  read_loss_sums(kernels_of(plan), b, N, static_cast<int64_t>(loss_tiles(c, N, acts).size()),
-                 count_hits, acts, sums);
+  if (slots > 0) read_loss_sums(kernels_of(plan), b, slots, count_hits, acts, sums);
   return sums;
 }
 
@@ -390,8 +391,8 @@ LossSums forward_sums(const LlamaConfig& c, const TokenBatch& b, parallel::Model
 
 LossSums llama_forward(const LlamaConfig& c, const LlamaWeights& w, const TokenBatch& b,
                        parallel::ModelPlan& plan, LlamaActivations& acts, bool count_hits) {
-  const bool has_loss = forward_without_readback(c, w, b, plan, acts, count_hits);
-  return forward_sums(c, b, plan, acts, has_loss, count_hits);
+  const int64_t slots = forward_without_readback(c, w, b, plan, acts, count_hits);
+  return forward_sums(c, b, plan, acts, slots, count_hits);
 }
 
 void llama_backward(const LlamaConfig& c, const LlamaWeights& w, const LlamaWeights& g,
@@ -421,9 +422,9 @@ LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, con
                                 LlamaActivations& acts, float d_loss, float d_moe_lb,
                                 bool count_hits) {
   if (c.vocab_tiles == 1) {
-    const bool has_loss = forward_without_readback(c, w, b, plan, acts, count_hits);
+    const int64_t slots = forward_without_readback(c, w, b, plan, acts, count_hits);
     llama_backward(c, w, g, b, plan, acts, d_loss, d_moe_lb);
-    return forward_sums(c, b, plan, acts, has_loss, count_hits);
+    return forward_sums(c, b, plan, acts, slots, count_hits);
   }
   const kernels::Kernels& k = kernels_of(plan);
   check_activations(c, b, acts);
@@ -434,7 +435,8 @@ LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, con
   head_before_gradients(c, plan);
   final_norm_forward(k, c, w, acts);
   const std::vector<LossTile> tiles = loss_tiles(c, d.N, acts);
-  acts.readout.reserve(k, readout_slots(static_cast<int64_t>(tiles.size()), count_hits));
+  const int64_t slots = readout_slots(static_cast<int64_t>(tiles.size()), count_hits);
+  acts.readout.reserve(k, slots);
   for (size_t t = 0; t < tiles.size(); ++t) {
     head_tile_forward(k, w, b, acts, tiles[t], static_cast<int64_t>(t), count_hits);
     head_tile_backward(k, w, g, b, acts, tiles[t], d_loss);
@@ -444,7 +446,7 @@ LossSums llama_forward_backward(const LlamaConfig& c, const LlamaWeights& w, con
   head_after_use(c, plan);
   gradients_ready(plan, c.num_layers + 1);
   decoder_backward(k, c, w, g, b, plan, acts, d_moe_lb);
-  return forward_sums(c, b, plan, acts, true, count_hits);
+  return forward_sums(c, b, plan, acts, slots, count_hits);
 }
 
 }  // namespace maxctx::model

@@ -45,7 +45,9 @@ ShardedParameters::ShardedParameters(const std::vector<WeightSpec>& specs,
       expert_replicas_(expert_replicas),
       expert_(expert),
       tensor_(tensor),
-      units_(shard_units(specs, shard_group.size(), shard_group.rank())) {
+      units_(shard_units(specs, shard_group.size(), shard_group.rank())),
+      norm_ranges_(norm_ranges()) {
+  norm_terms_.reserve(kernels, static_cast<int64_t>(norm_ranges_.size()));
   const int64_t shard_total =
       units_.empty() ? 0 : units_.back().shard_offset + units_.back().shard_count;
   gathered_.assign(units_.size(), false);
@@ -256,18 +258,17 @@ std::vector<ShardedParameters::NormRange> ShardedParameters::norm_ranges() const
 
 double ShardedParameters::global_grad_norm() const {
   // Each range's Σ g² in element order on the backend, then one readback of all the terms,
-  // added on the host in range order: the same bits however the shard is cut.
-  const std::vector<NormRange> ranges = norm_ranges();
-  const auto count = static_cast<int64_t>(ranges.size());
-  norm_terms_.reserve(kernels_, count);
+  // added on the host in range order.
+  const auto count = static_cast<int64_t>(norm_ranges_.size());
   for (int64_t i = 0; i < count; ++i) {
-    const NormRange& r = ranges[static_cast<size_t>(i)];
+    const NormRange& r = norm_ranges_[static_cast<size_t>(i)];
     kernels_.sum_of_squares(norm_terms_.slot(i), grad_shard_.view().elements(r.offset, r.count));
   }
   const std::vector<double> terms = norm_terms_.read(kernels_, count);
-  double sums[3] = {0.0, 0.0, 0.0};  // split, replicated, expert
+  double sums[3] = {0.0, 0.0, 0.0};  // split, replicated, expert (NormTerm's order)
   for (int64_t i = 0; i < count; ++i) {
-    sums[static_cast<int>(ranges[static_cast<size_t>(i)].term)] += terms[static_cast<size_t>(i)];
+    sums[static_cast<int>(norm_ranges_[static_cast<size_t>(i)].term)] +=
+        terms[static_cast<size_t>(i)];
   }
   const bool experts = expert_.size() > 1;
   shard_group_.all_reduce(std::span<double>(sums, experts ? 3 : 2), ReduceOp::kSum);

@@ -173,8 +173,9 @@ class ShardedParameters final : public WeightPlan {
     int64_t count = 0;
     NormTerm term = NormTerm::kSplit;
   };
-  std::vector<NormRange> norm_ranges() const;
-  mutable kernels::DeviceDoubles norm_terms_;
+  std::vector<NormRange> norm_ranges() const;  // from units_ and specs_, once
+  std::vector<NormRange> norm_ranges_;
+  mutable kernels::DeviceDoubles norm_terms_;  // one slot per norm range
 };
 
 }  // namespace maxctx::parallel

@@ -411,25 +411,24 @@ class CpuKernels final : public Kernels {
   }
 
   void sum_in_order(double* out, TensorView x) const override {
-    *readout(out, "sum_in_order") = cpu::sum_in_order(f32(x, "sum_in_order", "x"), x.numel());
+    *checked_readout(out, "sum_in_order") =
+        cpu::sum_in_order(f32(x, "sum_in_order", "x"), x.numel());
   }
   void sum_of_squares(double* out, TensorView x) const override {
-    *readout(out, "sum_of_squares") =
+    *checked_readout(out, "sum_of_squares") =
         cpu::sum_of_squares_in_order(floats(x, "sum_of_squares"), x.numel());
   }
   void count_arg_max_hits(double* out, TensorView logits, const int32_t* targets,
                           TensorView weights) const override {
     constexpr const char* kOp = "count_arg_max_hits";
-    const auto [N, V] = rows_and_vocab(logits, kOp);
+    const auto [N, V] = readout_logits(logits, targets, kOp);
     check_numel(weights, N, "count_arg_max_hits weights");
-    MAXCTX_CHECK(N == 0 || targets != nullptr, "count_arg_max_hits: {} rows without targets", N);
-    *readout(out, kOp) = static_cast<double>(cpu::count_arg_max_hits(
+    *checked_readout(out, kOp) = static_cast<double>(cpu::count_arg_max_hits(
         f32(logits, kOp, "logits"), targets, f32(weights, kOp, "weights"), N, V));
   }
   void arg_max_rows(int32_t* ids, TensorView logits) const override {
     constexpr const char* kOp = "arg_max_rows";
-    const auto [N, V] = rows_and_vocab(logits, kOp);
-    MAXCTX_CHECK(N == 0 || ids != nullptr, "arg_max_rows: {} rows and no ids array", N);
+    const auto [N, V] = readout_logits(logits, ids, kOp);
     cpu::arg_max_rows(ids, f32(logits, kOp, "logits"), N, V);
   }
   void scale_by_ratio(TensorView x, float divisor, float multiplier) const override {
@@ -437,21 +436,6 @@ class CpuKernels final : public Kernels {
   }
 
  private:
-  // A readout op's result array: never null.
-  static double* readout(double* out, const char* op) {
-    MAXCTX_CHECK(out != nullptr, "{} was given no result array", op);
-    return out;
-  }
-  // (N, V) of a readout's logits: rank 2 with V > 0 (an arg max needs a value).
-  struct RowsAndVocab {
-    int64_t rows, vocab;
-  };
-  static RowsAndVocab rows_and_vocab(const TensorView& logits, const char* op) {
-    MAXCTX_CHECK_EQ(logits.shape().rank(), 2, "{} takes (N, V) logits", op);
-    MAXCTX_CHECK(logits.shape()[1] > 0, "{}: logits with no vocabulary", op);
-    return {logits.shape()[0], logits.shape()[1]};
-  }
-
   // The two matmul backwards differ only in whether d_in is overwritten or accumulated.
   using MatmulBackward = void (*)(Floats, float*, ConstFloats, ConstFloats, ConstFloats, int64_t,
                                   int64_t, int64_t);

@@ -5,7 +5,6 @@
 #include "maxctx/kernels/cpu/elementwise.h"
 
 #include <cstring>
-#include <vector>
 
 #include "maxctx/kernels/cpu/threading.h"
 
@@ -85,36 +84,6 @@ void ConvertRange(FloatPtr out, FloatPtr in, int64_t n) {
   DispatchStorage<2>(ConvertKernel{n}, ptrs);
 }
 
-// Float lanes are exact enough inside one block (sumsq of a few thousand values); blocks are
-// then added in double.
-struct SumOfSquaresKernel {
-  int64_t n;
-  double* sum;
-  template <class T>
-  void operator()(const T* x) const {
-    const hn::ScalableTag<float> d;
-    const int64_t lanes = hn::Lanes(d);
-    auto acc0 = hn::Zero(d);
-    auto acc1 = hn::Zero(d);
-    int64_t k = 0;
-    for (; k + 2 * lanes <= n; k += 2 * lanes) {
-      const auto v0 = LoadF32(d, x + k);
-      const auto v1 = LoadF32(d, x + k + lanes);
-      acc0 = hn::MulAdd(v0, v0, acc0);
-      acc1 = hn::MulAdd(v1, v1, acc1);
-    }
-    double total = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-    for (; k < n; ++k) total += double(ToF32(x[k])) * double(ToF32(x[k]));
-    *sum = total;
-  }
-};
-
-double SumOfSquaresRange(FloatPtr x, int64_t n) {
-  double sum = 0.0;
-  DispatchStorage<1>(SumOfSquaresKernel{n, &sum}, &x);
-  return sum;
-}
-
 }  // namespace HWY_NAMESPACE
 }  // namespace maxctx::kernels::cpu
 HWY_AFTER_NAMESPACE();
@@ -125,13 +94,6 @@ namespace maxctx::kernels::cpu {
 HWY_EXPORT(AddRange);
 HWY_EXPORT(ScaleRange);
 HWY_EXPORT(ConvertRange);
-HWY_EXPORT(SumOfSquaresRange);
-
-namespace {
-// Sum-of-squares blocks: fixed, so the double additions happen in the same order on any number
-// of threads.
-constexpr int64_t kSumBlock = 4096;
-}  // namespace
 
 void add(FloatPtr out, FloatPtr a, FloatPtr b, int64_t n) {
   auto& add_range = HWY_DYNAMIC_DISPATCH(AddRange);
@@ -167,22 +129,6 @@ void convert_serial(FloatPtr dst, FloatPtr src, int64_t n) {
 
 void fill_zero(float* x, int64_t n) {
   if (n > 0) std::memset(x, 0, sizeof(float) * size_t(n));
-}
-
-double sum_of_squares(FloatPtr x, int64_t n) {
-  auto& sum_of_squares_range = HWY_DYNAMIC_DISPATCH(SumOfSquaresRange);
-  if (n <= 0) return 0.0;
-  const int64_t blocks = (n + kSumBlock - 1) / kSumBlock;
-  std::vector<double> block_sums(blocks);
-  parallel_for(blocks, items_per_task(kSumBlock), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t first = b * kSumBlock;
-      block_sums[b] = sum_of_squares_range(x + first, std::min(kSumBlock, n - first));
-    }
-  });
-  double sum = 0.0;
-  for (const double s : block_sums) sum += s;
-  return sum;
 }
 
 }  // namespace maxctx::kernels::cpu

@@ -1,11 +1,11 @@
 // Fast elementwise helpers (Highway SIMD, OpenMP over ranges of elements): residual adds,
-// scaling, dtype conversion, zeroing, and the sum of squares behind gradient-norm clipping.
+// scaling, dtype conversion and zeroing (the gradient norm's sum of squares is a readout:
+// readouts.h).
 //
 // Same semantics as kernels/ref/elementwise.h; every float operand may be f32 or bf16 on its own
 // (FloatPtr: widened, computed in fp32, each output rounded once to nearest even). The float*
 // overloads are the fp32 case, with the reference's signatures. Every output may be exactly one
-// of the inputs (in place). sum_of_squares adds fixed blocks in a fixed order, so its result
-// does not depend on the thread count.
+// of the inputs (in place).
 #pragma once
 
 #include <cstdint>
@@ -41,9 +41,6 @@ void convert_serial(FloatPtr dst,  // (n)
 void fill_zero(float* x,  // (n)
                int64_t n);
 
-double sum_of_squares(FloatPtr x,  // (n)
-                      int64_t n);
-
 inline void add(float* out, const float* a, const float* b, int64_t n) {
   add(FloatPtr(out), FloatPtr(a), FloatPtr(b), n);
 }
@@ -53,6 +50,5 @@ inline void add_inplace(float* acc, const float* x, int64_t n) {
 inline void scale(float* out, const float* in, float alpha, int64_t n) {
   scale(FloatPtr(out), FloatPtr(in), alpha, n);
 }
-inline double sum_of_squares(const float* x, int64_t n) { return sum_of_squares(FloatPtr(x), n); }
 
 }  // namespace maxctx::kernels::cpu

@@ -15,6 +15,10 @@ double sum_in_order(const float* x,  // (n)
 
 double sum_of_squares_in_order(FloatPtr x,  // (n)
                                int64_t n);
+// The fp32 case, with the reference's signature (ref::sum_of_squares).
+inline double sum_of_squares_in_order(const float* x, int64_t n) {
+  return sum_of_squares_in_order(FloatPtr(x), n);
+}
 
 // Rows i < n with weights[i] != 0 whose first arg max over logits' row (vocab) is targets[i].
 int64_t count_arg_max_hits(const float* logits,     // (n, vocab)

@@ -6,8 +6,6 @@
 #if MAXCTX_HAVE_CUDA
 #include "maxctx/kernels/cuda/cuda_kernels.h"
 
-#include <atomic>
-
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/cuda/allocator.h"
 #include "maxctx/kernels/cuda/attention_reference.h"
@@ -17,6 +15,7 @@
 #include "maxctx/kernels/cuda/int8.h"
 #include "maxctx/kernels/cuda/ops.h"
 #include "maxctx/kernels/cuda/stream.h"
+#include "maxctx/kernels/transfer_counter.h"
 #include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::kernels::cuda {
@@ -67,7 +66,7 @@ class CudaKernels final : public Kernels {
   // Every readback and wait is counted (transfer_counts): the one-readback-per-step rule is
   // checked on the device itself.
   void synchronize() const override {
-    ++host_waits_;
+    transfers_.wait();
     synchronize_stream();
   }
   Event record_event() const override { return record_stream_event(); }
@@ -75,17 +74,14 @@ class CudaKernels final : public Kernels {
     copy_from_host_staged(backend_memory, host, bytes);
   }
   Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
-    ++readbacks_;
+    transfers_.download(/*waits=*/false);
     return copy_to_host_staged(host, backend_memory, bytes);
   }
   void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
-    ++readbacks_;
-    ++host_waits_;
+    transfers_.download(/*waits=*/true);
     Kernels::copy_to_host(host, backend_memory, bytes);
   }
-  std::optional<TransferCounts> transfer_counts() const override {
-    return TransferCounts{readbacks_.load(), host_waits_.load()};
-  }
+  std::optional<TransferCounts> transfer_counts() const override { return transfers_.read(); }
 
   void matmul_forward(TensorView out, TensorView in, TensorView weight) const override {
     constexpr const char* kOp = "matmul_forward";
@@ -341,28 +337,25 @@ class CudaKernels final : public Kernels {
     zero_bytes(x.raw(), x.bytes());
   }
   void sum_in_order(double* out, TensorView x) const override {
-    cuda::sum_in_order(readout(out, "sum_in_order"),
+    cuda::sum_in_order(checked_readout(out, "sum_in_order"),
                        ConstDeviceFloats(f32(x, "sum_in_order", "x"), false), x.numel());
   }
   void sum_of_squares(double* out, TensorView x) const override {
-    cuda::sum_of_squares(readout(out, "sum_of_squares"), floats(x, "sum_of_squares"), x.numel());
+    cuda::sum_of_squares(checked_readout(out, "sum_of_squares"), floats(x, "sum_of_squares"),
+                         x.numel());
   }
   void count_arg_max_hits(double* out, TensorView logits, const int32_t* targets,
                           TensorView weights) const override {
     constexpr const char* kOp = "count_arg_max_hits";
-    const auto [N, V] = matrix_dims(logits);
-    check_vocabulary(V);
+    const auto [N, V] = readout_logits(logits, targets, kOp);
     check_numel(weights, N, "count_arg_max_hits weights");
-    MAXCTX_CHECK(N == 0 || targets != nullptr, "count_arg_max_hits: {} rows without targets", N);
-    cuda::count_arg_max_hits(readout(out, kOp),
+    cuda::count_arg_max_hits(checked_readout(out, kOp),
                              ConstDeviceFloats(f32(logits, kOp, "logits"), false), targets,
                              f32(weights, kOp, "weights"), N, V);
   }
   void arg_max_rows(int32_t* ids, TensorView logits) const override {
     constexpr const char* kOp = "arg_max_rows";
-    const auto [N, V] = matrix_dims(logits);
-    check_vocabulary(V);
-    MAXCTX_CHECK(N == 0 || ids != nullptr, "arg_max_rows: {} rows and no ids array", N);
+    const auto [N, V] = readout_logits(logits, ids, kOp);
     cuda::arg_max_rows(ids, ConstDeviceFloats(f32(logits, kOp, "logits"), false), N, V);
   }
   void scale_by_ratio(TensorView x, float divisor, float multiplier) const override {
@@ -395,12 +388,7 @@ class CudaKernels final : public Kernels {
   }
 
  private:
-  static double* readout(double* out, const char* op) {
-    MAXCTX_CHECK(out != nullptr, "{} was given no result array", op);
-    return out;
-  }
-  mutable std::atomic<int64_t> readbacks_{0};
-  mutable std::atomic<int64_t> host_waits_{0};
+  mutable TransferCounter transfers_;
   static void matmul_backward_with(bool accumulate, TensorView d_in, TensorView d_weight,
                                    TensorView d_out, TensorView in, TensorView weight) {
     constexpr const char* kOp = "matmul_backward";

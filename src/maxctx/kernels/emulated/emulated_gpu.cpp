@@ -2,7 +2,6 @@
 // index array and calls the cpu backend's same op; its memory is emulated_memory.h's.
 #include "maxctx/kernels/emulated/emulated_gpu.h"
 
-#include <atomic>
 #include <cstring>
 #include <utility>
 
@@ -10,6 +9,7 @@
 #include "maxctx/kernels/cpu/cpu_kernels.h"
 #include "maxctx/kernels/emulated/emulated_memory.h"
 #include "maxctx/kernels/emulated/late_downloads.h"
+#include "maxctx/kernels/transfer_counter.h"
 #include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::kernels::emulated {
@@ -68,23 +68,20 @@ class EmulatedGpuKernels final : public OnCpuKernels {
   // its call returns, uploads included.
   // Every readback and wait is counted as a GPU's would cost one (transfer_counts).
   void synchronize() const override {
-    ++host_waits_;
+    transfers_.wait();
     downloads_.deliver_all();
   }
   Event record_event() const override { return downloads_.mark(); }
   Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
     MAXCTX_CHECK(!is_disguised(host), "emulated GPU: copy_to_host_async into device memory");
-    ++readbacks_;
+    transfers_.download(/*waits=*/false);
     return downloads_.download(host, host_address(backend_memory, "copy_to_host_async"), bytes);
   }
   void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
-    ++readbacks_;
-    ++host_waits_;
+    transfers_.download(/*waits=*/true);
     OnCpuKernels::copy_to_host(host, backend_memory, bytes);
   }
-  std::optional<TransferCounts> transfer_counts() const override {
-    return TransferCounts{readbacks_.load(), host_waits_.load()};
-  }
+  std::optional<TransferCounts> transfer_counts() const override { return transfers_.read(); }
 
   void attention_forward(TensorView out, TensorView lse, TensorView q, TensorView k, TensorView v,
                          const int32_t* q_pos, const int32_t* q_seg, const int32_t* k_pos,
@@ -105,8 +102,7 @@ class EmulatedGpuKernels final : public OnCpuKernels {
 
  private:
   mutable LateDownloads downloads_;
-  mutable std::atomic<int64_t> readbacks_{0};
-  mutable std::atomic<int64_t> host_waits_{0};
+  mutable TransferCounter transfers_;
 };
 
 }  // namespace
