@@ -12,7 +12,6 @@
 #include "maxctx/core/rng.h"
 #include "maxctx/core/trace.h"
 #include "maxctx/infer/model_source.h"
-#include "maxctx/kernels/view_checks.h"
 #include "maxctx/model/memory_estimate.h"
 #include "maxctx/model/moe_block.h"
 #include "maxctx/parallel/load_balance.h"
@@ -277,8 +276,6 @@ model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq, int6
   const auto at = static_cast<int64_t>(first_row);
   MAXCTX_CHECK_LE(first_row + batch * seq, static_cast<int64_t>(tokens_.size()),
                   "a batch inside the rows built");
-  // The device's ops do not check ids (that would read back): the host checks its copy.
-  kernels::check_token_ids(tokens_.data() + at, batch * seq, model_.vocab_size);
   std::vector<int32_t> ids(3 * n);
   std::copy_n(tokens_.begin() + at, n, ids.begin());
   std::copy_n(positions_.begin() + at, n, ids.begin() + static_cast<int64_t>(n));
@@ -491,10 +488,8 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   }
   if (transfers_before) {
     if (!decode_transfers_) decode_transfers_.emplace();
-    const kernels::TransferCounts step = *kernels_.transfer_counts() - *transfers_before;
     decode_transfers_->steps += 1;
-    decode_transfers_->counts.readbacks += step.readbacks;
-    decode_transfers_->counts.host_waits += step.host_waits;
+    decode_transfers_->counts += *kernels_.transfer_counts() - *transfers_before;
   }
   return logits_;
 }

@@ -41,6 +41,11 @@ struct TransferCounts {
   TransferCounts operator-(const TransferCounts& since) const {
     return {readbacks - since.readbacks, host_waits - since.host_waits};
   }
+  TransferCounts& operator+=(const TransferCounts& more) {
+    readbacks += more.readbacks;
+    host_waits += more.host_waits;
+    return *this;
+  }
 };
 
 struct AttentionStats {

@@ -47,10 +47,11 @@ struct LogitRows {
 };
 LogitRows readout_logits(const TensorView& logits, const int32_t* row_ids, const char* op);
 
-// Token ids in [0, V), and targets in [0, V) on every row of weight ≠ 0, on the host (the
-// reference's messages). The cpu backend checks its arrays in its ops; a device backend's ops do
-// not (that would read the device back on each call), so the host checks its copies before they
-// are uploaded (train/train_step.cpp, infer/engine.cpp).
+// Token ids in [0, V), and targets in [0, V) on every row of weight ≠ 0 (the reference's
+// messages), checked by the cpu backend in its ops. A device backend's ops do not check (that
+// would read the device back on each call): the host checks ids where it reads them, before any
+// upload (the token file's scan in train/data_tokens.cpp, synthetic and recall data by
+// construction, the engine's prompt and decode-token checks).
 void check_token_ids(const int32_t* tokens, int64_t N, int64_t V);
 void check_target_ids(const int32_t* targets, const float* weights, int64_t N, int64_t V);
 

@@ -4,7 +4,6 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/kernels/host_transfer.h"
-#include "maxctx/kernels/view_checks.h"
 
 namespace maxctx::train {
 namespace {
@@ -21,12 +20,9 @@ std::vector<float> loss_weights_of(const Batch& batch) {
 // host copies of what the host computes from (the context plans' ids, the weight sum).
 class UploadedBatch {
  public:
-  UploadedBatch(const kernels::Kernels& k, const Batch& batch, int64_t vocab_size)
+  UploadedBatch(const kernels::Kernels& k, const Batch& batch)
       : loss_weights_(loss_weights_of(batch)), loss_weights_device_(k.empty({batch.size()})) {
     const size_t n = static_cast<size_t>(batch.size());
-    // A device backend's ops do not check ids (that would read back): the host checks its copy.
-    kernels::check_token_ids(batch.tokens.data(), batch.size(), vocab_size);
-    kernels::check_target_ids(batch.targets.data(), loss_weights_.data(), batch.size(), vocab_size);
     std::vector<int32_t> ids(4 * n);  // tokens | targets | positions | segment ids
     for (size_t a = 0; const std::vector<int32_t>* array :
                        {&batch.tokens, &batch.targets, &batch.positions, &batch.segment_ids}) {
@@ -82,7 +78,7 @@ StepSums forward_backward(const StepModel& m, std::span<const Batch> micro_batch
   double totals[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
   for (const Batch& batch : micro_batches) {
     parameters.begin_step();  // zero gradients; weights re-gathered
-    const UploadedBatch uploaded(k, batch, m.config.vocab_size);
+    const UploadedBatch uploaded(k, batch);
     const model::TokenBatch& tokens = uploaded.tokens();
     // The accuracy's hits are counted on the backend tile by tile: the logits are never read
     // back, and the micro-batch's sums come back in one readout (llama.h).
@@ -116,7 +112,7 @@ StepSums evaluate(const StepModel& m, int64_t count,
   double totals[4] = {0.0, 0.0, 0.0, 0.0};  // loss sum, weight, correct, scored
   for (int64_t b = 0; b < count; ++b) {
     const Batch batch = read_batch(b);
-    const UploadedBatch uploaded(k, batch, m.config.vocab_size);
+    const UploadedBatch uploaded(k, batch);
     const model::LossSums sums = model::llama_forward(m.config, m.weights, uploaded.tokens(),
                                                       m.plans.model, acts, /*count_hits=*/true);
     totals[0] += sums.loss_sum;
