@@ -623,15 +623,14 @@ std::vector<int32_t> SafetensorsFile::read_i32(std::string_view name,
   return out;
 }
 
-void write_safetensors_streamed(
-    const std::filesystem::path& path, std::span<const TensorHeader> tensors,
-    const std::map<std::string, std::string>& metadata,
-    const std::function<std::span<const std::byte>(size_t index)>& bytes_of) {
+SafetensorsLayout safetensors_layout(const std::filesystem::path& path,
+                                     std::span<const TensorHeader> tensors,
+                                     const std::map<std::string, std::string>& metadata,
+                                     uint64_t data_alignment) {
   const auto bad_write = [&](const std::string& what) {
     fail("cannot write safetensors file '{}': {}", path.string(), what);
   };
-  std::vector<size_t> order;
-  std::vector<uint64_t> sizes;
+  SafetensorsLayout layout;
   for (const TensorHeader& tensor : tensors) {
     if (tensor.name == kMetadataKey)
       bad_write("'__metadata__' is reserved and cannot name a tensor");
@@ -640,14 +639,14 @@ void write_safetensors_streamed(
       bad_write(fmt::format("tensor '{}' has an invalid shape {}", tensor.name,
                             shape_string(tensor.shape)));
     }
-    sizes.push_back(static_cast<uint64_t>(*numel) * element_size(tensor.dtype));
-    order.push_back(order.size());
+    layout.sizes.push_back(static_cast<uint64_t>(*numel) * element_size(tensor.dtype));
+    layout.order.push_back(layout.order.size());
   }
-  std::sort(order.begin(), order.end(),
+  std::sort(layout.order.begin(), layout.order.end(),
             [&](size_t a, size_t b) { return tensors[a].name < tensors[b].name; });
-  for (size_t i = 1; i < order.size(); ++i) {
-    if (tensors[order[i]].name == tensors[order[i - 1]].name) {
-      bad_write(fmt::format("tensor name '{}' is given twice", tensors[order[i]].name));
+  for (size_t i = 1; i < layout.order.size(); ++i) {
+    if (tensors[layout.order[i]].name == tensors[layout.order[i - 1]].name) {
+      bad_write(fmt::format("tensor name '{}' is given twice", tensors[layout.order[i]].name));
     }
   }
 
@@ -655,21 +654,42 @@ void write_safetensors_streamed(
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header[std::string(kMetadataKey)] = metadata;
   uint64_t offset = 0;
-  for (const size_t i : order) {
+  for (const size_t i : layout.order) {
     header[tensors[i].name] = {{"dtype", st_dtype_name(tensors[i].dtype)},
                                {"shape", tensors[i].shape},
-                               {"data_offsets", {offset, offset + sizes[i]}}};
-    offset += sizes[i];
+                               {"data_offsets", {offset, offset + layout.sizes[i]}}};
+    offset += layout.sizes[i];
   }
+  layout.data_bytes = offset;
   std::string header_text;
   try {
     header_text = header.dump();
   } catch (const nlohmann::json::exception& e) {
     bad_write(fmt::format("a tensor name or metadata string is not valid UTF-8 ({})", e.what()));
   }
-  // Spaces are JSON whitespace: padding to 8 bytes makes the data section 8-byte aligned.
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+  // Spaces are JSON whitespace: padding puts the data section (after the 8-byte length and the
+  // JSON) on the asked boundary.
+  MAXCTX_CHECK(data_alignment >= 8 && std::has_single_bit(data_alignment),
+               "data alignment {} is not a power of two of at least 8", data_alignment);
+  const uint64_t unpadded = sizeof(uint64_t) + header_text.size();
+  header_text.append((data_alignment - unpadded % data_alignment) % data_alignment, ' ');
   const uint64_t header_size = header_text.size();
+  layout.header.resize(sizeof(header_size));
+  std::memcpy(layout.header.data(), &header_size, sizeof(header_size));
+  layout.header += header_text;
+  return layout;
+}
+
+void write_safetensors_streamed(
+    const std::filesystem::path& path, std::span<const TensorHeader> tensors,
+    const std::map<std::string, std::string>& metadata,
+    const std::function<std::span<const std::byte>(size_t index)>& bytes_of) {
+  const auto bad_write = [&](const std::string& what) {
+    fail("cannot write safetensors file '{}': {}", path.string(), what);
+  };
+  const SafetensorsLayout layout = safetensors_layout(path, tensors, metadata, 8);
+  const std::vector<size_t>& order = layout.order;
+  const std::vector<uint64_t>& sizes = layout.sizes;
 
   std::filesystem::path tmp = path;
   tmp += ".tmp";
@@ -679,8 +699,8 @@ void write_safetensors_streamed(
   std::string reason;
   bool ok = true;
   try {
-    ok = write_all(fd, reinterpret_cast<const std::byte*>(&header_size), sizeof(header_size)) &&
-         write_all(fd, reinterpret_cast<const std::byte*>(header_text.data()), header_text.size());
+    ok = write_all(fd, reinterpret_cast<const std::byte*>(layout.header.data()),
+                   layout.header.size());
     for (size_t k = 0; ok && k < order.size(); ++k) {
       const std::span<const std::byte> data = bytes_of(order[k]);
       if (data.size() != sizes[order[k]]) {

@@ -172,6 +172,36 @@ void write_safetensors_streamed(
     const std::map<std::string, std::string>& metadata,
     const std::function<std::span<const std::byte>(size_t index)>& bytes_of);
 
+// Where a writer puts what: the header (the 8-byte length and the JSON, padded with spaces so
+// the data section begins on a multiple of `data_alignment` bytes) and each tensor's bytes, in
+// the order of their names (as the reference writer does). Checks the names and shapes (throws
+// maxctx::Error naming `path`).
+struct SafetensorsLayout {
+  std::string header;
+  std::vector<size_t> order;    // indices into the tensors, in the order their bytes follow
+  std::vector<uint64_t> sizes;  // bytes of each tensor, by index
+  uint64_t data_bytes = 0;
+};
+SafetensorsLayout safetensors_layout(const std::filesystem::path& path,
+                                     std::span<const TensorHeader> tensors,
+                                     const std::map<std::string, std::string>& metadata,
+                                     uint64_t data_alignment);
+
+// The same file from bytes already laid out as the file holds them: `data` is every tensor's
+// bytes in the order of their names, back to back (a checkpoint's staging buffer). The data
+// section then begins on a 4 KiB boundary and goes to the disk straight from `data` (O_DIRECT):
+// no kernel copy into the page cache and no dirty pages for the cores of the step loop to write
+// back while an asynchronous save runs beside it. `data` must begin on a 4 KiB boundary and be
+// readable up to the next one past its end (those bytes are written and then cut off). Where the
+// file system refuses direct I/O (tmpfs), the same bytes go through the page cache.
+// `before_chunk(written, total)` runs before each chunk (at most 64 MiB, at least two chunks for
+// more than a block). Synced, renamed into place like the others.
+inline constexpr uint64_t kDirectIoAlignment = 4096;
+void write_safetensors_laid_out(
+    const std::filesystem::path& path, std::span<const TensorHeader> tensors,
+    const std::map<std::string, std::string>& metadata, std::span<const std::byte> data,
+    const std::function<void(uint64_t written, uint64_t total)>& before_chunk = {});
+
 // A checkpoint as Hugging Face ships it: one model.safetensors, or shards listed by
 // model.safetensors.index.json ({"metadata": {...}, "weight_map": {tensor: shard file}}). Shards
 // are opened (and validated) the first time one of their tensors is asked for; a tensor the index

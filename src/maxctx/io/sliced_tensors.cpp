@@ -298,33 +298,68 @@ SliceIndex open_tensor_index(const fs::path& path) {
   return whole_tensor_index(SafetensorsCheckpoint(path));
 }
 
-SliceIndex write_slice_file(const fs::path& path, std::span<const SliceToWrite> slices,
-                            const std::function<void(size_t)>& before_slice) {
+namespace {
+
+std::vector<TensorHeader> slice_headers(std::span<const SliceToWrite> slices) {
   std::vector<TensorHeader> headers;
-  const auto key = [](const SliceToWrite& s) {
-    return fmt::format("{}@{},{}", s.tensor, s.rect.row, s.rect.col);
-  };
   for (const SliceToWrite& s : slices) {
     std::vector<int64_t> shape = s.tensor_shape.size() == 1
                                      ? std::vector<int64_t>{s.rect.rows}
                                      : std::vector<int64_t>{s.rect.rows, s.rect.cols};
-    headers.push_back({key(s), s.dtype, std::move(shape)});
+    headers.push_back({slice_key(s), s.dtype, std::move(shape)});
   }
-  write_safetensors_streamed(path, headers, {{"format", "maxctx-slices"}}, [&](size_t i) {
-    if (before_slice) before_slice(i);
-    return slices[i].data;
-  });
-  // The byte ranges are the file's own header's: read back, never recomputed.
+  return headers;
+}
+
+// The byte ranges are the written file's own header's: read back, never recomputed.
+SliceIndex index_of_written(const fs::path& path, std::span<const SliceToWrite> slices) {
   const SafetensorsFile file(path);
   SliceIndex index;
   for (const SliceToWrite& s : slices) {
-    const TensorInfo& info = file.info(key(s));
+    const TensorInfo& info = file.info(slice_key(s));
     SlicedTensor& t = index[s.tensor];
     t.dtype = s.dtype;
     t.shape = s.tensor_shape;
     t.slices.push_back({path.filename(), s.rect, file.data_offset() + info.begin});
   }
   return index;
+}
+
+}  // namespace
+
+std::string slice_key(const SliceToWrite& slice) {
+  return fmt::format("{}@{},{}", slice.tensor, slice.rect.row, slice.rect.col);
+}
+
+SliceIndex write_slice_file(const fs::path& path, std::span<const SliceToWrite> slices,
+                            const std::function<void(size_t)>& before_slice) {
+  write_safetensors_streamed(path, slice_headers(slices), {{"format", "maxctx-slices"}},
+                             [&](size_t i) {
+                               if (before_slice) before_slice(i);
+                               return slices[i].data;
+                             });
+  return index_of_written(path, slices);
+}
+
+SliceIndex write_laid_out_slice_file(
+    const fs::path& path, std::span<const SliceToWrite> slices, std::span<const std::byte> data,
+    const std::function<void(uint64_t written, uint64_t total)>& before_chunk) {
+  const std::vector<TensorHeader> headers = slice_headers(slices);
+  const SafetensorsLayout layout =
+      safetensors_layout(path, headers, {}, kDirectIoAlignment);  // for the order only
+  uint64_t offset = 0;
+  for (const size_t i : layout.order) {
+    // Not the caller's layout: the file would say other bytes than the slices'.
+    if (slices[i].data.data() != data.data() + offset || slices[i].data.size() != layout.sizes[i]) {
+      fail(
+          "cannot write '{}': slice '{}' is not where the file's layout puts it in the laid-out "
+          "bytes",
+          path.string(), headers[i].name);
+    }
+    offset += layout.sizes[i];
+  }
+  write_safetensors_laid_out(path, headers, {{"format", "maxctx-slices"}}, data, before_chunk);
+  return index_of_written(path, slices);
 }
 
 SliceReader::SliceReader(SliceIndex index, std::string origin)

@@ -102,6 +102,18 @@ struct SliceToWrite {
 SliceIndex write_slice_file(const std::filesystem::path& path, std::span<const SliceToWrite> slices,
                             const std::function<void(size_t)>& before_slice = {});
 
+// The name a slice's bytes have in its file: "<tensor>@<row>,<col>".
+std::string slice_key(const SliceToWrite& slice);
+
+// The same file from bytes already laid out as the file holds them (a checkpoint's staging
+// buffer): `data` holds the slices' bytes back to back in the order of their keys, and each
+// slice's span points into it; written by direct I/O (write_safetensors_laid_out, whose alignment
+// rules `data` follows).
+SliceIndex write_laid_out_slice_file(
+    const std::filesystem::path& path, std::span<const SliceToWrite> slices,
+    std::span<const std::byte> data,
+    const std::function<void(uint64_t written, uint64_t total)>& before_chunk = {});
+
 // Whether a SliceReader converts tensors of this dtype into f32 or bf16 (F32, BF16, F16).
 inline bool is_float_dtype(StDType dtype) {
   return dtype == StDType::kF32 || dtype == StDType::kBF16 || dtype == StDType::kF16;

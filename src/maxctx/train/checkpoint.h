@@ -98,6 +98,9 @@ struct StagedSlices {
     void operator()(std::byte* p) const;  // std::free: the buffer comes from aligned_alloc
   };
   std::vector<io::SliceToWrite> slices;
+  // The slices' bytes back to back in the order of their keys, as the shard file holds them, on
+  // a 4 KiB boundary and zero-padded to the next one (io::write_laid_out_slice_file's rules); or
+  // null when the slices borrow their bytes from buffers that outlive the write.
   std::unique_ptr<std::byte[], Free> bytes;
   int64_t size = 0;  // bytes
 };

@@ -80,24 +80,45 @@ StagedSlices stage_checkpoint_slices(const kernels::Kernels& kernels,
   staged.bytes.reset(static_cast<std::byte*>(std::aligned_alloc(kHugePage, reserved)));
   if (!staged.bytes) throw std::bad_alloc();
   ::madvise(staged.bytes.get(), reserved, MADV_HUGEPAGE);  // advice: a refusal changes nothing
-  std::byte* next = staged.bytes.get();
   const struct {
     const char* moment;  // nullptr: the weights themselves
     TensorView shard;
   } sources[] = {{nullptr, parameters.master()},
                  {"adam_m", parameters.adam_m()},
                  {"adam_v", parameters.adam_v()}};
+  struct PendingCopy {
+    TensorView part;
+    io::SliceToWrite slice;  // its data set once laid out
+    std::string key;
+  };
+  std::vector<PendingCopy> copies;
   for (const auto& source : sources) {
     for (const ShardPart& p : parts) {
       const WeightSpec& spec = specs[static_cast<size_t>(p.slice.spec)];
-      const TensorView part = source.shard.elements(p.shard_index, p.slice.numel());
-      kernels.copy_to_host(next, part.raw(), part.bytes());
-      staged.slices.push_back({source.moment ? moment_name(source.moment, spec.name) : spec.name,
-                               io::st_dtype_of(dtype), global_shape(spec), rect_of(p.slice),
-                               std::span<const std::byte>(next, part.bytes())});
-      next += part.bytes();
+      io::SliceToWrite slice{source.moment ? moment_name(source.moment, spec.name) : spec.name,
+                             io::st_dtype_of(dtype),
+                             global_shape(spec),
+                             rect_of(p.slice),
+                             {}};
+      std::string key = io::slice_key(slice);
+      copies.push_back({source.shard.elements(p.shard_index, p.slice.numel()), std::move(slice),
+                        std::move(key)});
     }
   }
+  // In the order of the keys, which is the order the shard file holds its slices in: the file is
+  // then written straight from this buffer (train/checkpoint.cpp, write_shard).
+  std::sort(copies.begin(), copies.end(),
+            [](const PendingCopy& a, const PendingCopy& b) { return a.key < b.key; });
+  std::byte* next = staged.bytes.get();
+  for (PendingCopy& c : copies) {
+    kernels.copy_to_host(next, c.part.raw(), c.part.bytes());
+    c.slice.data = std::span<const std::byte>(next, c.part.bytes());
+    staged.slices.push_back(std::move(c.slice));
+    next += c.part.bytes();
+  }
+  // The last disk block's padding, written and then cut off: zeros, not old heap bytes.
+  const auto tail = static_cast<size_t>(staged.size) % io::kDirectIoAlignment;
+  if (tail != 0) std::memset(next, 0, io::kDirectIoAlignment - tail);
   MAXCTX_CHECK_EQ(next - staged.bytes.get(), staged.size, "staged checkpoint bytes");
   return staged;
 }
