@@ -23,7 +23,9 @@ if [[ -f "$dir/$stamp" ]]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$python" -m pip download --quiet --no-deps --dest "$work" "maxtext==$maxtext_version"
+# The wheel is pure Python; its Requires-Python (>= 3.12) need not be this interpreter's.
+"$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+  --dest "$work" "maxtext==$maxtext_version"
 wheel=$(ls "$work"/maxtext-"$maxtext_version"-*.whl)
 "$python" - "$wheel" "$dir/tokenizers" <<'PY'
 import os, sys, zipfile
