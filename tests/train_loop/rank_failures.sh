@@ -55,11 +55,14 @@ expect_failure "$work/checkpoints_file.log" 60 "checkpoints '$work/checkpoints_f
   "${mpirun[@]}" "$maxctx" "${train[@]}" base_output_directory="$work/checkpoints_file" run_name=run
 
 # Every other command's outputs, checked before its work (one process each: export runs alone;
-# decode's profiler trace, and the directory a GGUF file is converted into).
+# probe-hardware's profile, decode's profiler trace, and the directory a GGUF file is converted
+# into).
 one=(timeout 60)
 expect_failure "$work/export_dir.log" 60 "base_output_directory '$work/a_file/export' cannot be written" \
   "${one[@]}" "$maxctx" export "$src/configs/base.yml" \
   load_parameters_path="$src/tests/fixtures/tiny_llama" base_output_directory="$work/a_file/export"
+expect_failure "$work/probe_file.log" 60 "probe-hardware's output file '$work/a_file/p.yml' cannot be written" \
+  "${mpirun[@]}" "$maxctx" probe-hardware "$work/a_file/p.yml"
 decode=(decode "$src/configs/base.yml" per_device_batch_size=1 max_prefill_predict_length=8
   max_target_length=12 prompt="1 2 3")
 expect_failure "$work/decode_trace.log" 60 "the profiler's trace '$work/a_file/maxctx_decode/trace.json' cannot be written" \
