@@ -6,8 +6,9 @@
 # transformers on the same weights (tests/fixtures/real_smollm2/goldens.json, written by
 # tools/reference/real_model_goldens.py): the chat prompt's ids, and transformers' 64 greedy
 # tokens as the start of maxctx's greedy answer, on context_autoregressive 1 and 2, and its top-8
-# logits after the prompt (check-logits with top-k goldens) on context 1 and 2.
-# Then 20 fine-tuning steps from the GGUF on context=2 lower the eval loss.
+# logits after the prompt (check-logits with top-k goldens) on context 1 and 2; the same top-8
+# from the Hugging Face directory fetch_assets.sh writes from the same weights (transformers 5's
+# config.json and tokenizer files), when it is there. Then 20 fine-tuning steps from the GGUF on context=2 lower the eval loss.
 #   real_model.sh <build dir> <source dir>
 set -euo pipefail
 build=$1
@@ -72,6 +73,31 @@ for cp in 1 2; do
     { echo "FAIL: check-logits on context=$cp"; grep -v "^Config" "$work/check_logits_cp$cp.log" | tail -5; exit 1; }
   echo "context=$cp: $(grep -o "Top-k rows: .*" "$work/check_logits_cp$cp.log")"
 done
+
+# The same weights as a Hugging Face directory written by transformers 5 (config.json with dtype
+# and rope_parameters, F32 model.safetensors, transformers' tokenizer files; made by
+# tools/reference/gguf_to_hf_directory.py, which fetch_assets.sh runs): the prompt's ids through
+# its tokenizer.json, and the same top-8 logits on context 1 and 2.
+hf=$(dirname "$gguf")/SmolLM2-135M-Instruct-hf
+if [[ -f "$hf/config.json" && -f "$hf/model.safetensors" ]]; then
+  "$maxctx" tokenize "$hf/tokenizer.json" "$prompt" > "$work/hf_tokens.json"
+  python3 - "$goldens" "$work/hf_tokens.json" <<'PY'
+import json, sys
+golden = json.load(open(sys.argv[1]))
+got = json.loads(open(sys.argv[2]).read())
+assert got["ids"] == golden["prompt_ids"], (got["ids"], golden["prompt_ids"])
+print("HF directory: prompt ids equal transformers':", len(got["ids"]), "tokens")
+PY
+  for cp in 1 2; do
+    "${mpirun[@]}" -np "$cp" "$maxctx" check-logits "$src/configs/base.yml" \
+      load_parameters_path="$hf" golden_logits_path="$work/top_k.jsonl" \
+      ici_context_parallelism="$cp" atol=1e-4 rtol=0 > "$work/hf_check_logits_cp$cp.log" 2>&1 ||
+      { echo "FAIL: check-logits of the HF directory on context=$cp"; grep -v "^Config" "$work/hf_check_logits_cp$cp.log" | tail -5; exit 1; }
+    echo "HF directory, context=$cp: $(grep -o "Top-k rows: .*" "$work/hf_check_logits_cp$cp.log")"
+  done
+else
+  echo "SKIP (HF directory part): $hf is not made (tools/reference/fetch_assets.sh makes it)"
+fi
 
 for ca in 1 2; do
   "${mpirun[@]}" -np "$ca" "$maxctx" decode "$src/configs/base.yml" load_parameters_path="$gguf" \
