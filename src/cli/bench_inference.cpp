@@ -30,7 +30,7 @@ int run_bench_inference(const Args& args) {
   if (!path.empty()) {
     // Checked before the benchmark, not after minutes of it (every rank ends with rank 0's error).
     run_on_root(mesh.world(),
-                [&] { io::prepare_output_file(path, "inference_microbenchmark_log_file_path"); });
+                [&] { io::check_output_file(path, "inference_microbenchmark_log_file_path"); });
   }
   if (!config.tokenizer_path.empty()) {
     // MaxText's benchmark builds the tokenizer too; its prompts are synthetic ids, so here the
@@ -50,6 +50,8 @@ int run_bench_inference(const Args& args) {
   if (!path.empty()) {
     // Rank 0 writes; every rank ends with its error if it cannot.
     run_on_root(mesh.world(), [&] {
+      const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent);
       std::ofstream out(path);
       out << results.dump(2) << "\n";
       if (!out) fail("inference_microbenchmark_log_file_path = '{}' cannot be written", path);

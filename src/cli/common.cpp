@@ -36,7 +36,7 @@ Config load_command_config(const Args& args, const char* command) {
   const bool inference = name == "decode" || name == "bench-inference";
   if (inference && !config.profiler.empty()) {
     run_on_root(Communicator::world(), [&] {
-      io::prepare_output_file(profile_trace_path(config, command), "the profiler's trace");
+      io::check_output_file(profile_trace_path(config, command), "the profiler's trace");
     });
   }
   use_gguf_as_hf_directory(config, inference);
@@ -116,6 +116,7 @@ void run_profiled(const Config& config, const Mesh& mesh, const char* command,
   if (config.profiler.empty()) return work();
   train::check_trace_compiled_in(config.profiler);
   const std::filesystem::path path = profile_trace_path(config, command);
+  run_on_root(mesh.world(), [&] { std::filesystem::create_directories(path.parent_path()); });
   start_trace(mesh.world());
   work();
   train::write_profile(mesh.world(), path, command);

@@ -160,7 +160,7 @@ int run_probe_hardware(const Args& args) {
   const HardwareProfile linked =
       link_from.empty() ? HardwareProfile{} : load_hardware_profile(link_from, "configs");
   // The output file too, before the minutes of probing.
-  run_on_root(world, [&] { io::prepare_output_file(args[0], "probe-hardware's output file"); });
+  run_on_root(world, [&] { io::check_output_file(args[0], "probe-hardware's output file"); });
   // The largest rank's, after a first collective has set up the transport.
   world.barrier();
   double runtime = resident_bytes();

@@ -108,12 +108,22 @@ TEST(QuantizedCheckpointTied, DecodesBitIdenticallyToQuantizingOnLoad) {
 // tiny_llama_q8_rows.gguf's 13 Q8_0 projections with one scale per row taken as stored, 2 with a
 // scale per block quantized from their dequantized values. Every row of the 13 reaches ±127, so
 // it decodes bit-identically to the dequantized F32 directory quantized on load.
+// Also tiny_mixtral.gguf, whose Q8_0 experts (32 columns: one block, so one scale, a row) are
+// taken as stored, each rank reading its own experts' codes.
 TEST(QuantizedCheckpointGguf, Q8RowsDecodeAsDequantizeThenQuantize) {
-  const fs::path dir = scratch("gguf_q8_rows");
-  const io::GgufFile file(MAXCTX_TEST_FIXTURES "/gguf/tiny_llama_q8_rows.gguf");
-  model::write_int8_directory_from_gguf(cpu(), file, dir / "int8");
-  model::write_hf_directory_from_gguf(file, dir / "f32");
-  expect_same_decode((dir / "f32").string(), dir / "int8");
+  for (const char* name : {"tiny_llama_q8_rows", "tiny_mixtral"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = scratch(std::string("gguf_") + name);
+    const io::GgufFile file(fs::path(MAXCTX_TEST_FIXTURES "/gguf") / (std::string(name) + ".gguf"));
+    const std::string what = model::write_int8_directory_from_gguf(cpu(), file, dir / "int8");
+    EXPECT_NE(
+        what.find(name == std::string("tiny_mixtral") ? "8 Q8_0 projections taken as stored"
+                                                      : "13 Q8_0 projections taken as stored"),
+        std::string::npos)
+        << what;
+    model::write_hf_directory_from_gguf(file, dir / "f32");
+    expect_same_decode((dir / "f32").string(), dir / "int8");
+  }
 }
 
 // Loads `c` on its mesh (each rank its own experts) and on one rank (the whole model) and

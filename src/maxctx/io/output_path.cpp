@@ -28,19 +28,9 @@ std::string probe_problem(const fs::path& dir) {
   return "";
 }
 
-// Creates `dir` and its parents and probes it; the reason it cannot, or "".
-std::string create_problem(const fs::path& dir) {
-  std::error_code error;
-  fs::create_directories(dir, error);
-  if (error) return error.message();
-  if (!fs::is_directory(dir, error)) return "not a directory";
-  return probe_problem(dir);
-}
-
-}  // namespace
-
-void check_output_directory(const fs::path& dir, std::string_view what) {
-  // The nearest part of the path that exists must be a directory this process can write in.
+// Why `dir` could not be made and written, or "": the nearest part of the path that exists must
+// be a directory a probe file can be written in.
+std::string output_directory_problem(const fs::path& dir) {
   fs::path existing = dir.empty() ? fs::path(".") : dir;
   std::error_code error;
   while (!fs::exists(fs::symlink_status(existing, error)) && existing.has_relative_path() &&
@@ -48,19 +38,23 @@ void check_output_directory(const fs::path& dir, std::string_view what) {
     existing = existing.parent_path();
   }
   if (!fs::exists(existing, error)) existing = ".";  // a relative path's first part is absent
-  std::string problem;
   if (!fs::is_directory(existing, error)) {
-    problem = existing == dir ? std::string("not a directory")
-                              : fmt::format("'{}' is not a directory", existing.string());
-  } else {
-    problem = probe_problem(existing);
+    return existing == dir ? std::string("not a directory")
+                           : fmt::format("'{}' is not a directory", existing.string());
   }
+  return probe_problem(existing);
+}
+
+}  // namespace
+
+void check_output_directory(const fs::path& dir, std::string_view what) {
+  const std::string problem = output_directory_problem(dir);
   if (!problem.empty()) fail("{} '{}' cannot be written: {}", what, dir.string(), problem);
 }
 
-void prepare_output_file(const fs::path& path, std::string_view what) {
+void check_output_file(const fs::path& path, std::string_view what) {
   const fs::path parent = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  const std::string problem = create_problem(parent);
+  const std::string problem = output_directory_problem(parent);
   if (!problem.empty()) {
     fail("{} '{}' cannot be written: its directory '{}': {}", what, path.string(), parent.string(),
          problem);

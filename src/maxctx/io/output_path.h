@@ -16,10 +16,10 @@ namespace maxctx::io {
 // <reason>".
 void check_output_directory(const std::filesystem::path& dir, std::string_view what);
 
-// Creates `path`'s directory (and its parents) and checks it as above; `path` itself, when it
-// exists, must not be a directory and must open for writing (it is neither truncated nor changed
-// here).
-void prepare_output_file(const std::filesystem::path& path, std::string_view what);
+// Whether the file `path` can be written, without writing or creating anything: its directory
+// checked as above, and `path` itself, when it exists, not a directory and open for writing (it
+// is neither truncated nor changed here). The message names the file.
+void check_output_file(const std::filesystem::path& path, std::string_view what);
 
 // `path`, when it exists, is a directory (a run's checkpoints/, tensorboard/, ...): a file there
 // is an error "<what> '<path>' is not a directory".

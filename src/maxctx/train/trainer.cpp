@@ -178,8 +178,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
     for (const char* sub : {"checkpoints", "tensorboard", "tokenized"}) {
       io::expect_directory_or_absent(s.run_dir / sub, what + "'s " + sub);
     }
-    io::prepare_output_file(s.run_dir / "metrics.jsonl", "the run's metrics file");
-    if (!c.profiler.empty()) io::prepare_output_file(s.run_dir / "trace.json", "the run's trace");
+    io::check_output_file(s.run_dir / "metrics.jsonl", "the run's metrics file");
+    if (!c.profiler.empty()) io::check_output_file(s.run_dir / "trace.json", "the run's trace");
   });
 
   DataShard shard;
