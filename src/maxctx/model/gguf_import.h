@@ -6,7 +6,9 @@
 // to LlamaConfig fields, blk.N.* tensor names to Hugging Face ones, and the Q/K rows of each
 // head put back from llama.cpp's interleaved RoPE order (row 2i + j of a head is row
 // j·head_dim/2 + i of the Hugging Face head). Quantized tensors (Q8_0, Q4_0, Q4_1) are
-// dequantized to f32 exactly as ggml does; F16/BF16 widen exactly. Mixtral-style experts
+// dequantized to f32 exactly as ggml does; F16/BF16 widen exactly. For quantization=int8 the
+// directory can instead be a quantized checkpoint keeping Q8_0 codes where a row has one scale
+// (write_int8_directory_from_gguf). Mixtral-style experts
 // (llama.expert_count, llama.expert_used_count; ffn_{gate,up,down}_exps stacking every expert, or
 // the older ffn_{gate,up,down}.<j> per expert, and the router ffn_gate_inp) become a
 // MixtralConfig directory. Llama 3 RoPE scaling, which the converter writes as the tensor
