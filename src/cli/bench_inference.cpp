@@ -14,6 +14,7 @@
 #include "maxctx/infer/engine.h"
 #include "maxctx/infer/microbenchmark.h"
 #include "maxctx/infer/model_source.h"
+#include "maxctx/io/output_path.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/tokenizer/tokenizer.h"
 
@@ -27,17 +28,9 @@ int run_bench_inference(const Args& args) {
   const infer::MicrobenchmarkOptions options = infer::microbenchmark_options(config);
   const std::string& path = config.inference_microbenchmark_log_file_path;
   if (!path.empty()) {
-    // Checked before the benchmark, not after minutes of it: the directory is made and the file
-    // opened for writing on rank 0 (every rank ends with its error if that fails).
-    run_on_root(mesh.world(), [&] {
-      const std::filesystem::path parent = std::filesystem::path(path).parent_path();
-      std::error_code error;
-      if (!parent.empty()) std::filesystem::create_directories(parent, error);
-      if (error || !std::ofstream(path, std::ios::app)) {
-        fail("inference_microbenchmark_log_file_path = '{}' cannot be written{}", path,
-             error ? " (" + error.message() + ")" : "");
-      }
-    });
+    // Checked before the benchmark, not after minutes of it (every rank ends with rank 0's error).
+    run_on_root(mesh.world(),
+                [&] { io::check_output_file(path, "inference_microbenchmark_log_file_path"); });
   }
   if (!config.tokenizer_path.empty()) {
     // MaxText's benchmark builds the tokenizer too; its prompts are synthetic ids, so here the
@@ -57,6 +50,8 @@ int run_bench_inference(const Args& args) {
   if (!path.empty()) {
     // Rank 0 writes; every rank ends with its error if it cannot.
     run_on_root(mesh.world(), [&] {
+      const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+      if (!parent.empty()) std::filesystem::create_directories(parent);
       std::ofstream out(path);
       out << results.dump(2) << "\n";
       if (!out) fail("inference_microbenchmark_log_file_path = '{}' cannot be written", path);

@@ -29,6 +29,7 @@
 #include "maxctx/core/finite.h"
 #include "maxctx/core/input_file.h"
 #include "maxctx/core/log.h"
+#include "maxctx/io/output_path.h"
 #include "maxctx/io/safetensors.h"
 #include "maxctx/io/sliced_tensors.h"
 #include "maxctx/kernels/kernels.h"
@@ -232,8 +233,9 @@ int run_export(const Args& args) {
   if (c.base_output_directory.empty()) {
     fail("export needs base_output_directory=<directory for config.json and model.safetensors>");
   }
-  const fs::path checkpoint = resolve_checkpoint(c.load_parameters_path);
   const fs::path out(c.base_output_directory);
+  io::check_output_directory(out, "base_output_directory");
+  const fs::path checkpoint = resolve_checkpoint(c.load_parameters_path);
   const model::LlamaConfig m = model::checkpoint_model(c, checkpoint);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m);
 

@@ -30,6 +30,7 @@
 #include "maxctx/core/log.h"
 #include "maxctx/core/memory_check.h"
 #include "maxctx/core/split.h"
+#include "maxctx/io/output_path.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/root_task.h"
@@ -158,6 +159,8 @@ int run_probe_hardware(const Args& args) {
   // still needs one for the plans that read it. Read before the minutes of probing.
   const HardwareProfile linked =
       link_from.empty() ? HardwareProfile{} : load_hardware_profile(link_from, "configs");
+  // The output file too, before the minutes of probing.
+  run_on_root(world, [&] { io::check_output_file(args[0], "probe-hardware's output file"); });
   // The largest rank's, after a first collective has set up the transport.
   world.barrier();
   double runtime = resident_bytes();

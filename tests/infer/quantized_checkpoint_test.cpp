@@ -16,6 +16,8 @@
 #include "infer/infer_test_util.h"
 #include "maxctx/config/config.h"
 #include "maxctx/infer/model_source.h"
+#include "maxctx/io/gguf.h"
+#include "maxctx/model/gguf_import.h"
 #include "maxctx/model/hf_import.h"
 
 namespace maxctx::infer {
@@ -64,16 +66,13 @@ GenerateResult decode(const Config& c) {
 
 class QuantizedCheckpoint : public ::testing::TestWithParam<const char*> {};
 
-void expect_decodes_as_quantized_on_load(const std::string& fixture) {
-  const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
-  // The projections are 1 byte a weight: 0.42 of the F32 file here (the F32 embedding weighs
-  // much in these tiny models), about a quarter for a full-size one.
-  EXPECT_LT(fs::file_size(dir / "model.safetensors"),
-            fs::file_size(fs::path(fixture) / "model.safetensors") / 2);
+// `f32` (a Hugging Face directory) quantized on load and the quantized checkpoint `int8` decode
+// bit-identically: every token and every step's logits.
+void expect_same_decode(const std::string& f32, const fs::path& int8) {
   const GenerateResult want =
-      decode(inference_config({"load_parameters_path=" + fixture, "quantization=int8"}));
+      decode(inference_config({"load_parameters_path=" + f32, "quantization=int8"}));
   const GenerateResult got =
-      decode(inference_config({"load_parameters_path=" + dir.string(), "quantization=int8",
+      decode(inference_config({"load_parameters_path=" + int8.string(), "quantization=int8",
                                "checkpoint_is_quantized=true"}));
   EXPECT_EQ(got.tokens, want.tokens);
   ASSERT_EQ(got.logits.size(), want.logits.size());
@@ -86,6 +85,15 @@ void expect_decodes_as_quantized_on_load(const std::string& fixture) {
   }
 }
 
+void expect_decodes_as_quantized_on_load(const std::string& fixture) {
+  const fs::path dir = write_quantized(fixture.c_str(), fs::path(fixture).filename().string());
+  // The projections are 1 byte a weight: 0.42 of the F32 file here (the F32 embedding weighs
+  // much in these tiny models), about a quarter for a full-size one.
+  EXPECT_LT(fs::file_size(dir / "model.safetensors"),
+            fs::file_size(fs::path(fixture) / "model.safetensors") / 2);
+  expect_same_decode(fixture, dir);
+}
+
 TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
   expect_decodes_as_quantized_on_load(GetParam());
 }
@@ -94,6 +102,28 @@ TEST_P(QuantizedCheckpoint, DecodesBitIdenticallyToQuantizingOnLoad) {
 // a float tensor in the checkpoint as it stays when quantizing on load.
 TEST(QuantizedCheckpointTied, DecodesBitIdenticallyToQuantizingOnLoad) {
   expect_decodes_as_quantized_on_load(MAXCTX_TEST_FIXTURES "/tiny_llama_tied_scaled");
+}
+
+// A GGUF's int8 form (what decode and bench-inference load from it with quantization=int8):
+// tiny_llama_q8_rows.gguf's 13 Q8_0 projections with one scale per row taken as stored, 2 with a
+// scale per block quantized from their dequantized values. Every row of the 13 reaches ±127, so
+// it decodes bit-identically to the dequantized F32 directory quantized on load.
+// Also tiny_mixtral.gguf, whose Q8_0 experts (32 columns: one block, so one scale, a row) are
+// taken as stored, each rank reading its own experts' codes.
+TEST(QuantizedCheckpointGguf, Q8RowsDecodeAsDequantizeThenQuantize) {
+  for (const char* name : {"tiny_llama_q8_rows", "tiny_mixtral"}) {
+    SCOPED_TRACE(name);
+    const fs::path dir = scratch(std::string("gguf_") + name);
+    const io::GgufFile file(fs::path(MAXCTX_TEST_FIXTURES "/gguf") / (std::string(name) + ".gguf"));
+    const std::string what = model::write_int8_directory_from_gguf(cpu(), file, dir / "int8");
+    EXPECT_NE(
+        what.find(name == std::string("tiny_mixtral") ? "8 Q8_0 projections taken as stored"
+                                                      : "13 Q8_0 projections taken as stored"),
+        std::string::npos)
+        << what;
+    model::write_hf_directory_from_gguf(file, dir / "f32");
+    expect_same_decode((dir / "f32").string(), dir / "int8");
+  }
 }
 
 // Loads `c` on its mesh (each rank its own experts) and on one rank (the whole model) and

@@ -6,8 +6,9 @@
 # transformers on the same weights (tests/fixtures/real_smollm2/goldens.json, written by
 # tools/reference/real_model_goldens.py): the chat prompt's ids, and transformers' 64 greedy
 # tokens as the start of maxctx's greedy answer, on context_autoregressive 1 and 2, and its top-8
-# logits after the prompt (check-logits with top-k goldens) on context 1 and 2.
-# Then 20 fine-tuning steps from the GGUF on context=2 lower the eval loss.
+# logits after the prompt (check-logits with top-k goldens) on context 1 and 2; the same top-8
+# from the Hugging Face directory fetch_assets.sh writes from the same weights (transformers 5's
+# config.json and tokenizer files), when it is there. Then 20 fine-tuning steps from the GGUF on context=2 lower the eval loss.
 #   real_model.sh <build dir> <source dir>
 set -euo pipefail
 build=$1
@@ -28,19 +29,38 @@ prompt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["prompt
   "$goldens")
 prompt=${prompt%|}
 
+# The prompt through the tokenizer.json $1 gives transformers' ids; $2 labels the line and logs.
+expect_prompt_ids() {
+  local log=$work/tokens_${2//[^a-zA-Z]/}.json
+  "$maxctx" tokenize "$1" "$prompt" > "$log"
+  python3 - "$goldens" "$log" "$2" <<'PY'
+import json, sys
+golden = json.load(open(sys.argv[1]))
+got = json.loads(open(sys.argv[2]).read())
+assert got["ids"] == golden["prompt_ids"], (got["ids"], golden["prompt_ids"])
+print(f"{sys.argv[3]}prompt ids equal transformers':", len(got["ids"]), "tokens")
+PY
+}
+# check-logits of the directory $1 against the top-8 goldens ($work/top_k.jsonl) on context 1
+# and 2; $2 labels the lines and logs.
+expect_top_k() {
+  local cp log
+  for cp in 1 2; do
+    log=$work/check_logits_${2//[^a-zA-Z]/}cp$cp.log
+    "${mpirun[@]}" -np "$cp" "$maxctx" check-logits "$src/configs/base.yml" \
+      load_parameters_path="$1" golden_logits_path="$work/top_k.jsonl" \
+      ici_context_parallelism="$cp" atol=1e-4 rtol=0 > "$log" 2>&1 ||
+      { echo "FAIL: ${2}check-logits on context=$cp"; grep -v "^Config" "$log" | tail -5; exit 1; }
+    echo "${2}context=$cp: $(grep -o "Top-k rows: .*" "$log")"
+  done
+}
+
 # The prompt through the embedded tokenizer: transformers' ids.
 "$maxctx" decode "$src/configs/base.yml" load_parameters_path="$gguf" base_output_directory="$work" \
   per_device_batch_size=1 max_prefill_predict_length=8 max_target_length=9 prompt=x \
   > "$work/convert.log" 2>&1 || { echo "FAIL: converting $gguf"; tail -5 "$work/convert.log"; exit 1; }
 tokenizer=$(ls -d "$work"/gguf/SmolLM2-135M-Instruct.Q4_1-*)/tokenizer.json
-"$maxctx" tokenize "$tokenizer" "$prompt" > "$work/tokens.json"
-python3 - "$goldens" "$work/tokens.json" <<'PY'
-import json, sys
-golden = json.load(open(sys.argv[1]))
-got = json.loads(open(sys.argv[2]).read())
-assert got["ids"] == golden["prompt_ids"], (got["ids"], golden["prompt_ids"])
-print("prompt ids equal transformers':", len(got["ids"]), "tokens")
-PY
+expect_prompt_ids "$tokenizer" ""
 
 # The tokenizer conformance corpus through the embedded tokenizer: transformers' ids.
 python3 -c 'import json,sys; [print(json.dumps({"text": t})) for t in json.load(open(sys.argv[1]))["texts"]]' \
@@ -65,13 +85,19 @@ print(json.dumps({"prompt": g["prompt"], "tokens": g["prompt_ids"],
                   "top_k_rows": [len(g["prompt_ids"]) - 1], "top_k_ids": [g["last_top_ids"]],
                   "top_k_logits": [g["last_top_logits"]]}))
 PY
-for cp in 1 2; do
-  "${mpirun[@]}" -np "$cp" "$maxctx" check-logits "$src/configs/base.yml" \
-    load_parameters_path="$(dirname "$tokenizer")" golden_logits_path="$work/top_k.jsonl" \
-    ici_context_parallelism="$cp" atol=1e-4 rtol=0 > "$work/check_logits_cp$cp.log" 2>&1 ||
-    { echo "FAIL: check-logits on context=$cp"; grep -v "^Config" "$work/check_logits_cp$cp.log" | tail -5; exit 1; }
-  echo "context=$cp: $(grep -o "Top-k rows: .*" "$work/check_logits_cp$cp.log")"
-done
+expect_top_k "$(dirname "$tokenizer")" ""
+
+# The same weights as a Hugging Face directory written by transformers 5 (config.json with dtype
+# and rope_parameters, F32 model.safetensors, transformers' tokenizer files; made by
+# tools/reference/gguf_to_hf_directory.py, which fetch_assets.sh runs): the prompt's ids through
+# its tokenizer.json, and the same top-8 logits on context 1 and 2.
+hf=$(dirname "$gguf")/SmolLM2-135M-Instruct-hf
+if [[ -f "$hf/config.json" && -f "$hf/model.safetensors" ]]; then
+  expect_prompt_ids "$hf/tokenizer.json" "HF directory: "
+  expect_top_k "$hf" "HF directory: "
+else
+  echo "SKIP (HF directory part): $hf is not made (tools/reference/fetch_assets.sh makes it)"
+fi
 
 for ca in 1 2; do
   "${mpirun[@]}" -np "$ca" "$maxctx" decode "$src/configs/base.yml" load_parameters_path="$gguf" \

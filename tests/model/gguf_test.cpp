@@ -14,14 +14,18 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "io/temp_dir.h"
 #include "maxctx/core/check.h"
+#include "maxctx/io/safetensors.h"
+#include "maxctx/kernels/kernels.h"
 #include "maxctx/kernels/types.h"
 #include "maxctx/model/gguf_import.h"
 #include "maxctx/model/hf_import.h"
+#include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/model/weights.h"
 #include "maxctx/tokenizer/tokenizer.h"
 
@@ -259,6 +263,105 @@ TEST(Gguf, Llama3RopeScalingFromRopeFreqs) {
   EXPECT_NE(conversion_error(dir, yarn).find(
                 "GGUF RoPE scaling 'yarn' (llama.rope.scaling.type) is not supported"),
             std::string::npos);
+}
+
+// q8_0_as_int8_rows: a row whose blocks share one scale is maxctx's int8 as it is (codes and that
+// scale); zero blocks fit any row (written as codes 0), a zero row has scale 0; differing scales
+// within a row, or a code of -128, have no such form.
+TEST(Gguf, Q8RowsAsInt8WhereTheRowsShareOneScale) {
+  // Two rows of two 32-element blocks.
+  std::vector<int8_t> codes(128);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<int8_t>(int(i % 201) - 100);
+  const std::vector<float> shared = {0.5f, 0.5f, 0.25f, 0.25f};
+  std::optional<Int8Codes> rows = q8_0_as_int8_rows(codes, shared, 2, 64);
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_EQ(rows->codes, codes);  // as stored, though no row reaches ±127
+  EXPECT_EQ(rows->scales, (std::vector<float>{0.5f, 0.25f}));
+
+  // Row 0's second block with scale 0 (its values are zeros whatever the codes), row 1 all zero.
+  std::vector<int8_t> zeros = codes;
+  std::fill(zeros.begin() + 64, zeros.end(), int8_t{0});
+  rows = q8_0_as_int8_rows(zeros, std::vector<float>{0.5f, 0.0f, 0.25f, 0.75f}, 2, 64);
+  ASSERT_TRUE(rows.has_value());
+  EXPECT_TRUE(std::equal(codes.begin(), codes.begin() + 32, rows->codes.begin()));
+  EXPECT_TRUE(
+      std::all_of(rows->codes.begin() + 32, rows->codes.end(), [](int8_t q) { return q == 0; }));
+  EXPECT_EQ(rows->scales, (std::vector<float>{0.5f, 0.0f}));
+
+  EXPECT_FALSE(q8_0_as_int8_rows(codes, std::vector<float>{0.5f, 0.5f, 0.25f, 0.5f}, 2, 64));
+  EXPECT_FALSE(q8_0_as_int8_rows(codes, std::vector<float>{-0.5f, -0.5f, 0.25f, 0.25f}, 2, 64));
+  std::vector<int8_t> low = codes;
+  low[70] = -128;
+  EXPECT_FALSE(q8_0_as_int8_rows(low, shared, 2, 64));
+}
+
+// tiny_llama_q8_rows.gguf (tools/reference/gguf_fixture.py write_q8_rows, 64 wide: two blocks a
+// row): 13 Q8_0 projections with one scale per row and 2 as ggml quantizes them (a scale per
+// block). The int8 checkpoint holds the file's codes and scales for the 13 (Q/K rows unpermuted
+// with their scales), exactly
+// the dequantized F32 values; every one of those rows reaches ±127, so maxctx's rule on the
+// dequantized values gives the same codes and scales (the checkpoint equals
+// dequantize-then-quantize there, and decodes the same: quantized_checkpoint_test). The other 2 are
+// the rule's codes of their dequantized values.
+TEST(Gguf, Q8RowScalesBecomeInt8CodesAsStored) {
+  const io::GgufFile file(kFixtures / "gguf" / "tiny_llama_q8_rows.gguf");
+  const kernels::Kernels& cpu = kernels::backend(Device::kCpu);
+  io::TempDir dir;
+  const std::string what = write_int8_directory_from_gguf(cpu, file, dir.path() / "int8");
+  EXPECT_NE(what.find("into an int8 checkpoint: 13 Q8_0 projections taken as stored (one scale per "
+                      "row); 2 Q8_0 projections dequantized and quantized per row"),
+            std::string::npos)
+      << what;
+  write_hf_directory_from_gguf(file, dir.path() / "f32");
+  std::vector<WeightSpec> specs;
+  const LlamaConfig config = llama_config_from_hf(dir.path() / "f32" / "config.json");
+  const std::vector<float> f32 = load(dir.path() / "f32", config, specs);
+  ASSERT_TRUE(is_int8_checkpoint(dir.path() / "int8"));
+  const io::SafetensorsCheckpoint int8(dir.path() / "int8");
+  int taken = 0;
+  for (const WeightSpec& s : specs) {
+    if (!int8_quantized(s)) continue;
+    SCOPED_TRACE(s.name);
+    const std::span<const std::byte> raw = int8.bytes(s.name);
+    const std::vector<int8_t> codes(reinterpret_cast<const int8_t*>(raw.data()),
+                                    reinterpret_cast<const int8_t*>(raw.data()) + raw.size());
+    const std::vector<float> scales = int8.read_f32(s.name + "_scale", {s.rows});
+    // The rule on the dequantized values.
+    std::vector<int8_t> rule_codes(codes.size());
+    std::vector<float> rule_scales(scales.size());
+    cpu.quantize_rows_int8(
+        TensorView(rule_codes.data(), DType::kI8, Shape{s.rows, s.cols}),
+        TensorView(rule_scales.data(), DType::kF32, Shape{s.rows}),
+        TensorView(const_cast<float*>(f32.data() + s.offset), DType::kF32, Shape{s.rows, s.cols}),
+        kernels::kInt8Levels);
+    EXPECT_EQ(codes, rule_codes);
+    EXPECT_EQ(scales, rule_scales);
+    const bool per_block =
+        s.name.starts_with("model.layers.1.") && (s.name.find("q_proj") != std::string::npos ||
+                                                  s.name.find("gate_proj") != std::string::npos);
+    if (per_block) continue;
+    ++taken;
+    // Exactly the file's values, and (no permutation here) the file's codes and block scale.
+    for (int64_t k = 0; k < s.numel(); ++k) {
+      ASSERT_EQ(float(codes[k]) * scales[k / s.cols], f32[s.offset + k]) << k;
+    }
+    if (s.name == "model.layers.0.mlp.up_proj.weight") {
+      const io::GgufFile::Q8Blocks stored = file.read_q8_0(*file.find("blk.0.ffn_up.weight"));
+      EXPECT_EQ(codes, stored.codes);
+      for (int64_t r = 0; r < s.rows; ++r)
+        EXPECT_EQ(scales[r], stored.scales[r * s.cols / 32]) << r;
+    }
+  }
+  EXPECT_EQ(taken, 13);
+  const std::string error = [&] {
+    try {
+      file.read_q8_0(*file.find("token_embd.weight"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_NE(error.find("tensor 'token_embd.weight' is F16, not Q8_0"), std::string::npos) << error;
 }
 
 }  // namespace

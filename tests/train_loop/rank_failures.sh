@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # An error that only rank 0 sees (it alone writes the run directory, the metrics file,
-# checkpoints and bench-inference's log) ends every rank: with 2 ranks each case must exit
+# checkpoints, bench-inference's log, a trace, a GGUF file's converted form; every output path is
+# checked before the work starts) ends every rank: with 2 ranks each case must exit
 # non-zero within 60 s (it used to hang the other rank in its next collective), print one
 # "maxctx: error" line, and never end in std::terminate (tests/support/expect_failure.sh).
 #   rank_failures.sh <build dir> <source dir>
@@ -11,9 +12,9 @@ failure_test_setup "$1" train_loop/rank_failures
 train=(train "$src/configs/base.yml" model_name=maxctx-tiny max_target_length=64 steps=3
   per_device_batch_size=1 ici_fsdp_parallelism=1 ici_data_parallelism=2)
 
-# The metrics file cannot be opened (a directory of its name).
+# The metrics file cannot be opened (a directory of its name): refused before the run starts.
 mkdir -p "$work/metrics_dir/run/metrics.jsonl"
-expect_failure "$work/metrics_file.log" 60 "cannot open the metrics file" \
+expect_failure "$work/metrics_file.log" 60 "metrics.jsonl' cannot be written: it is a directory" \
   "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \
   base_output_directory="$work/metrics_dir" run_name=run
 
@@ -41,10 +42,35 @@ expect_failure "$work/run_link.log" 60 "run_link/run' is a symlink" \
   > "$work/run_link_allowed.log" 2>&1 ||
   { echo "FAIL: allow_symlinked_run_directory=true was refused"; tail "$work/run_link_allowed.log"; exit 1; }
 
-# The run directory cannot be created (a std::filesystem error on rank 0 only).
-expect_failure "$work/run_directory.log" 60 "cannot create directories" \
+# The run directory cannot be created (rank 0 only sees it): /proc, and under a file.
+expect_failure "$work/run_directory.log" 60 "run_name) '/proc/maxctx_no_such_dir/run' cannot be written" \
   "${mpirun[@]}" "$maxctx" "${train[@]}" enable_checkpointing=false \
   base_output_directory=/proc/maxctx_no_such_dir run_name=run
+touch "$work/a_file"
+expect_failure "$work/run_under_file.log" 60 "a_file/run' cannot be written: '$work/a_file' is not a directory" \
+  "${mpirun[@]}" "$maxctx" "${train[@]}" base_output_directory="$work/a_file" run_name=run
+# A checkpoints/ that is a file: refused at the start, not at the first save.
+mkdir -p "$work/checkpoints_file/run" && touch "$work/checkpoints_file/run/checkpoints"
+expect_failure "$work/checkpoints_file.log" 60 "checkpoints '$work/checkpoints_file/run/checkpoints' is not a directory" \
+  "${mpirun[@]}" "$maxctx" "${train[@]}" base_output_directory="$work/checkpoints_file" run_name=run
+
+# Every other command's outputs, checked before its work (one process each: export runs alone;
+# probe-hardware's profile, decode's profiler trace, and the directory a GGUF file is converted
+# into).
+one=(timeout 60)
+expect_failure "$work/export_dir.log" 60 "base_output_directory '$work/a_file/export' cannot be written" \
+  "${one[@]}" "$maxctx" export "$src/configs/base.yml" \
+  load_parameters_path="$src/tests/fixtures/tiny_llama" base_output_directory="$work/a_file/export"
+expect_failure "$work/probe_file.log" 60 "probe-hardware's output file '$work/a_file/p.yml' cannot be written" \
+  "${mpirun[@]}" "$maxctx" probe-hardware "$work/a_file/p.yml"
+decode=(decode "$src/configs/base.yml" per_device_batch_size=1 max_prefill_predict_length=8
+  max_target_length=12 prompt="1 2 3")
+expect_failure "$work/decode_trace.log" 60 "the profiler's trace '$work/a_file/maxctx_decode/trace.json' cannot be written" \
+  "${mpirun[@]}" "$maxctx" "${decode[@]}" load_parameters_path="$src/tests/fixtures/tiny_llama" \
+  profiler=xplane base_output_directory="$work/a_file"
+expect_failure "$work/gguf_dir.log" 60 "(base_output_directory/gguf) '$work/a_file/gguf' cannot be written" \
+  "${mpirun[@]}" "$maxctx" "${decode[@]}" \
+  load_parameters_path="$src/tests/fixtures/gguf/tiny_llama_q8_rows.gguf" base_output_directory="$work/a_file"
 
 # bench-inference's log cannot be written.
 expect_failure "$work/bench_log.log" 60 "cannot be written" \

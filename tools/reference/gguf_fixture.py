@@ -12,8 +12,10 @@ LlamaModel.permute does. The embedded tokenizer is a 96-token byte-level vocabul
 "smollm": digits alone), so that most bytes have no token, as in SmolLM2's vocabulary.
 
 Also tiny_mixtral.gguf (tests/fixtures/tiny_mixtral's weights as the converter writes a Mixtral:
-experts stacked per layer) and tiny_llama_rope_llama3.gguf (tiny_llama with Llama 3 RoPE scaling
-as the tensor rope_freqs.weight).
+experts stacked per layer), tiny_llama_rope_llama3.gguf (tiny_llama with Llama 3 RoPE scaling
+as the tensor rope_freqs.weight) and tiny_llama_q8_rows.gguf (a 64-wide Llama of our own, Q8_0
+projections whose rows mostly have one scale each, which maxctx's int8 takes as stored:
+write_q8_rows).
 
 expected.json holds, for each Hugging Face weight name, gguf-py's dequantized values in Hugging
 Face row order summarised (sum, sum of squares, the index-weighted sum, first 8 values, float64)
@@ -149,12 +151,13 @@ def main():
     w.close()
     mixtral_path, mixtral_expected = write_mixtral()
     rope_path, rope_freqs = write_rope_llama3()
+    q8_path = write_q8_rows()
     generator = ("tools/reference/gguf_fixture.py (gguf-py " + importlib.metadata.version("gguf") +
                  ")")
     with open(os.path.join(OUT, "expected.json"), "w") as f:
         json.dump({"generator": generator, "tensors": expected,
                    "tiny_mixtral": mixtral_expected, "rope_freqs": rope_freqs}, f, indent=1)
-    for p in (path, mixtral_path, rope_path):
+    for p in (path, mixtral_path, rope_path, q8_path):
         print(f"wrote {p} ({os.path.getsize(p)} bytes)")
     print("and expected.json")
 
@@ -288,6 +291,74 @@ def write_rope_llama3():
     w.write_tensors_to_file()
     w.close()
     return path, [float(x) for x in freqs]
+
+
+def q8_0_row_scales(value):
+    """Q8_0 blocks (f16 d, 32 int8 codes) in which every block of a row has the row's scale,
+    d = f16(max|row| / 127), codes rint(x / d) within ±127: the form maxctx's int8 (one scale per
+    row) holds exactly. ggml's own quantizer gives each block its own scale instead."""
+    rows, cols = value.shape
+    d = (np.abs(value).max(axis=1, keepdims=True) / 127).astype(np.float16)
+    scale = d.astype(np.float32)
+    ratio = np.divide(value, scale, out=np.zeros_like(value), where=scale != 0)  # a zero row: 0
+    q = np.clip(np.rint(ratio), -127, 127).astype(np.int8)
+    blocks = cols // 32
+    out = np.zeros((rows, blocks, 34), dtype=np.uint8)
+    out[:, :, 0:2] = np.repeat(d, blocks, axis=1).view(np.uint8).reshape(rows, blocks, 2)
+    out[:, :, 2:] = q.reshape(rows, blocks, 32).view(np.uint8)
+    return out.reshape(rows, blocks * 34)
+
+
+def write_q8_rows():
+    """A Llama of our own, 64 wide (so a row holds two Q8_0 blocks: tiny_llama's 32 hold one), its
+    projections Q8_0 (tests/model gguf_test, tests/infer quantized_checkpoint_test): most with one
+    scale per row (q8_0_row_scales), layer 1's q_proj and gate_proj as ggml quantizes (a scale per
+    block: a row's two differ), the embedding F16, the norms F32. Layer 0's v_proj has its row 0
+    zero (scale 0) and its row 1's second block zero. Weights: numpy's default_rng(33), normal
+    with standard deviation 0.05 (norms 1 + 0.1 normal)."""
+    config = {"hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+              "max_position_embeddings": 128, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+              "vocab_size": 96}
+    rng = np.random.default_rng(33)
+    h, f, v, d = 64, 64, 96, 16
+    shapes = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,),
+              "lm_head.weight": (v, h)}
+    for i in range(2):
+        shapes.update({f"model.layers.{i}.input_layernorm.weight": (h,),
+                       f"model.layers.{i}.post_attention_layernorm.weight": (h,),
+                       f"model.layers.{i}.self_attn.q_proj.weight": (4 * d, h),
+                       f"model.layers.{i}.self_attn.k_proj.weight": (2 * d, h),
+                       f"model.layers.{i}.self_attn.v_proj.weight": (2 * d, h),
+                       f"model.layers.{i}.self_attn.o_proj.weight": (h, 4 * d),
+                       f"model.layers.{i}.mlp.gate_proj.weight": (f, h),
+                       f"model.layers.{i}.mlp.up_proj.weight": (f, h),
+                       f"model.layers.{i}.mlp.down_proj.weight": (h, f)})
+    path = os.path.join(OUT, "tiny_llama_q8_rows.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_name("a 64-wide Llama with Q8_0 projections, most one scale per row (maxctx test fixture)")
+    add_llama_metadata(w, config)
+    for hf_name, (gguf_name, _) in layout(2).items():
+        shape = shapes[hf_name]
+        if len(shape) == 1:
+            w.add_tensor(gguf_name, (1 + 0.1 * rng.standard_normal(shape)).astype(np.float32),
+                         raw_dtype=T.F32)
+            continue
+        value = gguf_rows(hf_name, (0.05 * rng.standard_normal(shape)).astype(np.float32), 4, 2)
+        if hf_name == "model.embed_tokens.weight":
+            w.add_tensor(gguf_name, value.astype(np.float16), raw_dtype=T.F16)
+        elif hf_name.startswith("model.layers.1.") and ("q_proj" in hf_name or "gate_proj" in hf_name):
+            w.add_tensor(gguf_name, gguf.quants.quantize(value, T.Q8_0), raw_dtype=T.Q8_0)
+        else:
+            if hf_name == "model.layers.0.self_attn.v_proj.weight":
+                value[0, :] = 0
+                value[1, 32:] = 0
+            w.add_tensor(gguf_name, q8_0_row_scales(value), raw_dtype=T.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 def unpermute(w, n_head):

@@ -186,8 +186,10 @@ using AxisRules = std::vector<std::pair<std::string, StringList>>;
   X(std::string, load_parameters_path, "", "",                                                  \
     "Parameters to start from (fresh optimizer, step 0): a Hugging Face directory, a "          \
     "checkpoint directory <run>/checkpoints/<step>, or a llama.cpp Llama GGUF file (F32, F16, "  \
-    "BF16, Q8_0, Q4_0, Q4_1; dequantized once into <base_output_directory>/gguf/, its "         \
-    "byte-level tokenizer becoming tokenizer_path when none is given)")                         \
+    "BF16, Q8_0, Q4_0, Q4_1; dequantized once into <base_output_directory>/gguf/, or for "     \
+    "decode and bench-inference with quantization=int8 written as an int8 checkpoint whose "     \
+    "Q8_0 projections keep their codes where each row's blocks share one scale; its byte-level "  \
+    "tokenizer becoming tokenizer_path when none is given)")                                    \
   X(std::string, load_full_state_path, "", "",                                                  \
     "Full state to start from: a checkpoint directory <run>/checkpoints/<step> (parameters, "  \
     "AdamW moments, step and data position), or a run directory (its latest checkpoint)")      \

@@ -313,13 +313,36 @@ std::vector<int64_t> GgufFile::integers(const std::string& key) const {
   return out;
 }
 
-std::vector<float> GgufFile::read_f32(const GgufTensor& t) const {
+std::vector<unsigned char> GgufFile::read_bytes(const GgufTensor& t) const {
   InputFile in(path_, "GGUF file", kAnySize);
   std::vector<unsigned char> raw(t.bytes);
   const auto bytes = static_cast<int64_t>(t.bytes);
   if (in.read_at(raw.data(), bytes, static_cast<int64_t>(t.offset)) != bytes) {
     fail("{}: the file ended inside tensor '{}'", path_.string(), t.name);
   }
+  return raw;
+}
+
+GgufFile::Q8Blocks GgufFile::read_q8_0(const GgufTensor& t) const {
+  if (static_cast<GgmlType>(t.type) != GgmlType::kQ8_0) {
+    fail("{}: tensor '{}' is {}, not Q8_0", path_.string(), t.name, ggml_type_name(t.type));
+  }
+  const std::vector<unsigned char> raw = read_bytes(t);
+  Q8Blocks out;
+  out.codes.resize(static_cast<size_t>(t.numel()));
+  out.scales.resize(out.codes.size() / kBlock);
+  for (size_t b = 0; b < out.scales.size(); ++b) {
+    const unsigned char* block = raw.data() + b * 34;  // f16 scale, then 32 codes
+    uint16_t d;
+    std::memcpy(&d, block, 2);
+    out.scales[b] = f16_to_f32(d);
+    std::memcpy(out.codes.data() + b * kBlock, block + 2, kBlock);
+  }
+  return out;
+}
+
+std::vector<float> GgufFile::read_f32(const GgufTensor& t) const {
+  const std::vector<unsigned char> raw = read_bytes(t);
   const auto u16 = [&](uint64_t at) {
     uint16_t v;
     std::memcpy(&v, raw.data() + at, 2);

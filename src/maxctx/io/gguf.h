@@ -67,7 +67,17 @@ class GgufFile {
   // The tensor's elements as f32, row-major.
   std::vector<float> read_f32(const GgufTensor& tensor) const;
 
+  // A Q8_0 tensor's blocks as stored: element i is codes[i] · scales[i / 32] (the f16 block scale
+  // widened, exactly). Another type is an error naming the tensor.
+  struct Q8Blocks {
+    std::vector<int8_t> codes;  // (numel)
+    std::vector<float> scales;  // (numel / 32)
+  };
+  Q8Blocks read_q8_0(const GgufTensor& tensor) const;
+
  private:
+  std::vector<unsigned char> read_bytes(const GgufTensor& tensor) const;
+
   std::filesystem::path path_;
   uint32_t version_ = 0;
   std::map<std::string, GgufValue> metadata_;

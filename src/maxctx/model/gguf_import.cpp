@@ -9,12 +9,15 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numbers>
+#include <optional>
 #include <set>
+#include <span>
 #include <vector>
 
 #include "maxctx/config/size_limits.h"
 #include "maxctx/core/check.h"
 #include "maxctx/model/hf_import.h"
+#include "maxctx/model/quantized_checkpoint.h"
 #include "maxctx/model/weights.h"
 
 namespace maxctx::model {
@@ -71,11 +74,13 @@ GgufSource gguf_source(const io::GgufFile& f, const std::string& hf) {
 }
 
 // llama.cpp's converter interleaves each head's two RoPE halves (permute()): GGUF row 2i + j of
-// a head is Hugging Face row j·D/2 + i. `rows` holds heads x D rows of `cols` values.
-std::vector<float> unpermute_heads(const std::vector<float>& gguf, int64_t heads, int64_t cols) {
+// a head is Hugging Face row j·D/2 + i. `rows` holds heads x D rows of `cols` values (values,
+// int8 codes, or one scale per row with cols 1).
+template <typename T>
+std::vector<T> unpermute_heads(const std::vector<T>& gguf, int64_t heads, int64_t cols) {
   const int64_t rows = static_cast<int64_t>(gguf.size()) / cols;
   const int64_t d = rows / heads;
-  std::vector<float> hf(gguf.size());
+  std::vector<T> hf(gguf.size());
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t i = 0; i < d / 2; ++i) {
       for (int64_t j = 0; j < 2; ++j) {
@@ -370,9 +375,55 @@ LlamaConfig llama_config_from_gguf(const io::GgufFile& f) {
   return m;
 }
 
-std::string write_hf_directory_from_gguf(const io::GgufFile& f, const fs::path& out) {
-  const LlamaConfig m = llama_config_from_gguf(f);
-  const std::vector<WeightSpec> specs = llama_weight_specs(m);
+std::optional<Int8Codes> q8_0_as_int8_rows(std::span<const int8_t> codes,
+                                           std::span<const float> scales, int64_t rows,
+                                           int64_t cols) {
+  constexpr int64_t kBlock = 32;
+  MAXCTX_CHECK(cols % kBlock == 0 && static_cast<int64_t>(codes.size()) == rows * cols &&
+                   static_cast<int64_t>(scales.size()) == rows * cols / kBlock,
+               "Q8_0 blocks for ({}, {})", rows, cols);
+  Int8Codes out{std::vector<int8_t>(codes.begin(), codes.end()),
+                std::vector<float>(static_cast<size_t>(rows), 0.0f)};
+  for (int64_t r = 0; r < rows; ++r) {
+    float& row_scale = out.scales[static_cast<size_t>(r)];
+    for (int64_t b = r * cols / kBlock; b < (r + 1) * cols / kBlock; ++b) {
+      int8_t* block = out.codes.data() + b * kBlock;
+      const float d = scales[static_cast<size_t>(b)];
+      const bool zero =
+          d == 0.0f || std::all_of(block, block + kBlock, [](int8_t q) { return q == 0; });
+      if (zero) {
+        std::fill_n(block, kBlock, int8_t{0});  // zeros whatever its scale
+        continue;
+      }
+      // -128 is outside maxctx's codes; a non-positive or non-finite scale is not the rule's.
+      if (!(d > 0.0f && std::isfinite(d)) ||
+          std::any_of(block, block + kBlock, [](int8_t q) { return q == -128; })) {
+        return std::nullopt;
+      }
+      if (row_scale == 0.0f) row_scale = d;
+      if (d != row_scale) return std::nullopt;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// The model's weights read from a GGUF file: every tensor dequantized to F32 in Hugging Face row
+// order and, when `int8_rows` is set, the Q8_0 projections that q8_0_as_int8_rows takes as stored.
+struct GgufWeights {
+  LlamaConfig config;
+  std::vector<WeightSpec> specs;
+  std::vector<float> flat;
+  std::map<std::string, int> types;  // GGUF tensors read, per type
+  GivenInt8 int8;
+  int64_t q8_dequantized = 0;  // Q8_0 projections whose rows' block scales differ
+};
+
+GgufWeights read_gguf_weights(const io::GgufFile& f, bool int8_rows) {
+  GgufWeights w;
+  const LlamaConfig& m = w.config = llama_config_from_gguf(f);
+  const std::vector<WeightSpec>& specs = w.specs = llama_weight_specs(m);
   // Every tensor found with its shape before anything is allocated: the sizes come from the
   // metadata, the tensors' from the file.
   std::vector<std::pair<const io::GgufTensor*, int64_t>> sources;
@@ -392,11 +443,11 @@ std::string write_hf_directory_from_gguf(const io::GgufFile& f, const fs::path& 
     }
     sources.emplace_back(t, source.expert);
   }
-  std::vector<float> flat(static_cast<size_t>(total_numel(specs)));
-  std::map<std::string, int> types;
+  w.flat.resize(static_cast<size_t>(total_numel(specs)));
   // A layer's stacked expert tensors, each read once (the specs list a layer's experts together,
   // each expert's w1, w3, w2 in turn).
   std::map<const io::GgufTensor*, std::vector<float>> stacked;
+  std::map<const io::GgufTensor*, io::GgufFile::Q8Blocks> stacked_q8;
   for (size_t i = 0; i < specs.size(); ++i) {
     const WeightSpec& s = specs[i];
     const auto [t, expert] = sources[i];
@@ -405,22 +456,49 @@ std::string write_hf_directory_from_gguf(const io::GgufFile& f, const fs::path& 
       auto it = stacked.find(t);
       if (it == stacked.end()) {
         it = stacked.emplace(t, f.read_f32(*t)).first;
-        ++types[io::ggml_type_name(t->type)];
+        ++w.types[io::ggml_type_name(t->type)];
       }
       const auto begin = it->second.begin() + expert * s.numel();
       values.assign(begin, begin + s.numel());
     } else {
       stacked.clear();  // the next layer's, or none
+      stacked_q8.clear();
       values = f.read_f32(*t);
-      ++types[io::ggml_type_name(t->type)];
+      ++w.types[io::ggml_type_name(t->type)];
     }
-    if (t->name.ends_with("attn_q.weight")) {
-      values = unpermute_heads(values, m.num_query_heads, s.global_cols);
-    } else if (t->name.ends_with("attn_k.weight")) {
-      values = unpermute_heads(values, m.num_kv_heads, s.global_cols);
+    const bool q = t->name.ends_with("attn_q.weight"), k = t->name.ends_with("attn_k.weight");
+    const int64_t heads = q ? m.num_query_heads : m.num_kv_heads;
+    if (q || k) values = unpermute_heads(values, heads, s.global_cols);
+    std::copy(values.begin(), values.end(), w.flat.begin() + s.offset);
+    if (!int8_rows || !int8_quantized(s) || t->type != static_cast<uint32_t>(io::GgmlType::kQ8_0)) {
+      continue;
     }
-    std::copy(values.begin(), values.end(), flat.begin() + s.offset);
+    auto it = stacked_q8.find(t);
+    if (it == stacked_q8.end()) it = stacked_q8.emplace(t, f.read_q8_0(*t)).first;
+    const int64_t first = std::max<int64_t>(expert, 0) * s.numel();
+    std::optional<Int8Codes> rows = q8_0_as_int8_rows(
+        std::span(it->second.codes)
+            .subspan(static_cast<size_t>(first), static_cast<size_t>(s.numel())),
+        std::span(it->second.scales)
+            .subspan(static_cast<size_t>(first / 32), static_cast<size_t>(s.numel() / 32)),
+        s.global_rows, s.global_cols);
+    if (!rows) {
+      ++w.q8_dequantized;
+      continue;
+    }
+    if (q || k) {
+      rows->codes = unpermute_heads(rows->codes, heads, s.global_cols);
+      rows->scales = unpermute_heads(rows->scales, heads, 1);
+    }
+    w.int8.emplace(s.name, std::move(*rows));
   }
+  return w;
+}
+
+// config.json (and, with an embedded byte-level tokenizer, tokenizer.json and
+// tokenizer_config.json) for `m` into `out`; returns what it says of the tokenizer.
+std::string write_config_and_tokenizer(const io::GgufFile& f, const LlamaConfig& m,
+                                       const fs::path& out) {
   fs::create_directories(out);
   json config = {{"architectures", {m.moe ? "MixtralForCausalLM" : "LlamaForCausalLM"}},
                  {"model_type", m.moe ? "mixtral" : "llama"},
@@ -461,7 +539,6 @@ std::string write_hf_directory_from_gguf(const io::GgufFile& f, const fs::path& 
     }
   }
   std::ofstream(out / "config.json") << config.dump(2) << "\n";
-  save_hf_weights(specs, flat.data(), out / "model.safetensors");
   std::string tokenizer_note = ", no embedded tokenizer";
   if (!tokenizer.is_null()) {
     std::ofstream(out / "tokenizer.json") << tokenizer.dump() << "\n";
@@ -479,10 +556,41 @@ std::string write_hf_directory_from_gguf(const io::GgufFile& f, const fs::path& 
     std::ofstream(out / "tokenizer_config.json") << tokenizer_config.dump(2) << "\n";
     tokenizer_note = fmt::format(", tokenizer.json ({} tokens)", tokens.size());
   }
+  return tokenizer_note;
+}
+
+std::string type_counts(const std::map<std::string, int>& types) {
   std::vector<std::string> counts;
   for (const auto& [type, n] : types) counts.push_back(fmt::format("{} {}", n, type));
-  return fmt::format("{} tensors ({}) dequantized to F32{}", specs.size(), fmt::join(counts, ", "),
+  return fmt::format("{}", fmt::join(counts, ", "));
+}
+
+}  // namespace
+
+std::string write_hf_directory_from_gguf(const io::GgufFile& f, const fs::path& out) {
+  const GgufWeights w = read_gguf_weights(f, false);
+  const std::string tokenizer_note = write_config_and_tokenizer(f, w.config, out);
+  save_hf_weights(w.specs, w.flat.data(), out / "model.safetensors");
+  return fmt::format("{} tensors ({}) dequantized to F32{}", w.specs.size(), type_counts(w.types),
                      tokenizer_note);
+}
+
+std::string write_int8_directory_from_gguf(const kernels::Kernels& kernels, const io::GgufFile& f,
+                                           const fs::path& out) {
+  const GgufWeights w = read_gguf_weights(f, true);
+  const std::string tokenizer_note = write_config_and_tokenizer(f, w.config, out);
+  write_int8_checkpoint(kernels, w.specs, w.flat.data(), out, w.int8);
+  std::string note = fmt::format(
+      "{} tensors ({}) into an int8 checkpoint: {} Q8_0 projections "
+      "taken as stored (one scale per row)",
+      w.specs.size(), type_counts(w.types), w.int8.size());
+  if (w.q8_dequantized > 0) {
+    note += fmt::format(
+        "; {} Q8_0 projections dequantized and quantized per row (their blocks' "
+        "scales differ within a row)",
+        w.q8_dequantized);
+  }
+  return note + tokenizer_note;
 }
 
 }  // namespace maxctx::model

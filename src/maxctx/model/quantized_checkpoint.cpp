@@ -64,7 +64,7 @@ bool int8_quantized(const WeightSpec& spec) {
 }
 
 void write_int8_checkpoint(const kernels::Kernels& k, const std::vector<WeightSpec>& specs,
-                           const float* flat, const fs::path& dir) {
+                           const float* flat, const fs::path& dir, const GivenInt8& given) {
   // Codes and scales live until the write: one buffer each, filled in spec order.
   const auto [code_count, scale_count] = int8_counts(specs);
   std::vector<int8_t> codes(static_cast<size_t>(code_count));
@@ -79,12 +79,20 @@ void write_int8_checkpoint(const kernels::Kernels& k, const std::vector<WeightSp
     }
     int8_t* c = codes.data() + next_code;
     float* scale = scales.data() + next_scale;
-    // The rule int8_pack_weights applies on load (levels 127, one scale per output row).
-    k.quantize_rows_int8(
-        TensorView(c, DType::kI8, Shape{s.rows, s.cols}),
-        TensorView(scale, DType::kF32, Shape{s.rows}),
-        TensorView(const_cast<float*>(values.data()), DType::kF32, Shape{s.rows, s.cols}),
-        kernels::kInt8Levels);
+    if (const auto it = given.find(s.name); it != given.end()) {
+      MAXCTX_CHECK(static_cast<int64_t>(it->second.codes.size()) == s.numel() &&
+                       static_cast<int64_t>(it->second.scales.size()) == s.rows,
+                   "{}'s given int8 codes and scales are not ({}, {})", s.name, s.rows, s.cols);
+      std::copy(it->second.codes.begin(), it->second.codes.end(), c);
+      std::copy(it->second.scales.begin(), it->second.scales.end(), scale);
+    } else {
+      // The rule int8_pack_weights applies on load (levels 127, one scale per output row).
+      k.quantize_rows_int8(
+          TensorView(c, DType::kI8, Shape{s.rows, s.cols}),
+          TensorView(scale, DType::kF32, Shape{s.rows}),
+          TensorView(const_cast<float*>(values.data()), DType::kF32, Shape{s.rows, s.cols}),
+          kernels::kInt8Levels);
+    }
     tensors.push_back(
         io::tensor_to_write(s.name, io::StDType::kI8, {s.rows, s.cols},
                             std::span<const int8_t>(c, static_cast<size_t>(s.numel()))));

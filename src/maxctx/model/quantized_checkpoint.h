@@ -13,6 +13,8 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "maxctx/core/tensor.h"
@@ -30,10 +32,20 @@ bool is_int8_checkpoint(const std::filesystem::path& dir);
 // Whether quantization=int8 stores `spec` as int8 codes.
 bool int8_quantized(const WeightSpec& spec);
 
+// A projection's int8 form given as it is (a GGUF Q8_0 tensor whose rows have one scale each:
+// model/gguf_import.h): codes (rows, cols) and one scale per row.
+struct Int8Codes {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+};
+using GivenInt8 = std::map<std::string, Int8Codes>;
+
 // Writes `dir`/model.safetensors from the F32 parameters `flat` (llama_weight_specs layout,
-// tensor size 1): the projections quantized, the rest F32.
+// tensor size 1): the projections quantized, the rest F32; a projection named in `given` is
+// written with those codes and scales instead.
 void write_int8_checkpoint(const kernels::Kernels& kernels, const std::vector<WeightSpec>& specs,
-                           const float* flat, const std::filesystem::path& dir);
+                           const float* flat, const std::filesystem::path& dir,
+                           const GivenInt8& given = {});
 
 // The weights of `specs` as a rank holds them with quantization=int8, with no float copy of a
 // projection: the tensors that stay in weight_dtype (the embedding, the norms, a mixture's

@@ -9,6 +9,7 @@
 #include "maxctx/core/log.h"
 #include "maxctx/core/memory_check.h"
 #include "maxctx/core/trace.h"
+#include "maxctx/io/output_path.h"
 #include "maxctx/kernels/host_transfer.h"
 #include "maxctx/kernels/traced_kernels.h"
 #include "maxctx/mesh/root_task.h"
@@ -170,6 +171,16 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   s.schedule = learning_rate_schedule(c);
   s.run_dir = run_directory_of(c);
   refuse_symlinked_run_directory(c, s.run_dir);
+  // Everything the run writes, checked before its starting state is read or data tokenized.
+  run_on_root(mesh.world(), [&] {
+    const std::string what = "the run directory (base_output_directory/run_name)";
+    io::check_output_directory(s.run_dir, what);
+    for (const char* sub : {"checkpoints", "tensorboard", "tokenized"}) {
+      io::expect_directory_or_absent(s.run_dir / sub, what + "'s " + sub);
+    }
+    io::check_output_file(s.run_dir / "metrics.jsonl", "the run's metrics file");
+    if (!c.profiler.empty()) io::check_output_file(s.run_dir / "trace.json", "the run's trace");
+  });
 
   DataShard shard;
   shard.global_batch_rows = c.derived.global_batch_size_to_train_on;
