@@ -129,6 +129,7 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
             {"gradients", m.gradients},
             {"gathered_units", m.gathered_units},
             {"activations", m.activations},
+            {"activations_offloaded_to_host", m.offloaded_activations},
             {"logits_in_activations", m.logits},
             {"attention_staging", m.attention_staging},
             {"starting_state", m.starting_state},
@@ -176,6 +177,7 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
                    gib(static_cast<double>(m.logits)), c.num_vocab_tiling);
   row("attention staging", m.attention_staging);
   row("step (all above)", m.step());
+  if (m.offloaded_activations > 0) row("activations (host)", m.offloaded_activations);
   row("starting state", m.starting_state);
   if (m.checkpoint_state > 0) {
     row(m.host_is_device ? "checkpoint staging" : "checkpoint staging (host)", m.checkpoint_state);
@@ -327,7 +329,7 @@ int run_plan(const Args& args) {
     return 0;
   }
   train::TrainingPlan p = train::plan_training(config);
-  p.memory.host_is_device = hw.host_memory;
+  p.memory.set_host_is_device(hw.host_memory);
   const train::StepTime t = train::predict_step_time(p, config, hw);
   print(o.json ? training_json(config, p, t, hw).dump(2) + "\n" : training_table(config, p, t, hw));
   return 0;

@@ -88,6 +88,36 @@ for name in train_np1 train_context2_all_gather train_context2_ring train_fsdp2 
 done
 readbacks train_np1_accumulation 2
 
+# Host offload (remat_policy=custom with MaxText's per-tensor keys, the v6e recipe's set): on the
+# emulated GPU each layer's input, q, k, v and the stream after attention go to host memory after
+# its forward and come back before its backward; the CPU keeps them in place. The same bits
+# (above), the copies counted as offloads (not readbacks: one synchronize per micro-batch more),
+# and less device memory than `full`, which keeps every layer's input on the device.
+offload=(remat_policy=custom decoder_layer_input=offload query_proj=offload key_proj=offload
+  value_proj=offload out_proj=offload)
+train train_offload 1 "${offload[@]}"
+train train_offload_context2 2 ici_context_parallelism=2 gradient_accumulation_steps=2 \
+  "${offload[@]}"
+/usr/bin/python3 - "$work/train" <<'PY'
+import json, sys
+root = sys.argv[1]
+def rows(run):
+    return [json.loads(line) for line in open(f"{root}/{run}/metrics.jsonl")]
+for run, micro in (("train_offload.gpu", 1), ("train_offload_context2.gpu", 2)):
+    for m in rows(run):
+        readbacks, waits = m["perf/device_readbacks"], m["perf/device_host_waits"]
+        offloads = m.get("perf/device_offloads", 0)
+        if not (0 < readbacks <= micro + 1 and 0 < waits <= 2 * micro + 1 and offloads > 0):
+            sys.exit(f"FAIL: {run} step {m['step']}: {readbacks} readbacks, {waits} host waits, "
+                     f"{offloads} offloads (allowed 1..{micro + 1}, 1..{2 * micro + 1}, > 0)")
+full = max(m["perf/device_memory_peak_bytes"] for m in rows("train_np1.gpu"))
+offload = max(m["perf/device_memory_peak_bytes"] for m in rows("train_offload.gpu"))
+if not offload < full:
+    sys.exit(f"FAIL: device memory with offload {offload} B, not below full's {full} B")
+print(f"offload: device peak {offload} B vs full {full} B ({offload / full:.3f}); "
+      f"{rows('train_offload.gpu')[-1]['perf/device_offloads']:.0f} offloads per step")
+PY
+
 # Resuming train_np1 from its step-3 checkpoint (read back into each device's memory) for 2 more
 # steps.
 for hardware in cpu gpu; do

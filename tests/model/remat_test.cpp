@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 
 #include "maxctx/core/check.h"
+#include "maxctx/kernels/emulated/emulated_gpu.h"
 #include "model_test_util.h"
 
 namespace maxctx::model {
@@ -172,7 +174,7 @@ TEST(Remat, BytesPerTokenFollowTheDocsTable) {
 }
 
 TEST(Remat, UnknownAndOffloadingPoliciesAreRefusedWithTheSupportedList) {
-  for (const char* name : {"minimal_offloaded", "qkv_proj_offloaded", "custom", "fulll"}) {
+  for (const char* name : {"minimal_offloaded", "qkv_proj_offloaded", "fulll"}) {
     try {
       remat_policy_from(name);
       ADD_FAILURE() << name << " was accepted";
@@ -185,6 +187,117 @@ TEST(Remat, UnknownAndOffloadingPoliciesAreRefusedWithTheSupportedList) {
   EXPECT_TRUE(remat_policy_from("none").save_all);
   EXPECT_FALSE(remat_policy_from("full").save_all);
   EXPECT_TRUE(remat_policy_from("minimal_flash").context);
+}
+
+// remat_policy=custom (MaxText's per-tensor keys): each group kept where its keys say.
+CustomRemat offload_recipe() {  // MaxText's v6e recipe for Llama3.1-70B at 131072 tokens
+  CustomRemat c;
+  c.decoder_layer_input = RematLocation::kOffload;
+  c.query_proj = c.key_proj = c.value_proj = RematLocation::kOffload;
+  c.out_proj = RematLocation::kOffload;
+  return c;
+}
+
+TEST(Remat, CustomKeepsEachTensorWhereItsKeySays) {
+  const RematPolicy defaults = remat_policy_from("custom");
+  const RematPolicy full = remat_policy_from("full");
+  EXPECT_FALSE(defaults.save_all);
+  EXPECT_EQ(std::tie(defaults.qkv, defaults.context, defaults.out_proj, defaults.mlpwi),
+            std::tie(full.qkv, full.context, full.out_proj, full.mlpwi));
+  EXPECT_FALSE(defaults.offloaded.any());
+
+  const RematPolicy r = remat_policy_from("custom", offload_recipe());
+  EXPECT_TRUE(r.qkv && r.out_proj && !r.context && !r.mlpwi);
+  EXPECT_TRUE(r.offloaded.layer_input && r.offloaded.qkv && r.offloaded.out_proj);
+  EXPECT_FALSE(r.offloaded.context || r.offloaded.mlpwi);
+  const RematPolicy in_place = without_offload(r);
+  EXPECT_FALSE(in_place.offloaded.any());
+  EXPECT_TRUE(in_place.qkv && in_place.out_proj);
+
+  CustomRemat gate_up;  // mlpwi_0 and mlpwi_1 together, on the device; the fused name alone too
+  gate_up.mlpwi_0 = gate_up.mlpwi_1 = RematLocation::kDevice;
+  EXPECT_TRUE(remat_policy_from("custom", gate_up).mlpwi);
+  CustomRemat fused;
+  fused.qkv_proj = RematLocation::kOffload;
+  EXPECT_TRUE(remat_policy_from("custom", fused).offloaded.qkv);
+}
+
+TEST(Remat, CustomSetsThisEngineCannotKeepAreRefusedNamingTheKeys) {
+  const auto refused = [](const CustomRemat& c, const std::string& expected) {
+    try {
+      remat_policy_from("custom", c);
+      ADD_FAILURE() << "accepted; expected: " << expected;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+  };
+  CustomRemat c;
+  c.decoder_layer_input = RematLocation::kRemat;
+  refused(c, "decoder_layer_input = remat");
+  c = {};
+  c.query_proj = RematLocation::kDevice;
+  c.key_proj = RematLocation::kOffload;
+  refused(c, "query_proj = device but key_proj = offload");
+  c = {};
+  c.query_proj = c.key_proj = RematLocation::kDevice;  // value_proj recomputed
+  refused(c, "query_proj, key_proj and value_proj must be kept or recomputed together");
+  c = {};
+  c.mlpwi_0 = RematLocation::kDevice;
+  refused(c, "mlpwi_0 and mlpwi_1 must be kept or recomputed together");
+  c = {};
+  c.mlpwo = RematLocation::kOffload;  // the next layer's input, which stays on the device
+  refused(c, "mlpwo = offload but decoder_layer_input = device");
+  try {
+    remat_location_from("out_proj", "host");
+    ADD_FAILURE() << "a location 'host' was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out_proj = 'host'"), std::string::npos) << e.what();
+  }
+}
+
+// On the cpu the device's memory is the host's: an offloading policy keeps its tensors in place
+// and allocates exactly what the same policy without offload does.
+TEST(Remat, OnTheCpuOffloadedTensorsStayInPlace) {
+  const LlamaConfig c = testing::tiny_config();
+  const RematPolicy r = remat_policy_from("custom", offload_recipe());
+  const LlamaActivations offloading =
+      allocate_activations(kernels::backend(Device::kCpu), c, 2, 12, 1, r);
+  const LlamaActivations in_place =
+      allocate_activations(kernels::backend(Device::kCpu), c, 2, 12, 1, without_offload(r));
+  EXPECT_FALSE(offloading.remat.offloaded.any());
+  EXPECT_EQ(allocated_bytes(offloading), allocated_bytes(in_place));
+  EXPECT_EQ(offloaded_bytes(offloading), 0);
+}
+
+// On a device backend (the emulated GPU): the offloaded views share one device buffer set, the
+// layer inputs take turns in two buffers, and the host holds a copy per layer; the bytes are the
+// formula's (activation_bytes_per_token, which `maxctx plan` uses).
+TEST(Remat, OnADeviceOffloadedTensorsWaitInHostMemory) {
+  const kernels::Kernels& device = kernels::emulated::emulated_gpu_kernels();
+  for (const bool bf16 : {false, true}) {
+    LlamaConfig c = testing::tiny_config();
+    if (bf16) c.dtype = DType::kBF16;
+    const RematPolicy r = remat_policy_from("custom", offload_recipe());
+    const int64_t B = 2, S = 12, N = B * S;
+    const LlamaActivations acts = allocate_activations(device, c, B, S, 1, r);
+    ASSERT_TRUE(acts.remat.offloaded.layer_input);
+    EXPECT_EQ(acts.residual.size(), 2u);
+    const ActivationBytes formula = activation_bytes_per_token(c, r);
+    EXPECT_EQ(offloaded_bytes(acts), formula.offloaded_per_token * N);
+    EXPECT_EQ(allocated_bytes(acts),
+              formula.layers_per_token * N + formula.other_bytes(N, c.vocab_tiles));
+    // Per token: the layers' inputs (L of them) and q, k, v and the stream after attention.
+    const int64_t a = static_cast<int64_t>(dtype_size(c.dtype));
+    const int64_t q = c.num_query_heads * c.head_dim, kv = c.num_kv_heads * c.head_dim;
+    EXPECT_EQ(formula.offloaded_per_token, c.num_layers * (c.emb_dim + q + 2 * kv + c.emb_dim) * a);
+    // Less on the device than the same tensors kept there.
+    const LlamaActivations on_device = allocate_activations(device, c, B, S, 1, without_offload(r));
+    // Together they hold what the in-place policy does plus one more set of what is offloaded
+    // (the device's shared buffers: q, k, v and the stream after attention) and one more layer
+    // input (the second of the two turns; in place, L+1 inputs share nothing).
+    EXPECT_EQ(allocated_bytes(acts) + offloaded_bytes(acts),
+              allocated_bytes(on_device) + (q + 2 * kv + c.emb_dim + c.emb_dim) * a * N);
+  }
 }
 
 }  // namespace

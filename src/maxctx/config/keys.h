@@ -125,7 +125,32 @@ using AxisRules = std::vector<std::pair<std::string, StringList>>;
     "Activation recomputation (MaxText's names): full keeps each layer's input only, minimal "  \
     "its projections' outputs, none everything; also minimal_with_context, save_qkv_proj, "     \
     "save_dot_except_mlp, save_dot_with_context_except_mlp, save_dot_except_mlpwi, "             \
-    "save_out_proj")                                                                            \
+    "save_out_proj; custom: each tensor where its own key says (decoder_layer_input, "          \
+    "query_proj, ..., mlpwo: remat, device or offload to host memory)")                         \
+  X(std::string, decoder_layer_input, "device", "remat|device|offload",                           \
+    "remat_policy=custom: where a decoder layer's input waits for the backward (device or "       \
+    "offload to host memory)")                                                                    \
+  X(std::string, query_proj, "remat", "remat|device|offload",                                     \
+    "remat_policy=custom: the query projection: remat, device or offload (kept with "             \
+    "key_proj and value_proj)")                                                                   \
+  X(std::string, key_proj, "remat", "remat|device|offload",                                       \
+    "remat_policy=custom: the key projection (kept with query_proj and value_proj)")              \
+  X(std::string, value_proj, "remat", "remat|device|offload",                                     \
+    "remat_policy=custom: the value projection (kept with query_proj and key_proj)")              \
+  X(std::string, qkv_proj, "remat", "remat|device|offload",                                       \
+    "remat_policy=custom: the fused q/k/v projection (q, k and v together)")                      \
+  X(std::string, context, "remat", "remat|device|offload",                                        \
+    "remat_policy=custom: the attention output and its log-sum-exp")                              \
+  X(std::string, out_proj, "remat", "remat|device|offload",                                       \
+    "remat_policy=custom: the stream after attention (the output projection's)")                  \
+  X(std::string, mlpwi, "remat", "remat|device|offload",                                          \
+    "remat_policy=custom: the MLP's input projections (gate and up together)")                    \
+  X(std::string, mlpwi_0, "remat", "remat|device|offload",                                        \
+    "remat_policy=custom: the MLP's gate projection (kept with mlpwi_1)")                         \
+  X(std::string, mlpwi_1, "remat", "remat|device|offload",                                        \
+    "remat_policy=custom: the MLP's up projection (kept with mlpwi_0)")                           \
+  X(std::string, mlpwo, "remat", "remat|device|offload",                                          \
+    "remat_policy=custom: the MLP's output (the next layer's input: as decoder_layer_input)")     \
   X(std::string, opt_type, "adamw", "adamw", "Optimizer")                                       \
   X(double, adam_b1, 0.9, "", "AdamW beta1")                                                    \
   X(double, adam_b2, 0.95, "", "AdamW beta2")                                                   \

@@ -126,6 +126,12 @@ class Kernels {
     copy_to_host(host, backend_memory, bytes);
     return Event();
   }
+  // copy_to_host_async of an activation kept in host memory for the backward (host offload,
+  // model/remat.h): the host never reads it, it comes back with copy_from_host_async after a
+  // synchronize(); counted as an offload, not a readback.
+  virtual void offload_to_host_async(void* host, const void* backend_memory, size_t bytes) const {
+    copy_to_host_async(host, backend_memory, bytes);
+  }
 
   // The ops, one virtual each, generated from the op list (kernel_ops.inc, with their shapes).
 #define MAXCTX_KERNEL_OP(result, op, params, args) virtual result op params const = 0;

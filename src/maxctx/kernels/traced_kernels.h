@@ -35,6 +35,9 @@ class TracedKernels final : public Kernels {
   void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const override {
     inner_.copy_from_host_async(backend_memory, host, bytes);
   }
+  void offload_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    inner_.offload_to_host_async(host, backend_memory, bytes);
+  }
   Event copy_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
     return inner_.copy_to_host_async(host, backend_memory, bytes);
   }

@@ -17,9 +17,11 @@ class TransferCounter {
     if (waits) ++host_waits_;
   }
   void wait() { ++host_waits_; }
-  TransferCounts read() const { return {readbacks_.load(), host_waits_.load()}; }
+  void offload() { ++offloads_; }
+  TransferCounts read() const { return {readbacks_.load(), host_waits_.load(), offloads_.load()}; }
 
  private:
+  std::atomic<int64_t> offloads_{0};
   std::atomic<int64_t> readbacks_{0};
   std::atomic<int64_t> host_waits_{0};
 };

@@ -37,13 +37,15 @@ struct AttentionParams {
 struct TransferCounts {
   int64_t readbacks = 0;  // copies to the host: copy_to_host and copy_to_host_async
   int64_t host_waits =
-      0;  // calls that wait for the device: synchronize, a synchronous copy_to_host
+      0;                 // calls that wait for the device: synchronize, a synchronous copy_to_host
+  int64_t offloads = 0;  // copies to the host for the backward (offload_to_host_async)
   TransferCounts operator-(const TransferCounts& since) const {
-    return {readbacks - since.readbacks, host_waits - since.host_waits};
+    return {readbacks - since.readbacks, host_waits - since.host_waits, offloads - since.offloads};
   }
   TransferCounts& operator+=(const TransferCounts& more) {
     readbacks += more.readbacks;
     host_waits += more.host_waits;
+    offloads += more.offloads;
     return *this;
   }
 };

@@ -13,6 +13,8 @@ struct LayerField {
   Shape shape;
   DType dtype;
   bool kept;
+  bool offloaded = false;  // kept in host memory: its device buffer is the shared scratch one
+  bool own() const { return kept && !offloaded; }
 };
 
 std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r, int64_t batch,
@@ -22,22 +24,23 @@ std::vector<LayerField> layer_fields(const LlamaConfig& c, const RematPolicy& r,
   const DType dt = c.dtype;
   const DType f32 = DType::kF32;
   using A = LayerActivations;
+  const RematPolicy::Offloaded& off = r.offloaded;
   std::vector<LayerField> fields = {
       {&A::attn_norm_rstd, {N}, f32, r.save_all},
       {&A::attn_norm_out, {N, E}, dt, r.save_all},
-      {&A::q, {N, Hq, D}, dt, r.save_all || r.qkv},
-      {&A::k, {N, Hkv, D}, dt, r.save_all || r.qkv},
-      {&A::v, {N, Hkv, D}, dt, r.save_all || r.qkv},
-      {&A::attn_out, {N, Hq, D}, dt, r.save_all || r.context},
-      {&A::lse, {batch, Hq, seq}, f32, r.save_all || r.context},
-      {&A::residual_mid, {N, E}, dt, r.save_all || r.out_proj},
+      {&A::q, {N, Hq, D}, dt, r.save_all || r.qkv, off.qkv},
+      {&A::k, {N, Hkv, D}, dt, r.save_all || r.qkv, off.qkv},
+      {&A::v, {N, Hkv, D}, dt, r.save_all || r.qkv, off.qkv},
+      {&A::attn_out, {N, Hq, D}, dt, r.save_all || r.context, off.context},
+      {&A::lse, {batch, Hq, seq}, f32, r.save_all || r.context, off.context},
+      {&A::residual_mid, {N, E}, dt, r.save_all || r.out_proj, off.out_proj},
       {&A::mlp_norm_rstd, {N}, f32, r.save_all},
       {&A::mlp_norm_out, {N, E}, dt, r.save_all},
   };
   // A mixture of experts keeps its hidden units in its own buffers (LayerActivations::moe).
   if (c.moe) return fields;
-  fields.push_back({&A::gate, {N, F}, dt, r.save_all || r.mlpwi});
-  fields.push_back({&A::up, {N, F}, dt, r.save_all || r.mlpwi});
+  fields.push_back({&A::gate, {N, F}, dt, r.save_all || r.mlpwi, off.mlpwi});
+  fields.push_back({&A::up, {N, F}, dt, r.save_all || r.mlpwi, off.mlpwi});
   fields.push_back({&A::swiglu_out, {N, F}, dt, r.save_all});
   return fields;
 }
@@ -75,21 +78,33 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
   LlamaActivations a;
   a.batch = batch;
   a.seq = seq;
-  a.remat = remat;
+  // The cpu's memory is the host's: what the policy offloads stays where it is (remat.h).
+  a.remat = k.device() == Device::kCpu ? without_offload(remat) : remat;
   a.rope_cos = k.empty({N, D / 2});
   a.rope_sin = k.empty({N, D / 2});
-  for (int64_t l = 0; l <= c.num_layers; ++l) a.residual.push_back(k.empty({N, E}, dt));
-  const std::vector<LayerField> fields = layer_fields(c, remat, batch, seq, tensor_size);
+  const bool inputs_offloaded = a.remat.offloaded.layer_input;
+  const int64_t input_buffers = inputs_offloaded ? 2 : c.num_layers + 1;
+  for (int64_t l = 0; l < input_buffers; ++l) a.residual.push_back(k.empty({N, E}, dt));
+  if (inputs_offloaded) {
+    for (int64_t l = 0; l < c.num_layers; ++l)
+      a.offloaded.layer_inputs.emplace_back(Shape{N, E}, dt);
+  }
+  const std::vector<LayerField> fields = layer_fields(c, a.remat, batch, seq, tensor_size);
   LayerActivations scratch;
   for (const LayerField& f : fields) {
-    if (f.kept) continue;
+    if (f.own()) continue;
     scratch.*f.member = a.storage.emplace_back(k.empty(f.shape, f.dtype)).view();
+    if (f.offloaded) {
+      OffloadedActivations::Field& field = a.offloaded.fields.emplace_back();
+      field.member = f.member;
+      for (int64_t l = 0; l < c.num_layers; ++l) field.host.emplace_back(f.shape, f.dtype);
+    }
   }
   for (int64_t l = 0; l < c.num_layers; ++l) {
     LayerActivations& layer = a.layers.emplace_back();
     for (const LayerField& f : fields) {
       layer.*f.member =
-          f.kept ? a.storage.emplace_back(k.empty(f.shape, f.dtype)).view() : scratch.*f.member;
+          f.own() ? a.storage.emplace_back(k.empty(f.shape, f.dtype)).view() : scratch.*f.member;
     }
     if (c.moe) layer.moe = allocate_moe_buffers(k, c, batch, seq, context);
   }
@@ -114,6 +129,57 @@ LlamaActivations allocate_activations(const kernels::Kernels& k, const LlamaConf
     a.d_swiglu = k.empty({N, F});
   }
   return a;
+}
+
+TensorView layer_input(LlamaActivations& a, int64_t layer) {
+  const bool turns = a.remat.offloaded.layer_input;
+  return a.residual[static_cast<size_t>(turns ? layer % 2 : layer)].view();
+}
+
+namespace {
+
+void to_host(const kernels::Kernels& k, Tensor& host, TensorView device) {
+  k.offload_to_host_async(host.view().raw(), device.raw(), device.bytes());
+}
+void to_device(const kernels::Kernels& k, TensorView device, const Tensor& host) {
+  k.copy_from_host_async(device.raw(), host.view().raw(), device.bytes());
+}
+
+}  // namespace
+
+void offload_layer_input(const kernels::Kernels& k, LlamaActivations& a, int64_t layer) {
+  if (!a.remat.offloaded.layer_input || layer >= static_cast<int64_t>(a.layers.size())) return;
+  to_host(k, a.offloaded.layer_inputs[static_cast<size_t>(layer)], layer_input(a, layer));
+}
+
+void offload_layer(const kernels::Kernels& k, LlamaActivations& a, int64_t layer) {
+  const LayerActivations& views = a.layers[static_cast<size_t>(layer)];
+  for (OffloadedActivations::Field& f : a.offloaded.fields) {
+    to_host(k, f.host[static_cast<size_t>(layer)], views.*f.member);
+  }
+}
+
+void begin_backward(const kernels::Kernels& k, const LlamaActivations& a) {
+  if (a.remat.offloaded.any()) k.synchronize();
+}
+
+void restore_layer(const kernels::Kernels& k, LlamaActivations& a, int64_t layer) {
+  if (a.remat.offloaded.layer_input) {
+    to_device(k, layer_input(a, layer), a.offloaded.layer_inputs[static_cast<size_t>(layer)]);
+  }
+  const LayerActivations& views = a.layers[static_cast<size_t>(layer)];
+  for (const OffloadedActivations::Field& f : a.offloaded.fields) {
+    to_device(k, views.*f.member, f.host[static_cast<size_t>(layer)]);
+  }
+}
+
+int64_t offloaded_bytes(const LlamaActivations& a) {
+  int64_t bytes = 0;
+  for (const Tensor& t : a.offloaded.layer_inputs) bytes += static_cast<int64_t>(t.view().bytes());
+  for (const OffloadedActivations::Field& f : a.offloaded.fields) {
+    for (const Tensor& t : f.host) bytes += static_cast<int64_t>(t.view().bytes());
+  }
+  return bytes;
 }
 
 int64_t allocated_bytes(const LlamaActivations& a) {
@@ -149,18 +215,21 @@ ActivationBytes activation_bytes_per_token(const LlamaConfig& c, const RematPoli
                                            int tensor_size) {
   ActivationBytes b;
   for (const LayerField& f : layer_fields(c, remat, 1, 1, tensor_size)) {
-    b.layers_per_token += bytes_of(f.shape, f.dtype) * (f.kept ? c.num_layers : 1);
+    b.layers_per_token += bytes_of(f.shape, f.dtype) * (f.own() ? c.num_layers : 1);
+    if (f.offloaded) b.offloaded_per_token += bytes_of(f.shape, f.dtype) * c.num_layers;
   }
   const int64_t act = static_cast<int64_t>(dtype_size(c.dtype));
   const int64_t f32 = 4;
   const auto [N, E, Hq, Hkv, D, F] = local_dims(c, 1, 1, tensor_size);
   const int64_t q_dim = Hq * D;
   const int64_t kv_dim = Hkv * D;
-  b.other_per_token = (c.num_layers + 1) * E * act  // residual stream, every layer's input
-                      + c.head_dim * f32            // RoPE cos and sin
-                      + f32 + E * act               // final norm
-                      + 2 * f32                     // xent lse, token loss
-                      + E * f32                     // proj
+  const bool inputs_offloaded = remat.offloaded.layer_input;
+  if (inputs_offloaded) b.offloaded_per_token += c.num_layers * E * act;
+  b.other_per_token = (inputs_offloaded ? 2 : c.num_layers + 1) * E * act  // layer inputs
+                      + c.head_dim * f32                                   // RoPE cos and sin
+                      + f32 + E * act                                      // final norm
+                      + 2 * f32                                            // xent lse, token loss
+                      + E * f32                                            // proj
                       + 3 * E * f32                 // d_residual, d_normed, d_x
                       + 2 * (q_dim + kv_dim) * f32  // d_q, d_k, d_v, d_attn
                       + (c.moe ? 0 : 3 * F * f32);  // d_gate, d_up, d_swiglu

@@ -51,19 +51,34 @@ struct LayerActivations {
   MoeBuffers moe;
 };
 
+// What remat_policy=custom keeps in host memory (model/remat.h), on a device backend: each
+// offloaded view's copy per layer, and the layers' inputs.
+struct OffloadedActivations {
+  struct Field {
+    TensorView LayerActivations::*member;
+    std::vector<Tensor> host;  // [layer], host memory
+  };
+  std::vector<Field> fields;
+  std::vector<Tensor> layer_inputs;  // [l] = the input of layer l (l < L), host memory
+};
+
 struct LlamaActivations {
   int64_t batch = 0;  // B
   int64_t seq = 0;    // S, this rank's tokens per sequence
   Tensor rope_cos;    // (N, D/2)
   Tensor rope_sin;    // (N, D/2)
-  RematPolicy remat;  // what each layer keeps; the backward recomputes the rest
-  // residual[l] is the input of layer l (kept by every policy), residual[L] the output of the
-  // last layer.
-  std::vector<Tensor> residual;  // L+1 × (N, E)
+  // What each layer keeps, and where; the backward recomputes the rest. Offloads only on a
+  // device backend (remat.h: on the cpu, offloaded tensors are kept where they are).
+  RematPolicy remat;
+  // The layers' inputs (kept by every policy) and the last layer's output, L+1 × (N, E):
+  // residual[l] is the input of layer l. With remat.offloaded.layer_input, two buffers the layers
+  // take turns in (layer_input() says which), the inputs waiting in offloaded.layer_inputs.
+  std::vector<Tensor> residual;
   std::vector<LayerActivations> layers;
   std::vector<Tensor> storage;  // what the layers' views point into
-  Tensor final_norm_rstd;       // (N)
-  Tensor final_norm_out;        // (N, E)
+  OffloadedActivations offloaded;
+  Tensor final_norm_rstd;  // (N)
+  Tensor final_norm_out;   // (N, E)
   // (logit_rows(N, config.vocab_tiles), V): all N rows untiled, kept from the forward for the
   // backward, which overwrites them with d_logits; one tile's rows under num_vocab_tiling.
   Tensor logits;
@@ -89,6 +104,21 @@ struct LlamaActivations {
   MoeGradBuffers moe_grad;  // a mixture of experts' backward workspace (mixtral only)
 };
 
+// The input of layer l (l = L: the last layer's output) on the backend.
+TensorView layer_input(LlamaActivations& activations, int64_t layer);
+
+// Host offload (remat.h), each a no-op for what the policy keeps on the device: layer l's input
+// to the host once it is written (before the layer that would overwrite its buffer); layer l's
+// offloaded views after its forward (before the next layer overwrites their shared buffers);
+// and both back before layer l's backward. The copies are ordered on the backend's stream with
+// the ops around them; restore_layer reads host memory, so the backward begins with one
+// synchronize() (begin_backward) that lands every offload of the forward.
+void offload_layer_input(const kernels::Kernels& kernels, LlamaActivations& activations,
+                         int64_t layer);
+void offload_layer(const kernels::Kernels& kernels, LlamaActivations& activations, int64_t layer);
+void begin_backward(const kernels::Kernels& kernels, const LlamaActivations& activations);
+void restore_layer(const kernels::Kernels& kernels, LlamaActivations& activations, int64_t layer);
+
 // Rows of one loss tile of N tokens in `vocab_tiles` tiles: ceil(N / vocab_tiles) (the last tile
 // may be shorter when the tiles do not divide N).
 int64_t logit_rows(int64_t tokens, int64_t vocab_tiles);
@@ -98,22 +128,25 @@ LlamaActivations allocate_activations(const kernels::Kernels& kernels, const Lla
                                       int64_t batch, int64_t seq, int tensor_size = 1,
                                       const RematPolicy& remat = {}, int64_t context = 1);
 
-// Every byte `activations` holds now (each buffer once, the MoE buffers included), counted
-// from the buffers themselves: what the test of activation_bytes_per_token and of `maxctx
-// plan` compares with.
+// Every byte `activations` holds now on its backend (each buffer once, the MoE buffers
+// included), counted from the buffers themselves: what the test of activation_bytes_per_token
+// and of `maxctx plan` compares with. offloaded_bytes: those it holds in host memory.
 int64_t allocated_bytes(const LlamaActivations& activations);
+int64_t offloaded_bytes(const LlamaActivations& activations);
 
 // Bytes of the layers' saved activations per token (summed over layers, the shared scratch set
 // counted once) and of everything else allocate_activations holds per token, for `remat`. A
 // mixture of experts' buffers (MoeBuffers, MoeGradBuffers: their rows follow the dispatch, not
 // the token count alone) are not counted.
 struct ActivationBytes {
-  int64_t layers_per_token = 0;  // L × what one layer keeps, + one scratch set
-  int64_t other_per_token = 0;   // stream, final norm, loss, RoPE tables, backward workspace
-  int64_t logits_per_row = 0;    // V f32: the logits buffer, logit_rows(N, vocab_tiles) rows
+  int64_t layers_per_token = 0;     // L × what one layer keeps, + one scratch set
+  int64_t other_per_token = 0;      // stream, final norm, loss, RoPE tables, backward workspace
+  int64_t offloaded_per_token = 0;  // in host memory: L × what one layer offloads, its inputs
+  int64_t logits_per_row = 0;       // V f32: the logits buffer, logit_rows(N, vocab_tiles) rows
   // Everything but the layers' activations for N tokens in `vocab_tiles` loss tiles.
   int64_t other_bytes(int64_t tokens, int64_t vocab_tiles) const;
 };
+// `remat` as the backend keeps it (without_offload on the cpu, as allocate_activations does).
 ActivationBytes activation_bytes_per_token(const LlamaConfig& config, const RematPolicy& remat,
                                            int tensor_size = 1);
 

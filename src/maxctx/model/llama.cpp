@@ -191,8 +191,9 @@ void decoder_forward(const kernels::Kernels& k, const LlamaConfig& c, const Llam
   k.rope_cos_sin(acts.rope_cos.view(), acts.rope_sin.view(), b.positions, c.rope);
   TrainingLayers layers(c, b, plan, acts);
   before_use(plan, 0);
-  k.embedding_forward(acts.residual[0].view(), b.tokens, w.embed);
+  k.embedding_forward(layer_input(acts, 0), b.tokens, w.embed);
   after_use(plan, 0);
+  offload_layer_input(k, acts, 0);
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const trace::Span span("layer_forward", trace::Category::kLayer,
                            trace::enabled() ? trace::numbered("layer", l) : nullptr);
@@ -200,9 +201,10 @@ void decoder_forward(const kernels::Kernels& k, const LlamaConfig& c, const Llam
     LayerActivations& a = acts.layers[l];
     DecoderLayerBuffers buffers = layer_buffers(a, acts);
     decoder_layer_forward(c, l, layer_weights(w.layers[l]), layers.inputs, layers.layer_plan,
-                          acts.residual[l].view(), a.residual_mid, acts.residual[l + 1].view(),
-                          buffers);
+                          layer_input(acts, l), a.residual_mid, layer_input(acts, l + 1), buffers);
     after_use(plan, l + 1);
+    offload_layer(k, acts, l);
+    offload_layer_input(k, acts, l + 1);
   }
 }
 
@@ -211,16 +213,19 @@ void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const Lla
                       const LlamaWeights& g, const TokenBatch& b, parallel::ModelPlan& plan,
                       LlamaActivations& acts, float d_moe_lb) {
   TrainingLayers layers(c, b, plan, acts);
+  begin_backward(k, acts);
   for (int64_t l = c.num_layers - 1; l >= 0; --l) {
     const trace::Span span("layer_backward", trace::Category::kLayer,
                            trace::enabled() ? trace::numbered("layer", l) : nullptr);
     before_use(plan, l + 1);
     before_gradients(plan, l + 1);
     LayerActivations& a = acts.layers[l];
-    // What the remat policy did not keep, recomputed from the layer's input.
+    // What the remat policy kept in host memory back on the device, and what it did not keep,
+    // recomputed from the layer's input.
+    restore_layer(k, acts, l);
     DecoderLayerBuffers buffers = layer_buffers(a, acts);
     decoder_layer_recompute(c, l, layer_weights(w.layers[l]), layers.inputs, layers.layer_plan,
-                            acts.remat, acts.residual[l].view(), a.residual_mid, buffers);
+                            acts.remat, layer_input(acts, l), a.residual_mid, buffers);
     if (c.moe) {
       moe_block_backward(k, c, w.layers[l], g.layers[l], b, plan, a.residual_mid, acts, a,
                          d_moe_lb);
@@ -228,7 +233,7 @@ void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const Lla
       mlp_block_backward(k, w.layers[l], g.layers[l], plan, a.residual_mid, acts, a);
     }
     attention_block_backward(k, layers.inputs.dims, w.layers[l], g.layers[l], b, plan,
-                             acts.residual[l].view(), acts, a);
+                             layer_input(acts, l), acts, a);
     after_use(plan, l + 1);
     gradients_ready(plan, l + 1);
   }
@@ -243,13 +248,13 @@ void decoder_backward(const kernels::Kernels& k, const LlamaConfig& c, const Lla
 void final_norm_forward(const kernels::Kernels& k, const LlamaConfig& c, const LlamaWeights& w,
                         LlamaActivations& acts) {
   k.rmsnorm_forward(acts.final_norm_out.view(), acts.final_norm_rstd.view(),
-                    acts.residual[c.num_layers].view(), w.final_norm, c.norm_eps);
+                    layer_input(acts, c.num_layers), w.final_norm, c.norm_eps);
 }
 
 void final_norm_backward(const kernels::Kernels& k, const LlamaConfig& c, const LlamaWeights& w,
                          const LlamaWeights& g, LlamaActivations& acts) {
   k.rmsnorm_backward(acts.d_residual.view(), g.final_norm, acts.d_normed.view(),
-                     acts.residual[c.num_layers].view(), w.final_norm, acts.final_norm_rstd.view());
+                     layer_input(acts, c.num_layers), w.final_norm, acts.final_norm_rstd.view());
 }
 
 // Tokens [begin, end) of the rank's N: one loss tile (num_vocab_tiling), its logits in the

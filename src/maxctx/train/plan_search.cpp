@@ -57,7 +57,7 @@ bool plan_candidate(const std::string& config_path, const std::vector<std::strin
     const Config config = load_config(config_path, keys, n);
     if (c.expert > 1 && !training_model_config(config).moe) return false;
     TrainingPlan plan = plan_training(config);
-    plan.memory.host_is_device = profile.host_memory;
+    plan.memory.set_host_is_device(profile.host_memory);
     c.peak_bytes = plan.memory.peak() + static_cast<int64_t>(profile.runtime_bytes);
     if (static_cast<double>(c.peak_bytes) > profile.memory_bytes) {
       c.reason = fmt::format("memory: peak {} per rank > {} on {}",

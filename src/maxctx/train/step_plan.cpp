@@ -171,7 +171,7 @@ TrainingPlan plan_training(const Config& config) {
       ShardedParameters::shard_units(specs, static_cast<int>(p.dims.parameter_shards()), 0);
   p.rows = c.derived.global_batch_size_to_train_on / p.dims.data_shards;
   p.local_seq = context_shard_len(c.max_target_length, p.dims.context);
-  const model::RematPolicy remat = model::remat_policy_from(c.remat_policy);
+  const model::RematPolicy remat = model::remat_policy_of(c);
 
   // Memory, as ShardedParameters, allocate_activations and the attention plans allocate it.
   int64_t shard = 0, largest_unit = 0;
@@ -202,19 +202,29 @@ TrainingPlan plan_training(const Config& config) {
   }
   p.memory.async_checkpointing = c.async_checkpointing;
   const int64_t tokens = p.rows * p.local_seq;
+  // On a device the policy's offloaded tensors wait in host memory; where the device's memory
+  // is the host's they stay in place (model/remat.h, allocate_activations).
   const model::ActivationBytes act = model::activation_bytes_per_token(m, remat, tp);
-  p.memory.activations = act.layers_per_token * tokens + act.other_bytes(tokens, m.vocab_tiles);
+  const model::ActivationBytes in_place =
+      model::activation_bytes_per_token(m, model::without_offload(remat), tp);
+  p.memory.activations_on_a_device =
+      act.layers_per_token * tokens + act.other_bytes(tokens, m.vocab_tiles);
+  p.memory.offloaded_on_a_device = act.offloaded_per_token * tokens;
+  p.memory.activations_on_the_host =
+      in_place.layers_per_token * tokens + in_place.other_bytes(tokens, m.vocab_tiles);
   p.memory.logits = act.logits_per_row * model::logit_rows(tokens, m.vocab_tiles);
   if (m.moe) {
     const int64_t cp = p.dims.context;
     const model::MoeBufferBytes moe = model::moe_buffer_bytes(m, p.rows, p.local_seq, cp, ep);
-    p.memory.activations += moe.per_layer * m.num_layers + moe.backward;
+    p.memory.activations_on_a_device += moe.per_layer * m.num_layers + moe.backward;
+    p.memory.activations_on_the_host += moe.per_layer * m.num_layers + moe.backward;
     const model::MoeBufferBytes most =
         model::moe_buffer_bytes(m, p.rows, p.local_seq, cp, ep,
                                 model::moe_most_received_rows(m, p.rows, p.local_seq, cp, ep));
     p.memory.expert_routing_skew =
         (most.per_layer - moe.per_layer) * m.num_layers + most.backward - moe.backward;
   }
+  p.memory.set_host_is_device(true);  // the caller sets the machine's (cli/plan.cpp)
   const model::LocalDims d = model::local_dims(m, p.rows, p.local_seq, tp);
   const parallel::AttentionOperands x{p.rows, p.local_seq, d.Hq, d.Hkv, d.D, m.dtype};
   const int64_t cp = p.dims.context;

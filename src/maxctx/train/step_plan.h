@@ -34,12 +34,19 @@ parallel::ParallelDims check_training_axes(const Config& config, parallel::Paral
 // The axis sizes of a resolved config (ici × dcn per axis, axis.h order).
 AxisArray axis_sizes_of(const Config& config);
 
-struct TrainingMemory {           // bytes on one rank
-  int64_t parameters = 0;         // the master weights' fsdp shard (weight_dtype)
-  int64_t optimizer = 0;          // AdamW's two moments of the shard (weight_dtype)
-  int64_t gradients = 0;          // the reduced f32 gradient shard (+ its accumulator)
-  int64_t gathered_units = 0;     // the largest weight unit gathered, with its f32 gradients
-  int64_t activations = 0;        // saved activations and workspace under the remat policy
+struct TrainingMemory {        // bytes on one rank
+  int64_t parameters = 0;      // the master weights' fsdp shard (weight_dtype)
+  int64_t optimizer = 0;       // AdamW's two moments of the shard (weight_dtype)
+  int64_t gradients = 0;       // the reduced f32 gradient shard (+ its accumulator)
+  int64_t gathered_units = 0;  // the largest weight unit gathered, with its f32 gradients
+  int64_t activations = 0;     // saved activations and workspace under the remat policy
+  // What remat_policy=custom offloads (model/remat.h) waits in host memory on a machine whose
+  // device memory is not the host's (set_host_is_device(false)); else it is kept in place and
+  // counted in `activations` (as the cpu backend does).
+  int64_t offloaded_activations = 0;
+  int64_t activations_on_a_device = 0;  // activations when the host is not the device
+  int64_t offloaded_on_a_device = 0;    // offloaded_activations then
+  int64_t activations_on_the_host = 0;  // activations when it is
   int64_t logits = 0;             // of activations: one loss tile's f32 logits (num_vocab_tiling)
   int64_t attention_staging = 0;  // context-parallel K/V all-gather or ring buffers
   // Before the first step, beside the shards: a fresh initialisation's one unit shard of f32
@@ -65,6 +72,11 @@ struct TrainingMemory {           // bytes on one rank
   // experts can take arrive here: the bound that MaxText's ragged_buffer_factor = -1 sizes for.
   int64_t expert_routing_skew = 0;
   // The buffers of a step, all at once.
+  void set_host_is_device(bool host) {
+    host_is_device = host;
+    activations = host ? activations_on_the_host : activations_on_a_device;
+    offloaded_activations = host ? 0 : offloaded_on_a_device;
+  }
   int64_t step() const {
     return parameters + optimizer + gradients + gathered_units + activations + attention_staging;
   }

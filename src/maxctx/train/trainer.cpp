@@ -166,7 +166,7 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
   const int64_t rows = c.derived.global_batch_size_to_train_on / s.axes.data_shards;
   const int64_t local_seq = context_shard_len(c.max_target_length, s.axes.context);
   s.acts = model::allocate_activations(s.kernels, s.model_config, rows, local_seq, tp,
-                                       model::remat_policy_from(c.remat_policy), s.axes.context);
+                                       model::remat_policy_of(c), s.axes.context);
   s.adamw = adamw_config(c);
   s.schedule = learning_rate_schedule(c);
   s.run_dir = run_directory_of(c);
@@ -336,6 +336,10 @@ void Trainer::run(int64_t max_new_steps) {
           {"perf/device_readbacks", static_cast<double>(step_transfers->readbacks)});
       metrics.extra.push_back(
           {"perf/device_host_waits", static_cast<double>(step_transfers->host_waits)});
+      if (step_transfers->offloads > 0) {  // remat_policy=custom's copies to host memory
+        metrics.extra.push_back(
+            {"perf/device_offloads", static_cast<double>(step_transfers->offloads)});
+      }
     }
     if (s.model_config.moe) {
       metrics.extra.push_back({"learning/lm_loss", record.loss - record.moe_lb_loss});

@@ -77,6 +77,13 @@ class CudaKernels final : public Kernels {
     transfers_.download(/*waits=*/false);
     return copy_to_host_staged(host, backend_memory, bytes);
   }
+  void offload_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    transfers_.offload();
+    // Complete at the next synchronize(). A layer's activations exceed the staging buffers, so
+    // this is a synchronous copy today: correct, not overlapped (pinned host buffers for the
+    // offloaded activations would let it run beside the next layer).
+    copy_to_host_staged(host, backend_memory, bytes);
+  }
   void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
     transfers_.download(/*waits=*/true);
     Kernels::copy_to_host(host, backend_memory, bytes);

@@ -77,6 +77,13 @@ class EmulatedGpuKernels final : public OnCpuKernels {
     transfers_.download(/*waits=*/false);
     return downloads_.download(host, host_address(backend_memory, "copy_to_host_async"), bytes);
   }
+  void offload_to_host_async(void* host, const void* backend_memory, size_t bytes) const override {
+    MAXCTX_CHECK(!is_disguised(host), "emulated GPU: offload_to_host_async into device memory");
+    transfers_.offload();
+    // Lands at the next synchronize(), like any asynchronous download: the backward's restore
+    // must come after one.
+    downloads_.download(host, host_address(backend_memory, "offload_to_host_async"), bytes);
+  }
   void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
     transfers_.download(/*waits=*/true);
     OnCpuKernels::copy_to_host(host, backend_memory, bytes);
