@@ -4,7 +4,8 @@
 # is split over the ranks' files), exported as a Hugging Face directory in two files with an index,
 # loaded by transformers (float32, eager attention), whose logits for three prompts become a golden
 # file; `maxctx check-logits` then runs the export on 1 and on 4 ranks (context=4) and must agree
-# within atol 1e-5 and KL 1e-6.
+# within atol 1e-5 and KL 1e-6. Then the same for a run fine-tuned from a Hugging Face directory
+# with rope_theta 500000 and tied embeddings on 2 ranks, exported with no model keys (issue #33).
 #
 #   tools/reference/export_check.sh PYTHON [BUILD_DIR]
 #
@@ -35,5 +36,29 @@ echo "trained on 4 ranks (checkpoint of $shards shard files); exported as $files
 for ranks in 1 4; do
   "${mpi[@]}" -np $ranks "$build/maxctx" check-logits "$root/configs/base.yml" \
     load_parameters_path="$work/hf" golden_logits_path="$work/golden.jsonl" \
+    ici_context_parallelism=$ranks max_kl_div=1e-6 atol=1e-5 rtol=0 | grep -E "^prompt|^check-logits"
+done
+
+# Issue #33's export test, reloaded in transformers: fine-tuned from a Hugging Face directory with
+# a non-default RoPE theta (500000, Llama 3 scaling) and tied embeddings on 2 ranks, exported with
+# no model keys (the run records its model), loaded by transformers, whose logits maxctx's must
+# match within 1e-4 (here the tight bounds again).
+fixture=$root/tests/fixtures/tiny_llama_tied_scaled
+"${mpi[@]}" -np 2 "$build/maxctx" train "$root/configs/base.yml" load_parameters_path="$fixture" \
+  max_target_length=32 per_device_batch_size=1 ici_fsdp_parallelism=1 ici_data_parallelism=2 \
+  learning_rate=1e-2 checkpoint_period=4 steps=4 dataset_type=synthetic \
+  base_output_directory="$work" run_name=from_hf > "$work/from_hf.log"
+"$build/maxctx" export "$root/configs/base.yml" load_parameters_path="$work/from_hf" \
+  base_output_directory="$work/from_hf_export" > "$work/from_hf_export.log"
+"$python" - "$work/from_hf_export/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+print("exported with no model keys:", {k: c[k] for k in ("rope_theta", "rope_scaling", "tie_word_embeddings")})
+PY
+"$python" "$root/tools/reference/transformers_checks.py" golden "$work/from_hf_export" \
+  "$work/from_hf_golden.jsonl"
+for ranks in 1 2; do
+  "${mpi[@]}" -np $ranks "$build/maxctx" check-logits "$root/configs/base.yml" \
+    load_parameters_path="$work/from_hf_export" golden_logits_path="$work/from_hf_golden.jsonl" \
     ici_context_parallelism=$ranks max_kl_div=1e-6 atol=1e-5 rtol=0 | grep -E "^prompt|^check-logits"
 done
