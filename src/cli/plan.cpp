@@ -1,5 +1,5 @@
 // `maxctx plan <config> [key=value ...]`: what a run of this config would allocate, send and
-// compute per rank, on one process, for any mesh (train/step_plan.h, infer/inference_plan.h),
+// compute per rank, on one process, for any mesh (plan/step_plan.h, plan/inference_plan.h),
 // with predicted times on a hardware profile (configs/hardware/<name>.yml).
 //
 // Besides the config keys it takes its own options (not config keys, so train and decode never
@@ -7,7 +7,7 @@
 // values given on the command line, -1 counting as 1), hardware_profile=<name or path> (default
 // this-machine), mode=train|inference (default: inference when context_autoregressive > 1),
 // format=table|json (or --json), search=true (train: every mesh and remat policy that fits,
-// ranked; train/plan_search.h).
+// ranked; plan/plan_search.h).
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -17,13 +17,14 @@
 
 #include "cli/commands.h"
 #include "maxctx/config/config.h"
-#include "maxctx/config/hardware_profile.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/core/memory_check.h"
-#include "maxctx/infer/inference_plan.h"
-#include "maxctx/train/plan_search.h"
-#include "maxctx/train/step_plan.h"
+#include "maxctx/plan/hardware_profile.h"
+#include "maxctx/plan/inference_plan.h"
+#include "maxctx/plan/plan_search.h"
+#include "maxctx/plan/step_plan.h"
+#include "maxctx/train/training_axes.h"
 
 namespace maxctx::cli {
 namespace {
@@ -110,9 +111,9 @@ std::string mesh_text(const parallel::ParallelDims& d) {
                      d.data, d.fsdp, d.context, d.context_autoregressive, d.tensor, d.expert);
 }
 
-nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
-                             const train::StepTime& t, const HardwareProfile& hw) {
-  const train::TrainingMemory& m = p.memory;
+nlohmann::json training_json(const Config& c, const plan::TrainingPlan& p, const plan::StepTime& t,
+                             const plan::HardwareProfile& hw) {
+  const plan::TrainingMemory& m = p.memory;
   return {{"mode", "train"},
           {"model_name", c.model_name},
           {"mesh", mesh_text(p.dims)},
@@ -157,9 +158,9 @@ nlohmann::json training_json(const Config& c, const train::TrainingPlan& p,
             {"mfu", t.mfu}}}};
 }
 
-std::string training_table(const Config& c, const train::TrainingPlan& p, const train::StepTime& t,
-                           const HardwareProfile& hw) {
-  const train::TrainingMemory& m = p.memory;
+std::string training_table(const Config& c, const plan::TrainingPlan& p, const plan::StepTime& t,
+                           const plan::HardwareProfile& hw) {
+  const plan::TrainingMemory& m = p.memory;
   std::string s = fmt::format(
       "plan: train {} on {} devices ({}), remat_policy={} dtype={} weight_dtype={}\n"
       "per rank: {} sequences x {} tokens\n\nmemory per rank\n",
@@ -214,10 +215,10 @@ std::string training_table(const Config& c, const train::TrainingPlan& p, const 
   return s;
 }
 
-nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
-                              const infer::InferenceTimes& t, const HardwareProfile& hw) {
+nlohmann::json inference_json(const Config& c, const plan::InferencePlan& p,
+                              const plan::InferenceTimes& t, const plan::HardwareProfile& hw) {
   nlohmann::json prefill = nlohmann::json::array();
-  for (const infer::PrefillPoint& x : t.prefill) {
+  for (const plan::PrefillPoint& x : t.prefill) {
     prefill.push_back({{"length", x.length},
                        {"flops_per_rank", x.flops},
                        {"seconds", x.seconds},
@@ -257,8 +258,8 @@ nlohmann::json inference_json(const Config& c, const infer::InferencePlan& p,
             {"decode_tokens_per_second", t.decode_tokens_per_second}}}};
 }
 
-std::string inference_table(const Config& c, const infer::InferencePlan& p,
-                            const infer::InferenceTimes& t, const HardwareProfile& hw) {
+std::string inference_table(const Config& c, const plan::InferencePlan& p,
+                            const plan::InferenceTimes& t, const plan::HardwareProfile& hw) {
   std::string s = fmt::format(
       "plan: inference {} over context_autoregressive={} expert={}, {} slots, "
       "max_target_length={}, quantization='{}' quantize_kvcache={}\n\nmemory per rank\n",
@@ -276,7 +277,7 @@ std::string inference_table(const Config& c, const infer::InferencePlan& p,
   row("peak", static_cast<int64_t>(peak));
   s += fmt::format("  device memory ({}): {}{}\n\npredicted on {}\n", hw.name, gib(hw.memory_bytes),
                    peak <= hw.memory_bytes ? "" : "  DOES NOT FIT", hw.name);
-  for (const infer::PrefillPoint& x : t.prefill) {
+  for (const plan::PrefillPoint& x : t.prefill) {
     s += fmt::format(
         "  prefill {:>7} tokens: {:.4g} s (matmuls {:.4g}, attention {:.4g}, vector kernels "
         "{:.4g}, communication {:.4g})\n",
@@ -311,26 +312,26 @@ int run_plan(const Args& args) {
   if (o.json) log::set_info_to_stderr(true);
   const Config config = load_config(args[0], overrides, *o.num_devices);
   const std::string config_dir = std::filesystem::path(args[0]).parent_path().string();
-  const HardwareProfile hw = load_hardware_profile(o.hardware_profile, config_dir);
+  const plan::HardwareProfile hw = plan::load_hardware_profile(o.hardware_profile, config_dir);
   const int64_t ca = train::axis_sizes_of(config)[axis_index(Axis::kContextAutoregressive)];
   const std::string mode = !o.mode.empty() ? o.mode : ca > 1 ? "inference" : "train";
   if (mode == "inference") {
     if (o.search) fail("plan: search=true plans training meshes; drop mode=inference");
-    const infer::InferencePlan p = infer::plan_inference(config);
-    const infer::InferenceTimes t = infer::predict_inference(p, hw);
+    const plan::InferencePlan p = plan::plan_inference(config);
+    const plan::InferenceTimes t = plan::predict_inference(p, hw);
     print(o.json ? inference_json(config, p, t, hw).dump(2) + "\n"
                  : inference_table(config, p, t, hw));
     return 0;
   }
   if (o.search) {
-    const std::vector<train::PlanCandidate> found =
-        train::search_training_plans(args[0], overrides, *o.num_devices, hw);
-    print(o.json ? train::search_json(found).dump(2) + "\n" : train::search_table(found, hw));
+    const std::vector<plan::PlanCandidate> found =
+        plan::search_training_plans(args[0], overrides, *o.num_devices, hw);
+    print(o.json ? plan::search_json(found).dump(2) + "\n" : plan::search_table(found, hw));
     return 0;
   }
-  train::TrainingPlan p = train::plan_training(config);
+  plan::TrainingPlan p = plan::plan_training(config);
   p.memory.set_host_is_device(hw.host_memory);
-  const train::StepTime t = train::predict_step_time(p, config, hw);
+  const plan::StepTime t = plan::predict_step_time(p, config, hw);
   print(o.json ? training_json(config, p, t, hw).dump(2) + "\n" : training_table(config, p, t, hw));
   return 0;
 }

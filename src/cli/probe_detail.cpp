@@ -7,13 +7,13 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/dtype.h"
-#include "maxctx/infer/inference_work.h"
 #include "maxctx/kernels/host_transfer.h"
 #include "maxctx/parallel/sharded_parameters.h"
+#include "maxctx/plan/inference_work.h"
+#include "maxctx/plan/step_work.h"
 #include "maxctx/train/batch.h"
 #include "maxctx/train/optimizer.h"
 #include "maxctx/train/recall.h"
-#include "maxctx/train/step_work.h"
 
 namespace maxctx::cli {
 namespace {
@@ -202,8 +202,8 @@ double measure_decode_attention(const kernels::Kernels& k, const Communicator& w
          });
 }
 
-// Elements per second of each vector kernel of train::vector_ops() (forward + backward) and of
-// infer::inference_vector_ops() (the forward alone, and the int8 quantizers), on the same
+// Elements per second of each vector kernel of plan::training_vector_ops() (forward + backward) and
+// of plan::inference_vector_ops() (the forward alone, and the int8 quantizers), on the same
 // operands: 2048 tokens of width 1024, a vocabulary of 8192, 4M parameters.
 std::map<std::string, double> measure_vector_kernels(const kernels::Kernels& k,
                                                      const Communicator& world) {
@@ -339,7 +339,8 @@ double timed_kernel(const Communicator& world, int repeats, const std::function<
          static_cast<double>(calls);
 }
 
-void probe_detail(const kernels::Kernels& k, const Communicator& world, HardwareProfile& profile) {
+void probe_detail(const kernels::Kernels& k, const Communicator& world,
+                  plan::HardwareProfile& profile) {
   for (const int64_t d : {128, 256, 512, 1024}) {
     for (const std::string dtype : {"float32", "bfloat16"}) {
       profile.matmul_by_size[dtype][d] = measure_matmul(k, world, parse_dtype(dtype), d, false);
@@ -387,7 +388,7 @@ void probe_detail(const kernels::Kernels& k, const Communicator& world, Hardware
         timed_kernel(world, 20, [&] { k.int8_quantize_rows(quantized, rows.view()); });
   }
   profile.vector_rates = measure_vector_kernels(k, world);
-  for (const auto* ops : {&train::vector_ops(), &infer::inference_vector_ops()}) {
+  for (const auto* ops : {&plan::training_vector_ops(), &plan::inference_vector_ops()}) {
     for (const std::string& op : *ops) {
       MAXCTX_CHECK(profile.vector_rates.count(op), "probe-hardware does not measure '{}'", op);
     }

@@ -1,12 +1,12 @@
-// probe-hardware's detail tables (config/hardware_profile.h): matmuls by size, attention by head
+// probe-hardware's detail tables (plan/hardware_profile.h): matmuls by size, attention by head
 // size and the vector kernels a training step runs, each through the engine's own kernels.
 #pragma once
 
 #include <functional>
 
-#include "maxctx/config/hardware_profile.h"
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/mesh/communicator.h"
+#include "maxctx/plan/hardware_profile.h"
 
 namespace maxctx::cli {
 
@@ -19,6 +19,7 @@ double timed(const Communicator& world, int repeats, const std::function<void()>
 double timed_kernel(const Communicator& world, int repeats, const std::function<void()>& work);
 
 // Fills profile.matmul_by_size, attention_by_head_dim and vector_rates.
-void probe_detail(const kernels::Kernels& k, const Communicator& world, HardwareProfile& profile);
+void probe_detail(const kernels::Kernels& k, const Communicator& world,
+                  plan::HardwareProfile& profile);
 
 }  // namespace maxctx::cli

@@ -1,5 +1,5 @@
 // `mpirun -np 2 maxctx probe-hardware <out.yml> [name=<profile name>]`: measures this machine
-// into a hardware profile (config/hardware_profile.h) for `maxctx plan`, through the engine's
+// into a hardware profile (plan/hardware_profile.h) for `maxctx plan`, through the engine's
 // own kernels (one rank per core, one BLAS thread, as the engine runs): the tables of
 // probe_detail.h (matmuls by size and dtype, attention by head size, the vector kernels), whose
 // best matmul rates are the profile's peaks and whose f32 attention at head_dim 64 over the f32
@@ -25,7 +25,6 @@
 
 #include "cli/commands.h"
 #include "cli/probe_detail.h"
-#include "maxctx/config/hardware_profile.h"
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/core/memory_check.h"
@@ -34,6 +33,7 @@
 #include "maxctx/kernels/kernels.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/root_task.h"
+#include "maxctx/plan/hardware_profile.h"
 
 namespace maxctx::cli {
 namespace {
@@ -54,7 +54,7 @@ double memory_bandwidth(const kernels::Kernels& k, const Communicator& world) {
   return 2.0 * double(n) * sizeof(float) / s;  // read + write
 }
 
-LinkSpeed link_speed(const Communicator& world) {
+plan::LinkSpeed link_speed(const Communicator& world) {
   const int64_t part = int64_t{4} << 20;  // 16 MiB of f32 per rank
   std::vector<float> mine(static_cast<size_t>(part), 1.0f);
   std::vector<float> all(static_cast<size_t>(part * world.size()));
@@ -62,7 +62,7 @@ LinkSpeed link_speed(const Communicator& world) {
     world.all_gather<float>(std::span<const float>(mine), std::span<float>(all));
   });
   const double n = world.size();
-  LinkSpeed link;
+  plan::LinkSpeed link;
   // What each rank receives of the gathered buffer: (n-1)/n of it (the plan's own convention).
   link.bandwidth = double(all.size() * sizeof(float)) * (n - 1) / n / s;
   double x = 1.0;
@@ -136,7 +136,7 @@ int run_probe_hardware(const Args& args) {
         "probe-hardware needs the file to write: mpirun -np 2 maxctx probe-hardware "
         "configs/hardware/this-machine.yml [name=this-machine]");
   }
-  HardwareProfile p;
+  plan::HardwareProfile p;
   p.name = "this-machine";
   std::string link_from;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -157,8 +157,9 @@ int run_probe_hardware(const Args& args) {
   }
   // One rank has no link to measure; a one-rank profile (a job that leaves the other cores idle)
   // still needs one for the plans that read it. Read before the minutes of probing.
-  const HardwareProfile linked =
-      link_from.empty() ? HardwareProfile{} : load_hardware_profile(link_from, "configs");
+  const plan::HardwareProfile linked = link_from.empty()
+                                           ? plan::HardwareProfile{}
+                                           : plan::load_hardware_profile(link_from, "configs");
   // The output file too, before the minutes of probing.
   run_on_root(world, [&] { io::check_output_file(args[0], "probe-hardware's output file"); });
   // The largest rank's, after a first collective has set up the transport.
@@ -192,7 +193,7 @@ int run_probe_hardware(const Args& args) {
   const std::string text =
       "# This machine, measured (maxctx probe-hardware); memory_bytes is the machine's memory\n"
       "# over the ranks that probed it. Rerun after a hardware change.\n" +
-      format_hardware_profile(p);
+      plan::format_hardware_profile(p);
   run_on_root(world, [&] {
     std::ofstream out(args[0]);
     out << text;

@@ -20,10 +20,10 @@
 
 #include "infer/infer_test_util.h"
 #include "maxctx/config/config.h"
-#include "maxctx/infer/inference_plan.h"
 #include "maxctx/infer/model_source.h"
 #include "maxctx/model/memory_estimate.h"
 #include "maxctx/parallel/weight_sharding.h"
+#include "maxctx/plan/inference_plan.h"
 
 namespace maxctx::infer {
 namespace {
@@ -197,7 +197,7 @@ TEST_P(ExpertAxisPlan, WeightsCacheAndStepBytesEqualTheEngines) {
   std::vector<std::string> keys = {"model_name=mixtral-tiny", "per_device_batch_size=2"};
   keys.insert(keys.end(), GetParam().begin(), GetParam().end());
   const Config config = expert_config(keys);
-  const InferencePlan plan = plan_inference(config);
+  const plan::InferencePlan plan = plan::plan_inference(config);
   EXPECT_EQ(plan.expert, 2);
   EXPECT_EQ(plan.ca, Communicator::world().size() / 2);
   const Mesh mesh = testing::mesh_of(config);

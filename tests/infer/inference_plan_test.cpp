@@ -3,7 +3,7 @@
 // a decode step streams equal the engine's own count (InferenceWeights::bytes_per_step with the
 // row split and the expert split the engine built), for fp32, int8 weights with an int8 cache,
 // batch-sharded decode and an int8 Mixtral (its experts split over ca), on 1 and 2 ranks.
-#include "maxctx/infer/inference_plan.h"
+#include "maxctx/plan/inference_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -40,7 +40,7 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
   }
   const Config config =
       load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, Communicator::world().size());
-  const InferencePlan plan = plan_inference(config);
+  const plan::InferencePlan plan = plan::plan_inference(config);
   const Mesh mesh = mesh_of(config);
   const kernels::Kernels& k = kernels::backend(Device::kCpu);
   InferenceModel model = load_inference_model(config, k, mesh);
@@ -65,11 +65,12 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
 TEST(InferencePlanChunkedPrefill, WorkspaceHoldsOnePass) {
   const auto plan_of = [](std::vector<std::string> keys) {
     keys.insert(keys.end(), {"per_device_batch_size=4", "model_name=maxctx-tiny"});
-    return plan_inference(load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys,
-                                      Communicator::world().size()));
+    return plan::plan_inference(load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys,
+                                            Communicator::world().size()));
   };
-  const InferencePlan whole = plan_of({"use_chunked_prefill=false"});
-  const InferencePlan chunked = plan_of({"use_chunked_prefill=true", "prefill_chunk_size=16"});
+  const plan::InferencePlan whole = plan_of({"use_chunked_prefill=false"});
+  const plan::InferencePlan chunked =
+      plan_of({"use_chunked_prefill=true", "prefill_chunk_size=16"});
   const int64_t share = whole.settings.max_prefill_length / whole.ca;
   EXPECT_EQ(InferenceEngine::workspace_rows(whole.settings, whole.ca),
             whole.settings.slots * share);

@@ -1,9 +1,9 @@
-// The inference plan's times (infer/inference_work.h, inference_plan.h): the work lists count
+// The inference plan's times (plan/inference_work.h, inference_plan.h): the work lists count
 // what the forward runs, checked against independent counts of the model's weights and of
 // attention; the predicted seconds are each kernel at the profile's table rate, or on a spec
 // sheet's roofline (FLOPs at the peak or bytes over the bandwidth, the slower) without tables;
 // and the stages' collectives equal what the engine's communicators count.
-#include "maxctx/infer/inference_work.h"
+#include "maxctx/plan/inference_work.h"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +14,12 @@
 
 #include "infer/infer_test_util.h"
 #include "maxctx/config/config.h"
-#include "maxctx/config/hardware_profile.h"
-#include "maxctx/infer/inference_plan.h"
 #include "maxctx/infer/model_source.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/traffic.h"
 #include "maxctx/model/llama_config.h"
+#include "maxctx/plan/hardware_profile.h"
+#include "maxctx/plan/inference_plan.h"
 #include "support/mean_traffic.h"
 
 namespace maxctx::infer {
@@ -39,9 +39,9 @@ Config config_of(std::vector<std::string> keys, int devices = 1, int ca = 0) {
   return load_config(MAXCTX_SOURCE_DIR "/configs/inference.yml", keys, devices);
 }
 
-double matmul_flops(const StageWork& w) {
+double matmul_flops(const plan::StageWork& w) {
   double flops = 0;
-  for (const InferenceMatmul& mm : w.matmuls) flops += mm.flops();
+  for (const plan::InferenceMatmul& mm : w.matmuls) flops += mm.flops();
   return flops;
 }
 
@@ -54,10 +54,10 @@ double layer_flops_per_token(const model::LlamaConfig& m) {
 
 TEST(InferenceWork, PrefillCountsEveryProjectionAndTheLastTokensHead) {
   const Config c = config_of({});
-  const InferencePlan p = plan_inference(c);
+  const plan::InferencePlan p = plan::plan_inference(c);
   const model::LlamaConfig& m = p.model;
   ASSERT_EQ(p.prefill.size(), 2u);
-  for (const PrefillWork& x : p.prefill) {
+  for (const plan::PrefillWork& x : p.prefill) {
     const double tokens = double(p.settings.slots * x.length);
     const double head = 2.0 * double(p.settings.slots) * double(m.emb_dim * m.vocab_size);
     EXPECT_DOUBLE_EQ(matmul_flops(x.work), tokens * layer_flops_per_token(m) + head);
@@ -66,16 +66,16 @@ TEST(InferenceWork, PrefillCountsEveryProjectionAndTheLastTokensHead) {
                      double(p.settings.slots) * 4.0 * double(x.length * x.length) *
                          double(m.num_query_heads * m.head_dim * m.num_layers) / 2);
     EXPECT_EQ(x.work.attention_kind, "float32_forward");
-    for (const InferenceMatmul& mm : x.work.matmuls) EXPECT_EQ(mm.kind, "float32");
+    for (const plan::InferenceMatmul& mm : x.work.matmuls) EXPECT_EQ(mm.kind, "float32");
   }
 }
 
 TEST(InferenceWork, DecodeSplitsTheMlpAndHeadRowsAndReadsThisRanksCache) {
   for (const int ca : {1, 2}) {
     const Config c = config_of({"quantization=int8", "quantize_kvcache=true"}, ca);
-    const InferencePlan p = plan_inference(c);
+    const plan::InferencePlan p = plan::plan_inference(c);
     const model::LlamaConfig& m = p.model;
-    const StageWork& w = p.decode;
+    const plan::StageWork& w = p.decode;
     const double slots = double(p.settings.slots);
     // Every slot's token on every rank (sequence sharding); the MLP's and the head's output rows
     // split over ca, the attention projections whole.
@@ -87,7 +87,7 @@ TEST(InferenceWork, DecodeSplitsTheMlpAndHeadRowsAndReadsThisRanksCache) {
               F * double(split_count(m.emb_dim, ca, 0))) +
          E * double(split_count(m.vocab_size, ca, 0)));
     EXPECT_DOUBLE_EQ(matmul_flops(w), expected) << "ca " << ca;
-    for (const InferenceMatmul& mm : w.matmuls) EXPECT_EQ(mm.kind, "int8_decode");
+    for (const plan::InferenceMatmul& mm : w.matmuls) EXPECT_EQ(mm.kind, "int8_decode");
     EXPECT_EQ(w.attention_kind, "int8_decode");
     const double rows = double(ceil_div(p.settings.max_target_length, ca));
     EXPECT_DOUBLE_EQ(w.attention_flops, slots * rows * L * 4.0 * q) << "ca " << ca;
@@ -97,40 +97,40 @@ TEST(InferenceWork, DecodeSplitsTheMlpAndHeadRowsAndReadsThisRanksCache) {
 
 TEST(InferenceWork, SecondsAreTableRatesOrTheSpecSheetsRoofline) {
   const Config c = config_of({"quantization=int8", "quantize_kvcache=true"});
-  const InferencePlan p = plan_inference(c);
-  HardwareProfile spec;  // a spec sheet: no tables
+  const plan::InferencePlan p = plan::plan_inference(c);
+  plan::HardwareProfile spec;  // a spec sheet: no tables
   spec.memory_bandwidth = 1e9;
   spec.flops_f32 = spec.flops_bf16 = spec.flops_int8 = 1e12;
   spec.ici = spec.dcn = {1e9, 1e-6};
   double bytes = p.decode.attention_bytes;
-  for (const InferenceMatmul& mm : p.decode.matmuls) bytes += mm.weight_bytes;
+  for (const plan::InferenceMatmul& mm : p.decode.matmuls) bytes += mm.weight_bytes;
   double vector_bytes = 0;
-  for (const InferenceVectorWork& v : p.decode.vectors)
+  for (const plan::InferenceVectorWork& v : p.decode.vectors)
     vector_bytes += v.elements * v.bytes_per_element;
-  const InferenceTimes spec_times = predict_inference(p, spec);
+  const plan::InferenceTimes spec_times = plan::predict_inference(p, spec);
   EXPECT_DOUBLE_EQ(spec_times.decode_matmul_seconds + spec_times.decode_attention_seconds,
                    bytes / spec.memory_bandwidth);
   EXPECT_DOUBLE_EQ(spec_times.decode_vector_seconds, vector_bytes / spec.memory_bandwidth);
   // A prefill's matmuls: each the slower of its FLOPs at the peak and its weight's bytes.
   double roofline = 0;
-  for (const InferenceMatmul& mm : p.prefill[1].work.matmuls) {
+  for (const plan::InferenceMatmul& mm : p.prefill[1].work.matmuls) {
     roofline += std::max(mm.flops() / spec.flops_int8, mm.weight_bytes / spec.memory_bandwidth);
   }
   EXPECT_DOUBLE_EQ(spec_times.prefill[1].matmul_seconds, roofline);
   EXPECT_GT(roofline, 0.0);
 
-  HardwareProfile measured = spec;  // flat tables: every size at one rate
+  plan::HardwareProfile measured = spec;  // flat tables: every size at one rate
   measured.matmul_by_size["int8_decode"] = {{1, 2e10}};
   measured.matmul_by_size["int8"] = {{128, 4e10}};
   measured.attention_by_head_dim["int8_decode"] = {{32, 5e9}};
   measured.attention_by_head_dim["float32_forward"] = {{32, 3e10}};
-  for (const std::string& op : inference_vector_ops()) measured.vector_rates[op] = 1e8;
-  const InferenceTimes t = predict_inference(p, measured);
+  for (const std::string& op : plan::inference_vector_ops()) measured.vector_rates[op] = 1e8;
+  const plan::InferenceTimes t = plan::predict_inference(p, measured);
   // A decode matmul: its cost per call, then its FLOPs as 4 rows at least (the int8 tile's).
   measured.call_seconds["int8_decode"] = 1e-6;
-  const InferenceTimes with_calls = predict_inference(p, measured);
+  const plan::InferenceTimes with_calls = plan::predict_inference(p, measured);
   double timed = 0;
-  for (const InferenceMatmul& mm : p.decode.matmuls) {
+  for (const plan::InferenceMatmul& mm : p.decode.matmuls) {
     timed += mm.timed_flops();
     EXPECT_EQ(mm.timed_flops(), 2.0 * double(std::max<int64_t>(mm.rows, 4) * mm.inner * mm.cols));
   }
@@ -139,12 +139,12 @@ TEST(InferenceWork, SecondsAreTableRatesOrTheSpecSheetsRoofline) {
                    timed / 2e10 + 1e-6 * double(p.decode.matmuls.size()));
   EXPECT_DOUBLE_EQ(t.decode_attention_seconds, p.decode.attention_flops / 5e9);
   double elements = 0;
-  for (const InferenceVectorWork& v : p.decode.vectors) elements += v.elements;
+  for (const plan::InferenceVectorWork& v : p.decode.vectors) elements += v.elements;
   EXPECT_DOUBLE_EQ(t.decode_vector_seconds, elements / 1e8);
   EXPECT_DOUBLE_EQ(t.decode_step_seconds,
                    t.decode_matmul_seconds + t.decode_attention_seconds + t.decode_vector_seconds);
   ASSERT_EQ(t.prefill.size(), 2u);
-  const StageWork& prefill = p.prefill[1].work;
+  const plan::StageWork& prefill = p.prefill[1].work;
   EXPECT_DOUBLE_EQ(t.prefill[1].matmul_seconds, matmul_flops(prefill) / 4e10);
   EXPECT_DOUBLE_EQ(t.prefill[1].attention_seconds, prefill.attention_flops / 3e10);
 
@@ -154,28 +154,28 @@ TEST(InferenceWork, SecondsAreTableRatesOrTheSpecSheetsRoofline) {
   measured.attention_by_head_dim["int8_decode_cached"] = {{32, 2e10}};
   const double step_bytes = static_cast<double>(p.decode_step_bytes + p.decode_cache_bytes);
   measured.cache_bytes = step_bytes;
-  const InferenceTimes cached = predict_inference(p, measured);
+  const plan::InferenceTimes cached = plan::predict_inference(p, measured);
   EXPECT_TRUE(cached.decode_operands_cached);
   EXPECT_DOUBLE_EQ(cached.decode_matmul_seconds,
                    timed / 8e10 + 1e-6 * double(p.decode.matmuls.size()));
   EXPECT_DOUBLE_EQ(cached.decode_attention_seconds, p.decode.attention_flops / 2e10);
   EXPECT_DOUBLE_EQ(cached.prefill[1].matmul_seconds, t.prefill[1].matmul_seconds);
   measured.cache_bytes = step_bytes - 1;
-  const InferenceTimes spilled = predict_inference(p, measured);
+  const plan::InferenceTimes spilled = plan::predict_inference(p, measured);
   EXPECT_FALSE(spilled.decode_operands_cached);
   EXPECT_DOUBLE_EQ(spilled.decode_attention_seconds, t.decode_attention_seconds);
 }
 
 TEST(InferenceWork, Int8QuantizesEachProjectionInputOnce) {
-  const InferencePlan p = plan_inference(config_of({"quantization=int8"}));
+  const plan::InferencePlan p = plan::plan_inference(config_of({"quantization=int8"}));
   const model::LlamaConfig& m = p.model;
   // Per token: the attention input (for q, k and v), o's input, the MLP input (gate and up),
   // down's input; and the head's rows.
   const double per_token =
       double(m.num_layers) * double(2 * m.emb_dim + m.num_query_heads * m.head_dim + m.mlp_dim);
-  const StageWork& w = p.prefill[0].work;
+  const plan::StageWork& w = p.prefill[0].work;
   double quantized = -1;
-  for (const InferenceVectorWork& v : w.vectors) {
+  for (const plan::InferenceVectorWork& v : w.vectors) {
     if (v.op == "quantize_rows") quantized = v.elements;
   }
   EXPECT_DOUBLE_EQ(quantized, double(p.settings.slots * p.prefill[0].length) * per_token +
@@ -196,7 +196,7 @@ TEST_P(InferenceTrafficMatchesEngine, PrefillAndDecodeStep) {
     GTEST_SKIP() << "the expert axis of 2 needs an even rank count";
   // With the expert axis, 2 expert groups of world / 2 ranks over ca.
   const Config c = config_of(keys, world, expert_axis ? world / 2 : world);
-  const InferencePlan p = plan_inference(c);
+  const plan::InferencePlan p = plan::plan_inference(c);
   const Mesh mesh = testing::mesh_of(c);
   const kernels::Kernels& k = kernels::backend(Device::kCpu);
   InferenceModel model = load_inference_model(c, k, mesh);

@@ -17,9 +17,9 @@
 
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/model/weights.h"
+#include "maxctx/plan/step_plan.h"
 #include "maxctx/train/checkpoint.h"
 #include "maxctx/train/initial_state.h"
-#include "maxctx/train/step_plan.h"
 #include "maxctx/train/trainer.h"
 #include "train_loop/train_support.h"
 
@@ -54,18 +54,22 @@ std::vector<Source> sources() {
 
 std::vector<Layout> targets(const Source& source) {
   std::vector<Layout> layouts = {
-      {"context2", 2,
+      {"context2",
+       2,
        {"ici_fsdp_parallelism=1", "ici_context_parallelism=2", "per_device_batch_size=2"}},
-      {"tensor2", 2,
+      {"tensor2",
+       2,
        {"ici_fsdp_parallelism=1", "ici_tensor_parallelism=2", "per_device_batch_size=2"}},
       {"one_rank", 1, {"ici_fsdp_parallelism=1", "per_device_batch_size=4"}},
-      {"data2_fsdp2", 4,
+      {"data2_fsdp2",
+       4,
        {"ici_data_parallelism=2", "ici_fsdp_parallelism=2", "per_device_batch_size=1"}},
   };
   if (source.name == "mixtral") {
-    layouts.push_back({"expert2", 2,
-                       {"ici_fsdp_parallelism=1", "ici_expert_parallelism=2",
-                        "per_device_batch_size=2"}});
+    layouts.push_back(
+        {"expert2",
+         2,
+         {"ici_fsdp_parallelism=1", "ici_expert_parallelism=2", "per_device_batch_size=2"}});
   }
   return layouts;
 }
@@ -90,10 +94,9 @@ TEST_P(Reshard, RestoresOnEveryMesh) {
   testing::SharedTempDir dir;
   const std::string tokens = testing::write_packed_token_file(dir.path());
   std::vector<std::string> common = testing::tiny_training_overrides(dir.path(), "run");
-  common = testing::with_overrides(
-      common, {"dataset_type=tokens", "dataset_path=" + tokens, "steps=4",
-               "learning_rate_schedule_steps=4", "enable_checkpointing=true",
-               "checkpoint_period=2"});
+  common = testing::with_overrides(common, {"dataset_type=tokens", "dataset_path=" + tokens,
+                                            "steps=4", "learning_rate_schedule_steps=4",
+                                            "enable_checkpointing=true", "checkpoint_period=2"});
   common = testing::with_overrides(common, source.model);
   const auto config_for = [&](const Layout& layout, const std::string& run,
                               std::vector<std::string> extra) {
@@ -116,9 +119,9 @@ TEST_P(Reshard, RestoresOnEveryMesh) {
     const Communicator group = world.split(world.rank() < target.ranks ? 0 : 1, world.rank());
     if (world.rank() < target.ranks) {
       // The whole saved state, read by this process alone: the reference for the gathered one.
-      const Config restoring = config_for(
-          target, "restored_" + target.name,
-          {"load_full_state_path=" + saved.string(), "enable_checkpointing=false"});
+      const Config restoring =
+          config_for(target, "restored_" + target.name,
+                     {"load_full_state_path=" + saved.string(), "enable_checkpointing=false"});
       const model::LlamaConfig model_config = training_model_config(restoring);
       const std::vector<model::WeightSpec> specs = model::llama_weight_specs(model_config);
       const auto n = static_cast<size_t>(model::total_numel(specs));
@@ -145,8 +148,8 @@ TEST_P(Reshard, RestoresOnEveryMesh) {
       EXPECT_TRUE(same_bits(state.adam_v, adam_v));
       restored.run();
 
-      const Config fresh = config_for(target, "uninterrupted_" + target.name,
-                                      {"enable_checkpointing=false"});
+      const Config fresh =
+          config_for(target, "uninterrupted_" + target.name, {"enable_checkpointing=false"});
       const Mesh fresh_mesh = mesh_over(fresh, group);
       Trainer uninterrupted(fresh, fresh_mesh, maxctx::kernels::backend(maxctx::Device::kCpu));
       uninterrupted.run();
@@ -162,11 +165,12 @@ TEST_P(Reshard, RestoresOnEveryMesh) {
                   uninterrupted.history()[i + 2].total_weights);
       }
       if (group.rank() == 0) {
-        std::printf("%s -> %s: state bit-identical, steps 2-3 loss %.9g %.9g (uninterrupted %.9g "
-                    "%.9g)\n",
-                    source.name.c_str(), target.name.c_str(), restored.history()[0].loss,
-                    restored.history()[1].loss, uninterrupted.history()[2].loss,
-                    uninterrupted.history()[3].loss);
+        std::printf(
+            "%s -> %s: state bit-identical, steps 2-3 loss %.9g %.9g (uninterrupted %.9g "
+            "%.9g)\n",
+            source.name.c_str(), target.name.c_str(), restored.history()[0].loss,
+            restored.history()[1].loss, uninterrupted.history()[2].loss,
+            uninterrupted.history()[3].loss);
       }
     }
     world.barrier();
@@ -183,7 +187,7 @@ TEST_P(Reshard, RestoresOnEveryMesh) {
       trainer.run();
       if (group.rank() == 0) {
         EXPECT_EQ(trainer.last_checkpoint_staged_bytes(),
-                  plan_training(config).memory.checkpoint_state);
+                  plan::plan_training(config).memory.checkpoint_state);
       }
       // Every element saved once: the ranks' staged bytes add up to the state's.
       int64_t total = trainer.last_checkpoint_staged_bytes();

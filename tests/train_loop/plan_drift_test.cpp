@@ -10,7 +10,7 @@
 #include "maxctx/mesh/mesh.h"
 #include "maxctx/mesh/root_task.h"
 #include "maxctx/mesh/traffic.h"
-#include "maxctx/train/step_plan.h"
+#include "maxctx/plan/step_plan.h"
 #include "maxctx/train/trainer.h"
 #include "support/mean_traffic.h"
 #include "train_support.h"
@@ -102,7 +102,7 @@ TEST_P(PlanDrift, PlanEqualsWhatOneStepAllocatesAndSends) {
        "max_target_length=48", "steps=1", "ici_fsdp_parallelism=1"});
   keys = testing::with_overrides(keys, c.keys);
   const Config config = load_config(testing::kBaseConfig, keys, world.size());
-  const TrainingPlan plan = plan_training(config);
+  const plan::TrainingPlan plan = plan::plan_training(config);
 
   MeshSpec spec;
   spec.ici = config.derived.ici_parallelism;
@@ -133,7 +133,7 @@ TEST_P(PlanDrift, PlanEqualsWhatOneStepAllocatesAndSends) {
   }
 
   const AllocatedMemory held = trainer.allocated_memory();
-  const TrainingMemory& m = plan.memory;
+  const plan::TrainingMemory& m = plan.memory;
   const int64_t accumulator = config.gradient_accumulation_steps > 1 ? m.gradients / 2 : 0;
   EXPECT_EQ(held.shards, m.parameters + m.optimizer + m.gradients - accumulator);
   EXPECT_EQ(held.attention_staging, m.attention_staging);

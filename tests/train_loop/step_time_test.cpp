@@ -1,12 +1,12 @@
-// The plan's step time (train/step_work.h, config/hardware_profile.h): the measured tables load
+// The plan's step time (plan/step_work.h, plan/hardware_profile.h): the measured tables load
 // and interpolate, every matmul of the step is in the work list (its forward FLOPs equal
 // MaxText's weight count), and a profile without tables gives the peak-rate roofline.
 #include <gtest/gtest.h>
 
 #include <fstream>
 
-#include "maxctx/config/hardware_profile.h"
-#include "maxctx/train/step_plan.h"
+#include "maxctx/plan/hardware_profile.h"
+#include "maxctx/plan/step_plan.h"
 #include "train_support.h"
 
 namespace maxctx::train {
@@ -27,15 +27,15 @@ vector_rates:
   rmsnorm: 1e9
 )";
 
-HardwareProfile write_and_load(const std::string& dir, const std::string& text) {
+plan::HardwareProfile write_and_load(const std::string& dir, const std::string& text) {
   const std::string path = dir + "/profile.yml";
   std::ofstream(path) << text;
-  return load_hardware_profile(path, "");
+  return plan::load_hardware_profile(path, "");
 }
 
 TEST(HardwareProfileTables, InterpolateInLogSizeAndHoldFlatBeyondTheEnds) {
   testing::SharedTempDir dir;
-  const HardwareProfile p = write_and_load(dir.path(), kProfile);
+  const plan::HardwareProfile p = write_and_load(dir.path(), kProfile);
   EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 64), 50e9);  // below the table
   EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 128), 50e9);
   EXPECT_DOUBLE_EQ(p.matmul_rate("float32", 256), 70e9);    // halfway in log2
@@ -46,7 +46,7 @@ TEST(HardwareProfileTables, InterpolateInLogSizeAndHoldFlatBeyondTheEnds) {
   EXPECT_DOUBLE_EQ(p.vector_seconds("rmsnorm", 2e9, 20), 2.0);
   EXPECT_DOUBLE_EQ(p.vector_seconds("swiglu", 1e9, 30), 3.0);  // unmeasured: bytes / bandwidth
   // What probe-hardware writes loads back to the same tables.
-  const HardwareProfile again = write_and_load(dir.path(), format_hardware_profile(p));
+  const plan::HardwareProfile again = write_and_load(dir.path(), plan::format_hardware_profile(p));
   EXPECT_EQ(again.matmul_by_size, p.matmul_by_size);
   EXPECT_EQ(again.attention_by_head_dim, p.attention_by_head_dim);
   EXPECT_EQ(again.vector_rates, p.vector_rates);
@@ -72,9 +72,9 @@ TEST(StepWork, ForwardMatmulFlopsEqualMaxTextsWeightCount) {
                                 {model, "per_device_batch_size=2", "max_target_length=64",
                                  "remat_policy=none", "sparse_matmul=true"});
     const Config config = load_config(testing::kBaseConfig, keys, 1);
-    const TrainingPlan plan = plan_training(config);
+    const plan::TrainingPlan plan = plan::plan_training(config);
     double forward = 0, backward = 0;
-    for (const MatmulWork& mm : plan.work.matmuls) {
+    for (const plan::MatmulWork& mm : plan.work.matmuls) {
       forward += mm.forward_flops();
       backward += mm.backward_flops();
     }
@@ -94,10 +94,10 @@ TEST(StepWork, RecomputationAddsTheProjectionsItDoesNotSave) {
         testing::tiny_training_overrides(dir.path(), "step_work"),
         {"per_device_batch_size=2", "max_target_length=64", "remat_policy=" + policy});
     const Config config = load_config(testing::kBaseConfig, keys, 1);
-    return std::pair{config, plan_training(config)};
+    return std::pair{config, plan::plan_training(config)};
   };
   const auto [config, full] = plan_with("full");
-  const TrainingPlan none = plan_with("none").second;
+  const plan::TrainingPlan none = plan_with("none").second;
   const double t = 2 * 64, E = double(config.derived.emb_dim),
                L = config.derived.num_decoder_layers;
   const double D = double(config.head_dim), F = double(config.derived.mlp_dim);
@@ -120,7 +120,8 @@ TEST(StepPlan, StateIsShardedOverFsdpTimesContextAndReplicatedOverData) {
         testing::tiny_training_overrides(dir.path(), "step_plan"),
         {"per_device_batch_size=1", "max_target_length=64", "ici_fsdp_parallelism=1"});
     keys = testing::with_overrides(keys, mesh);
-    const TrainingMemory m = plan_training(load_config(testing::kBaseConfig, keys, 4)).memory;
+    const plan::TrainingMemory m =
+        plan::plan_training(load_config(testing::kBaseConfig, keys, 4)).memory;
     return m.parameters + m.optimizer + m.gradients;
   };
   const int64_t replicated = state_bytes({"ici_data_parallelism=4"});
@@ -133,10 +134,10 @@ TEST(StepPlan, StateIsShardedOverFsdpTimesContextAndReplicatedOverData) {
 TEST(StepWork, ListsEveryVectorKernelTheProbeMeasures) {
   testing::SharedTempDir dir;
   const std::vector<std::string> keys = testing::tiny_training_overrides(dir.path(), "step_work");
-  const TrainingPlan plan = plan_training(load_config(testing::kBaseConfig, keys, 1));
+  const plan::TrainingPlan plan = plan::plan_training(load_config(testing::kBaseConfig, keys, 1));
   std::vector<std::string> ops;
-  for (const VectorWork& v : plan.work.vectors) ops.push_back(v.op);
-  EXPECT_EQ(ops, vector_ops());
+  for (const plan::VectorWork& v : plan.work.vectors) ops.push_back(v.op);
+  EXPECT_EQ(ops, plan::training_vector_ops());
 }
 
 }  // namespace

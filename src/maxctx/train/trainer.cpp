@@ -33,9 +33,9 @@
 #include "maxctx/train/profiler.h"
 #include "maxctx/train/recall.h"
 #include "maxctx/train/schedule.h"
-#include "maxctx/train/step_plan.h"
 #include "maxctx/train/text_data.h"
 #include "maxctx/train/train_step.h"
+#include "maxctx/train/training_axes.h"
 
 namespace maxctx::train {
 namespace {

@@ -49,7 +49,7 @@ struct ParameterMemory {
 };
 
 // What this rank's training buffers hold now, counted from the buffers (for the check of
-// `maxctx plan`, train/step_plan.h): the parameter shards with both moments and the gradient
+// `maxctx plan`, plan/step_plan.h): the parameter shards with both moments and the gradient
 // shard, the activations and workspace, the attention plan's staging buffers.
 struct AllocatedMemory {
   int64_t shards = 0;

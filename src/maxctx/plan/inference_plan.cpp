@@ -1,4 +1,4 @@
-#include "maxctx/infer/inference_plan.h"
+#include "maxctx/plan/inference_plan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,16 +6,16 @@
 #include <string_view>
 
 #include "maxctx/core/split.h"
-#include "maxctx/infer/inference_work.h"
 #include "maxctx/infer/microbenchmark.h"
 #include "maxctx/infer/model_source.h"
 #include "maxctx/model/inference.h"
 #include "maxctx/model/weights.h"
-#include "maxctx/parallel/collective_time.h"
 #include "maxctx/parallel/kv_cache.h"
 #include "maxctx/parallel/parallelize.h"
+#include "maxctx/plan/collective_time.h"
+#include "maxctx/plan/inference_work.h"
 
-namespace maxctx::infer {
+namespace maxctx::plan {
 namespace {
 
 // The dtype a table kind names: "int8_decode" -> "int8", "float32_forward" -> "float32".
@@ -71,13 +71,13 @@ InferencePlan plan_inference(const Config& c) {
   InferencePlan p;
   p.ca = dims.context_autoregressive;
   p.expert = dims.expert;
-  p.settings = inference_settings_from(c, p.ca, p.expert);
+  p.settings = infer::inference_settings_from(c, p.ca, p.expert);
   p.model = model::llama_config_from(c);
   const model::LlamaConfig& m = p.model;
   // The weights one rank holds, as the loader reads them (rank 0's of the expert × ca group:
   // experts split evenly, so every rank holds as many bytes).
   const std::vector<model::WeightSpec> specs =
-      inference_weight_specs(m, p.ca * p.expert, 0, p.ca, 0);
+      infer::inference_weight_specs(m, p.ca * p.expert, 0, p.ca, 0);
   const bool split = p.settings.decode == DecodeSharding::kSequence && p.ca > 1;
   for (const model::WeightSpec& s : specs) {
     if (s.numel() == 0) continue;  // another rank's expert
@@ -124,7 +124,7 @@ InferencePlan plan_inference(const Config& c) {
   const auto name_of = [&](std::initializer_list<Axis> axes) {
     const std::string name =
         group_trace_name(sizes, std::span<const Axis>(axes.begin(), axes.size()));
-    parallel::GroupLink link;
+    GroupLink link;
     for (Axis axis : axes) {
       link.ranks *= sizes[axis_index(axis)];
       link.dcn = link.dcn || shape.dcn[axis_index(axis)] > 1;
@@ -136,12 +136,12 @@ InferencePlan plan_inference(const Config& c) {
   layout.expert_axis = name_of({Axis::kExpert});
   layout.expert_group_axis = name_of({Axis::kExpert, Axis::kContextAutoregressive});
   p.decode = decode_work(m, p.settings, layout, specs);
-  for (int64_t length : microbenchmark_options(c).prefill_lengths) {
+  for (int64_t length : infer::microbenchmark_options(c).prefill_lengths) {
     p.prefill.push_back({length, prefill_work(m, p.settings, layout, specs, length)});
   }
   // The workspace, and the f32 logits of every slot and of this rank's group's slots.
   p.workspace_bytes = model::inference_workspace_bytes(
-                          m, InferenceEngine::workspace_rows(p.settings, p.ca, p.expert)) +
+                          m, infer::InferenceEngine::workspace_rows(p.settings, p.ca, p.expert)) +
                       (p.settings.slots + p.group_slots()) * m.vocab_size * int64_t{sizeof(float)};
   return p;
 }
@@ -158,7 +158,7 @@ InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& 
     point.matmul_seconds = compute.matmuls;
     point.attention_seconds = compute.attention;
     point.vector_seconds = compute.vectors;
-    point.communication_seconds = parallel::communication_seconds(work.traffic, p.groups, profile);
+    point.communication_seconds = communication_seconds(work.traffic, p.groups, profile);
     point.seconds =
         compute.matmuls + compute.attention + compute.vectors + point.communication_seconds;
     t.prefill.push_back(point);
@@ -172,8 +172,7 @@ InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& 
   t.decode_matmul_seconds = decode.matmuls;
   t.decode_attention_seconds = decode.attention;
   t.decode_vector_seconds = decode.vectors;
-  t.decode_communication_seconds =
-      parallel::communication_seconds(p.decode.traffic, p.groups, profile);
+  t.decode_communication_seconds = communication_seconds(p.decode.traffic, p.groups, profile);
   t.decode_step_seconds =
       decode.matmuls + decode.attention + decode.vectors + t.decode_communication_seconds;
   t.decode_bandwidth = bytes / t.decode_step_seconds;
@@ -181,4 +180,4 @@ InferenceTimes predict_inference(const InferencePlan& p, const HardwareProfile& 
   return t;
 }
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::plan

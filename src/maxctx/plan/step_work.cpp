@@ -1,4 +1,4 @@
-#include "maxctx/train/step_work.h"
+#include "maxctx/plan/step_work.h"
 
 #include <algorithm>
 
@@ -6,7 +6,7 @@
 #include "maxctx/model/moe_block.h"
 #include "maxctx/model/weights.h"
 
-namespace maxctx::train {
+namespace maxctx::plan {
 namespace {
 
 using parallel::WeightRole;
@@ -49,7 +49,7 @@ double MatmulWork::backward_flops() const {
   return 4.0 * double(rows) * double(inner) * double(cols) * double(calls);
 }
 
-const std::vector<std::string>& vector_ops() {
+const std::vector<std::string>& training_vector_ops() {
   static const std::vector<std::string> ops = {
       "rmsnorm",       "swiglu",   "rope",  "residual_add", "embedding",
       "cross_entropy", "accuracy", "adamw", "grad_norm",    "grad_clip"};
@@ -107,4 +107,4 @@ StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolic
   return w;
 }
 
-}  // namespace maxctx::train
+}  // namespace maxctx::plan

@@ -1,4 +1,4 @@
-#include "maxctx/train/step_plan.h"
+#include "maxctx/plan/step_plan.h"
 
 #include <algorithm>
 
@@ -16,8 +16,9 @@
 #include "maxctx/parallel/sharded_parameters.h"
 #include "maxctx/train/checkpoint_shards.h"
 #include "maxctx/train/initial_state.h"
+#include "maxctx/train/training_axes.h"
 
-namespace maxctx::train {
+namespace maxctx::plan {
 namespace {
 
 using parallel::ShardedParameters;
@@ -141,29 +142,13 @@ Traffic micro_batch_traffic(const model::LlamaConfig& m, const model::RematPolic
 
 }  // namespace
 
-parallel::ParallelDims check_training_axes(const Config& c, parallel::ParallelDims t) {
-  const int64_t batch = c.derived.global_batch_size_to_train_on;
-  if (batch % t.data_shards != 0) {
-    fail(
-        "the global batch of {} sequences (per_device_batch_size {} x {} devices) does not "
-        "split over data x fsdp x expert = {} x {} x {}; make it a multiple of {}",
-        batch, c.per_device_batch_size, c.derived.num_devices, t.data, t.fsdp, t.expert,
-        t.data_shards);
-  }
-  validate_batch(c, t.context);
-  check_context_split(c.max_target_length, t.context, c.context_parallel_load_balance);
-  return t;
-}
-
-AxisArray axis_sizes_of(const Config& c) { return parallel::planned_mesh_shape(c).axis_sizes(); }
-
 TrainingPlan plan_training(const Config& config) {
   const MeshShape shape = parallel::planned_mesh_shape(config);
   const AxisArray sizes = shape.axis_sizes();
   TrainingPlan p;
-  p.dims = check_training_axes(config, parallel::ParallelDims::training(sizes));
-  const model::LlamaConfig m = training_model_config(config);
-  const Config c = with_model_dimensions(config, m);
+  p.dims = train::check_training_axes(config, parallel::ParallelDims::training(sizes));
+  const model::LlamaConfig m = train::training_model_config(config);
+  const Config c = train::with_model_dimensions(config, m);
   const int tp = static_cast<int>(p.dims.tensor);
   const int ep = static_cast<int>(p.dims.expert);
   const std::vector<model::WeightSpec> specs = model::llama_weight_specs(m, tp, 0, ep, 0);
@@ -198,7 +183,7 @@ TrainingPlan plan_training(const Config& config) {
   p.memory.can_resume = c.enable_checkpointing || !c.load_full_state_path.empty();
   if (c.enable_checkpointing) {
     p.memory.checkpoint_state =
-        staged_checkpoint_bytes(specs, units, parallel::ReplicaPosition{}, m.weight_dtype);
+        train::staged_checkpoint_bytes(specs, units, parallel::ReplicaPosition{}, m.weight_dtype);
   }
   p.memory.async_checkpointing = c.async_checkpointing;
   const int64_t tokens = p.rows * p.local_seq;
@@ -296,4 +281,4 @@ StepTime predict_step_time(const TrainingPlan& plan, const Config& c,
   return t;
 }
 
-}  // namespace maxctx::train
+}  // namespace maxctx::plan

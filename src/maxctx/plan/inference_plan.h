@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "maxctx/config/config.h"
-#include "maxctx/config/hardware_profile.h"
 #include "maxctx/infer/engine.h"
-#include "maxctx/infer/inference_work.h"
 #include "maxctx/model/llama_config.h"
-#include "maxctx/parallel/collective_time.h"
+#include "maxctx/plan/collective_time.h"
+#include "maxctx/plan/hardware_profile.h"
+#include "maxctx/plan/inference_work.h"
 
-namespace maxctx::infer {
+namespace maxctx::plan {
 
 struct PrefillPoint {
   int64_t length = 0;  // prompt tokens
@@ -44,7 +44,7 @@ struct PrefillWork {
 struct InferencePlan {
   int64_t ca = 1;
   int64_t expert = 1;  // slot groups; a mixture's experts split over expert × ca
-  InferenceSettings settings;
+  infer::InferenceSettings settings;
   model::LlamaConfig model;
   int64_t weight_bytes = 0;        // the float weights, weight_dtype (int8: not the projections)
   int64_t int8_copy_bytes = 0;     // quantization=int8: codes and scales of the projections
@@ -54,8 +54,8 @@ struct InferencePlan {
   int64_t decode_cache_bytes = 0;  // cache rows a step reads at full length (this rank)
   int64_t group_slots() const { return settings.slots / expert; }  // this rank's group's
   StageWork decode;                                                // a decode step at full length
-  std::map<std::string, parallel::GroupLink> groups;  // the axes the stages' traffic uses
-  std::vector<PrefillWork> prefill;  // per inference_microbenchmark_prefill_lengths
+  std::map<std::string, GroupLink> groups;  // the axes the stages' traffic uses
+  std::vector<PrefillWork> prefill;         // per inference_microbenchmark_prefill_lengths
   int64_t total() const {
     return weight_bytes + int8_copy_bytes + kv_cache_bytes + workspace_bytes;
   }
@@ -76,4 +76,4 @@ struct InferenceTimes {
 InferencePlan plan_inference(const Config& config);
 InferenceTimes predict_inference(const InferencePlan& plan, const HardwareProfile& profile);
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::plan

@@ -1,5 +1,5 @@
 // What one rank computes in a prefill and in a decode step, kernel family by kernel family, for
-// the inference plan's times (inference_plan.h), as train/step_work.h does for a training step:
+// the inference plan's times (inference_plan.h), as plan/step_work.h does for a training step:
 // every weight this rank holds as a matmul at the shape the forward runs it (read from the
 // weight list the loader allocates), attention's FLOPs, and the element counts of the forward's
 // vector kernels. A hardware profile turns each into seconds: its measured tables where it has
@@ -21,7 +21,7 @@
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/weights.h"
 
-namespace maxctx::infer {
+namespace maxctx::plan {
 
 struct InferenceMatmul {
   int64_t rows = 0, inner = 0, cols = 0;  // (rows, inner) x (inner, cols), once per call
@@ -76,11 +76,11 @@ const std::vector<std::string>& inference_vector_ops();
 
 // A prefill of every slot's `length`-token prompt (this rank's 1/ca of each of its group's
 // slots) and a decode step at full length (max_target_length, this rank's cache rows), for the
-// weights `specs` this rank holds (inference_weight_specs).
-StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
+// weights `specs` this rank holds (infer::inference_weight_specs).
+StageWork prefill_work(const model::LlamaConfig& m, const infer::InferenceSettings& s,
                        const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs,
                        int64_t length);
-StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
+StageWork decode_work(const model::LlamaConfig& m, const infer::InferenceSettings& s,
                       const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs);
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::plan

@@ -13,7 +13,7 @@
 #include <map>
 #include <string>
 
-namespace maxctx {
+namespace maxctx::plan {
 
 struct LinkSpeed {
   double bandwidth = 0;  // bytes/s a device sends (and receives) at once
@@ -65,8 +65,8 @@ struct HardwareProfile {
   // "_decode_cached" as for the matmuls.
   std::map<std::string, std::map<int64_t, double>> attention_by_head_dim;
   // Elements per second of the engine's vector kernels: a training step's forward and backward
-  // together (train/step_work.h vector_ops()) and inference's forward alone
-  // (infer/inference_work.h inference_vector_ops()).
+  // together (plan/step_work.h training_vector_ops()) and inference's forward alone
+  // (plan/inference_work.h inference_vector_ops()).
   std::map<std::string, double> vector_rates;
   // Seconds one call costs beside its work, for the kernels a decode step calls on a few rows
   // (kinds: "<int8 | dtype>_decode" matmuls, "quantize_rows"): dispatch, setup and the
@@ -95,4 +95,4 @@ HardwareProfile load_hardware_profile(const std::string& name_or_path,
 // The YAML of a profile (what probe-hardware writes; load_hardware_profile reads it back).
 std::string format_hardware_profile(const HardwareProfile& profile);
 
-}  // namespace maxctx
+}  // namespace maxctx::plan

@@ -8,10 +8,10 @@
 #include <map>
 #include <string>
 
-#include "maxctx/config/hardware_profile.h"
 #include "maxctx/mesh/traffic.h"
+#include "maxctx/plan/hardware_profile.h"
 
-namespace maxctx::parallel {
+namespace maxctx::plan {
 
 // A communicator a run uses: its ranks and whether it crosses nodes (a dcn factor > 1).
 struct GroupLink {
@@ -24,4 +24,4 @@ struct GroupLink {
 double communication_seconds(const Traffic& traffic, const std::map<std::string, GroupLink>& groups,
                              const HardwareProfile& profile);
 
-}  // namespace maxctx::parallel
+}  // namespace maxctx::plan

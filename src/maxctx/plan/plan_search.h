@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "maxctx/config/hardware_profile.h"
-#include "maxctx/train/step_plan.h"
+#include "maxctx/plan/hardware_profile.h"
+#include "maxctx/plan/step_plan.h"
 
-namespace maxctx::train {
+namespace maxctx::plan {
 
 struct PlanCandidate {
   int64_t data = 1, fsdp = 1, context = 1, expert = 1, tensor = 1;
@@ -38,4 +38,4 @@ nlohmann::json search_json(const std::vector<PlanCandidate>& candidates);
 std::string search_table(const std::vector<PlanCandidate>& candidates,
                          const HardwareProfile& profile);
 
-}  // namespace maxctx::train
+}  // namespace maxctx::plan

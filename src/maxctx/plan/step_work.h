@@ -12,7 +12,7 @@
 #include "maxctx/model/llama_config.h"
 #include "maxctx/model/remat.h"
 
-namespace maxctx::train {
+namespace maxctx::plan {
 
 struct MatmulWork {
   int64_t rows = 0, inner = 0, cols = 0;  // (rows, inner) x (inner, cols) per call
@@ -37,7 +37,7 @@ struct StepWork {
 };
 
 // The vector kernels StepWork counts, in the order probe-hardware measures them.
-const std::vector<std::string>& vector_ops();
+const std::vector<std::string>& training_vector_ops();
 
 // Where one rank's micro-batch sits in the mesh.
 struct StepShape {
@@ -55,4 +55,4 @@ StepWork training_step_work(const model::LlamaConfig& m, const model::RematPolic
                             const StepShape& shape, int64_t micro_batches, int64_t parameter_shard,
                             bool clipping);
 
-}  // namespace maxctx::train
+}  // namespace maxctx::plan

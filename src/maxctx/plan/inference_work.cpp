@@ -1,4 +1,4 @@
-#include "maxctx/infer/inference_work.h"
+#include "maxctx/plan/inference_work.h"
 
 #include <algorithm>
 
@@ -9,7 +9,7 @@
 #include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/parallelize.h"
 
-namespace maxctx::infer {
+namespace maxctx::plan {
 namespace {
 
 using parallel::WeightRole;
@@ -39,8 +39,8 @@ struct Shape {
   std::string suffix;         // matmul kind suffix: "" (prefill) or "_decode"
 };
 
-void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSettings& s, int64_t ca,
-                 const std::vector<model::WeightSpec>& specs, const Shape& shape) {
+void add_matmuls(StageWork& w, const model::LlamaConfig& m, const infer::InferenceSettings& s,
+                 int64_t ca, const std::vector<model::WeightSpec>& specs, const Shape& shape) {
   const std::string dtype(dtype_config_name(m.dtype));
   double quantized_elements = 0, quantized_calls = 0;
   for (const model::WeightSpec& spec : specs) {
@@ -72,7 +72,7 @@ void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSetti
 }
 
 // The norms, SwiGLU, RoPE, residual adds, embedding and the cache's quantization over `tokens`.
-void add_vectors(StageWork& w, const model::LlamaConfig& m, const InferenceSettings& s,
+void add_vectors(StageWork& w, const model::LlamaConfig& m, const infer::InferenceSettings& s,
                  int64_t tokens) {
   const auto n = static_cast<double>(tokens);
   const auto E = static_cast<double>(m.emb_dim);
@@ -154,7 +154,7 @@ bool int8_quantized(const model::WeightSpec& s) {
 }
 
 bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  // A head split over the vocabulary already is this rank's part (inference_weight_specs).
+  // A head split over the vocabulary already is this rank's part (infer::inference_weight_specs).
   if (s.role == WeightRole::kOutputHead) return s.rows == s.global_rows;
   return !m.moe && s.layer >= 0 && named(s, ".mlp.");
 }
@@ -172,7 +172,7 @@ const std::vector<std::string>& inference_vector_ops() {
   return ops;
 }
 
-StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
+StageWork prefill_work(const model::LlamaConfig& m, const infer::InferenceSettings& s,
                        const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs,
                        int64_t length) {
   StageWork w;
@@ -192,10 +192,10 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
   w.attention_flops = static_cast<double>(slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
   w.attention_bytes = static_cast<double>(slots) * P * 2 *
                       static_cast<double>(m.kv_dim() * m.num_layers) * dtype_size(m.dtype);
-  // A chunked prefill runs its slots in passes (InferenceEngine::prefill_pass_slots), each
+  // A chunked prefill runs its slots in passes (infer::InferenceEngine::prefill_pass_slots), each
   // with its own collectives.
   const int64_t S = length / ca;
-  const int64_t per_pass = InferenceEngine::prefill_pass_slots(s, ca, layout.expert, S);
+  const int64_t per_pass = infer::InferenceEngine::prefill_pass_slots(s, ca, layout.expert, S);
   for (int64_t first = 0; first < slots; first += per_pass) {
     const int64_t pass = std::min(per_pass, slots - first);
     if (ca > 1) {
@@ -222,7 +222,7 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
   return w;
 }
 
-StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
+StageWork decode_work(const model::LlamaConfig& m, const infer::InferenceSettings& s,
                       const InferenceLayout& layout, const std::vector<model::WeightSpec>& specs) {
   StageWork w;
   const int64_t ca = layout.ca, slots = layout.group_slots;
@@ -275,4 +275,4 @@ StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
   return w;
 }
 
-}  // namespace maxctx::infer
+}  // namespace maxctx::plan

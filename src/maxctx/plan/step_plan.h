@@ -17,22 +17,15 @@
 #include <string>
 
 #include "maxctx/config/config.h"
-#include "maxctx/config/hardware_profile.h"
 #include "maxctx/mesh/mesh_shape.h"
 #include "maxctx/mesh/traffic.h"
-#include "maxctx/parallel/collective_time.h"
 #include "maxctx/parallel/parallelize.h"
+#include "maxctx/plan/collective_time.h"
+#include "maxctx/plan/hardware_profile.h"
+#include "maxctx/plan/step_work.h"
 #include "maxctx/train/metrics.h"
-#include "maxctx/train/step_work.h"
 
-namespace maxctx::train {
-
-// The trainer's checks of a config on its training axes (data × fsdp split of the batch,
-// fractional batch only under context, S splittable over context): maxctx::Error naming keys.
-parallel::ParallelDims check_training_axes(const Config& config, parallel::ParallelDims dims);
-
-// The axis sizes of a resolved config (ici × dcn per axis, axis.h order).
-AxisArray axis_sizes_of(const Config& config);
+namespace maxctx::plan {
 
 struct TrainingMemory {        // bytes on one rank
   int64_t parameters = 0;      // the master weights' fsdp shard (weight_dtype)
@@ -95,9 +88,6 @@ struct TrainingMemory {        // bytes on one rank
   }
 };
 
-using parallel::communication_seconds;
-using parallel::GroupLink;
-
 struct StepTime {
   double matmul_seconds = 0;     // every weight's matmuls at its shape (StepWork)
   double attention_seconds = 0;  // with the remat policy's recomputation
@@ -125,4 +115,4 @@ TrainingPlan plan_training(const Config& config);
 StepTime predict_step_time(const TrainingPlan& plan, const Config& config,
                            const HardwareProfile& profile);
 
-}  // namespace maxctx::train
+}  // namespace maxctx::plan

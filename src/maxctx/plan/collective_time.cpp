@@ -1,8 +1,8 @@
-#include "maxctx/parallel/collective_time.h"
+#include "maxctx/plan/collective_time.h"
 
 #include "maxctx/core/check.h"
 
-namespace maxctx::parallel {
+namespace maxctx::plan {
 
 double communication_seconds(const Traffic& traffic, const std::map<std::string, GroupLink>& groups,
                              const HardwareProfile& profile) {
@@ -44,4 +44,4 @@ double communication_seconds(const Traffic& traffic, const std::map<std::string,
   return seconds;
 }
 
-}  // namespace maxctx::parallel
+}  // namespace maxctx::plan

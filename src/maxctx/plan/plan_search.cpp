@@ -1,4 +1,4 @@
-#include "maxctx/train/plan_search.h"
+#include "maxctx/plan/plan_search.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "maxctx/model/remat.h"
 #include "maxctx/train/initial_state.h"
 
-namespace maxctx::train {
+namespace maxctx::plan {
 namespace {
 
 std::vector<std::string> remat_policies() {
@@ -55,7 +55,7 @@ bool plan_candidate(const std::string& config_path, const std::vector<std::strin
   keys.push_back("remat_policy=" + c.remat_policy);
   try {
     const Config config = load_config(config_path, keys, n);
-    if (c.expert > 1 && !training_model_config(config).moe) return false;
+    if (c.expert > 1 && !train::training_model_config(config).moe) return false;
     TrainingPlan plan = plan_training(config);
     plan.memory.set_host_is_device(profile.host_memory);
     c.peak_bytes = plan.memory.peak() + static_cast<int64_t>(profile.runtime_bytes);
@@ -156,4 +156,4 @@ std::string search_table(const std::vector<PlanCandidate>& candidates,
   return s;
 }
 
-}  // namespace maxctx::train
+}  // namespace maxctx::plan

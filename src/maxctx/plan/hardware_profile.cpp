@@ -1,4 +1,4 @@
-#include "maxctx/config/hardware_profile.h"
+#include "maxctx/plan/hardware_profile.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -9,7 +9,7 @@
 #include "maxctx/core/check.h"
 #include "maxctx/core/input_file.h"
 
-namespace maxctx {
+namespace maxctx::plan {
 namespace {
 
 double number_at(const YAML::Node& node, const std::string& key, const std::string& file) {
@@ -253,4 +253,4 @@ std::string format_hardware_profile(const HardwareProfile& p) {
          detail;
 }
 
-}  // namespace maxctx
+}  // namespace maxctx::plan
