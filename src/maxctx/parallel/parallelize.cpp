@@ -135,7 +135,7 @@ TrainingParallelPlans parallelize_training(const Config& c, const Mesh& mesh,
   if (dims.tensor == 1) {
     plans.tensor = std::make_unique<NoTensorReduction>();
   } else {
-    plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor));
+    plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor), kernels.stream());
   }
   if (shard_parameters != nullptr) {
     plans.parameters = std::make_unique<ShardedParameters>(
@@ -150,14 +150,15 @@ TrainingParallelPlans parallelize_training(const Config& c, const Mesh& mesh,
   plans.model.tensor_size = static_cast<int>(dims.tensor);
   plans.model.tensor_rank = dims.tensor_rank;
   if (dims.context > 1) {
-    plans.sequence = std::make_unique<TensorAllReduce>(context);  // sums over the axis given
+    plans.sequence =
+        std::make_unique<TensorAllReduce>(context, kernels.stream());  // sums over the axis given
     plans.model.sequence = plans.sequence.get();
     plans.chunks =
         std::make_unique<ContextSequenceChunks>(context, c.context_parallel_load_balance);
     plans.model.chunks = plans.chunks.get();
   }
   if (dims.expert > 1) {
-    plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert));
+    plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert), kernels.stream());
     plans.model.experts = plans.experts.get();
   }
   return plans;
@@ -221,7 +222,7 @@ InferenceParallelPlans parallelize_inference(const InferenceSharding& s, const M
   const Communicator& experts = inference_expert_group(mesh);
   if (s.num_experts > 0 && experts.size() > 1) {
     if (inference_expert_ranks(s.num_experts, experts.size()) == experts.size()) {
-      plans.experts = std::make_unique<ExpertAllToAll>(experts);
+      plans.experts = std::make_unique<ExpertAllToAll>(experts, kernels.stream());
     } else {
       log::info(
           "expert x context_autoregressive = {} ranks do not divide num_experts = {}: every rank "
