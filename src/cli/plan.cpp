@@ -106,17 +106,12 @@ nlohmann::json traffic_json(const Traffic& t) {
   return j;
 }
 
-std::string mesh_text(const parallel::ParallelDims& d) {
-  return fmt::format("data={} fsdp={} context={} context_autoregressive={} tensor={} expert={}",
-                     d.data, d.fsdp, d.context, d.context_autoregressive, d.tensor, d.expert);
-}
-
 nlohmann::json training_json(const Config& c, const plan::TrainingPlan& p, const plan::StepTime& t,
                              const plan::HardwareProfile& hw) {
   const plan::TrainingMemory& m = p.memory;
   return {{"mode", "train"},
           {"model_name", c.model_name},
-          {"mesh", mesh_text(p.dims)},
+          {"mesh", p.dims.text()},
           {"num_devices", c.derived.num_devices},
           {"remat_policy", c.remat_policy},
           {"num_vocab_tiling", c.num_vocab_tiling},
@@ -164,8 +159,8 @@ std::string training_table(const Config& c, const plan::TrainingPlan& p, const p
   std::string s = fmt::format(
       "plan: train {} on {} devices ({}), remat_policy={} dtype={} weight_dtype={}\n"
       "per rank: {} sequences x {} tokens\n\nmemory per rank\n",
-      c.model_name, c.derived.num_devices, mesh_text(p.dims), c.remat_policy, c.dtype,
-      c.weight_dtype, p.rows, p.local_seq);
+      c.model_name, c.derived.num_devices, p.dims.text(), c.remat_policy, c.dtype, c.weight_dtype,
+      p.rows, p.local_seq);
   const auto row = [&](const char* name, int64_t bytes) {
     s += fmt::format("  {:<22}{:>14}\n", name, gib(static_cast<double>(bytes)));
   };

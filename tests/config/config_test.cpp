@@ -2,6 +2,7 @@
 // derived values, every error path, and the docs/config.md <-> keys.h agreement.
 #include "maxctx/config/config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "maxctx/core/check.h"
+#include "maxctx/mesh/axis.h"
 
 namespace maxctx {
 namespace {
@@ -488,6 +490,23 @@ TEST(Config, InferenceInheritsBase) {
   EXPECT_EQ(c.context_parallel_strategy, "all_gather");  // from base.yml
   EXPECT_EQ(c.derived.global_batch_size_to_train_on, 2);
   EXPECT_EQ(c.derived.ici_parallelism[3], -1);
+}
+
+// The derived degree arrays are built from the one axis list (core/mesh_axes.h): each axis's
+// slot holds its own ici_/dcn_<axis>_parallelism key, in the mesh's axis order.
+TEST(Config, MeshDegreesFollowTheAxisList) {
+  std::vector<std::string> keys;
+  for (Axis axis : kAllAxes) {
+    const int64_t value = 10 + static_cast<int64_t>(axis_index(axis));
+    keys.push_back(fmt::format("ici_{}_parallelism={}", axis_name(axis), value));
+    keys.push_back(fmt::format("dcn_{}_parallelism={}", axis_name(axis), value + 10));
+  }
+  const Config c = load_config(kBase, keys, 1);
+  for (Axis axis : kAllAxes) {
+    const int64_t value = 10 + static_cast<int64_t>(axis_index(axis));
+    EXPECT_EQ(c.derived.ici_parallelism[axis_index(axis)], value) << axis_name(axis);
+    EXPECT_EQ(c.derived.dcn_parallelism[axis_index(axis)], value + 10) << axis_name(axis);
+  }
 }
 
 TEST(Config, DocsMatchTheDeclarationList) {

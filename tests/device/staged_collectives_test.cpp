@@ -56,34 +56,34 @@ TEST(StagedCollectives, EveryVerbEqualsTheHostVerb) {
 
   {  // all_gather
     const Pair mine(values(5, 1)), out(std::vector<float>(5 * n, 0.0f));
-    host.all_gather(mine.host.view(), out.host.view());
-    staged.all_gather(mine.dev.view(), out.dev.view());
+    host.all_gather(mine.host.view(), out.host.view(), Stream());
+    staged.all_gather(mine.dev.view(), out.dev.view(), device().stream());
     EXPECT_EQ(out.host_values(), out.dev_values());
   }
   {  // all_gather_uneven
     const int64_t total = 7;
     const Pair mine(values(split_count(total, n, me), 2)), out(std::vector<float>(total, 0.0f));
-    host.all_gather_uneven(mine.host.view(), out.host.view());
-    staged.all_gather_uneven(mine.dev.view(), out.dev.view());
+    host.all_gather_uneven(mine.host.view(), out.host.view(), Stream());
+    staged.all_gather_uneven(mine.dev.view(), out.dev.view(), device().stream());
     EXPECT_EQ(out.host_values(), out.dev_values());
   }
   {  // reduce_scatter
     const int64_t total = 9;
     const Pair in(values(total, 3)), out(std::vector<float>(split_count(total, n, me), 0.0f));
-    host.reduce_scatter(in.host.view(), out.host.view());
-    staged.reduce_scatter(in.dev.view(), out.dev.view());
+    host.reduce_scatter(in.host.view(), out.host.view(), Stream());
+    staged.reduce_scatter(in.dev.view(), out.dev.view(), device().stream());
     EXPECT_EQ(out.host_values(), out.dev_values());
   }
   {  // all_reduce
     const Pair x(values(6, 4));
-    host.all_reduce(x.host.view(), ReduceOp::kSum);
-    staged.all_reduce(x.dev.view(), ReduceOp::kSum);
+    host.all_reduce(x.host.view(), ReduceOp::kSum, Stream());
+    staged.all_reduce(x.dev.view(), ReduceOp::kSum, device().stream());
     EXPECT_EQ(x.host_values(), x.dev_values());
   }
   {  // all_to_all
     const Pair in(values(3 * n, 5)), out(std::vector<float>(3 * n, 0.0f));
-    host.all_to_all(in.host.view(), out.host.view());
-    staged.all_to_all(in.dev.view(), out.dev.view());
+    host.all_to_all(in.host.view(), out.host.view(), Stream());
+    staged.all_to_all(in.dev.view(), out.dev.view(), device().stream());
     EXPECT_EQ(out.host_values(), out.dev_values());
   }
   {  // all_to_allv: rank p sends p + 1 elements to every rank
@@ -91,8 +91,8 @@ TEST(StagedCollectives, EveryVerbEqualsTheHostVerb) {
     std::iota(recv.begin(), recv.end(), 1);
     const Pair in(values((me + 1) * n, 6));
     const Pair out(std::vector<float>(std::accumulate(recv.begin(), recv.end(), int64_t{0}), 0.0f));
-    host.all_to_allv(in.host.view(), send, out.host.view(), recv);
-    staged.all_to_allv(in.dev.view(), send, out.dev.view(), recv);
+    host.all_to_allv(in.host.view(), send, out.host.view(), recv, Stream());
+    staged.all_to_allv(in.dev.view(), send, out.dev.view(), recv, device().stream());
     EXPECT_EQ(out.host_values(), out.dev_values());
   }
 }
@@ -104,8 +104,8 @@ TEST(StagedCollectives, PointToPointAndMixedWaits) {
   const int next = (me + 1) % n, prev = (me + n - 1) % n;
   {  // send_recv around the ring
     const Pair send(values(4, 7)), recv(std::vector<float>(4, 0.0f));
-    host.send_recv(send.host.view(), next, recv.host.view(), prev, 3);
-    staged.send_recv(send.dev.view(), next, recv.dev.view(), prev, 3);
+    host.send_recv(send.host.view(), next, recv.host.view(), prev, 3, Stream());
+    staged.send_recv(send.dev.view(), next, recv.dev.view(), prev, 3, device().stream());
     EXPECT_EQ(recv.host_values(), recv.dev_values());
   }
   {  // isend/irecv of device views waited together with host ones (the ring's K/V and ids)
@@ -113,12 +113,12 @@ TEST(StagedCollectives, PointToPointAndMixedWaits) {
     const std::vector<int32_t> ids_out = {me, me + 10};
     std::vector<int32_t> ids_in(2, -1);
     std::vector<Request> in_flight;
-    in_flight.push_back(staged.isend(send.dev.view(), next, 1));
+    in_flight.push_back(staged.isend(send.dev.view(), next, 1, device().stream()));
     in_flight.push_back(staged.isend(std::span<const int32_t>(ids_out), next, 2));
-    in_flight.push_back(staged.irecv(recv.dev.view(), prev, 1));
+    in_flight.push_back(staged.irecv(recv.dev.view(), prev, 1, device().stream()));
     in_flight.push_back(staged.irecv(std::span<int32_t>(ids_in), prev, 2));
     wait_all(in_flight);
-    host.send_recv(send.host.view(), next, recv.host.view(), prev, 1);
+    host.send_recv(send.host.view(), next, recv.host.view(), prev, 1, Stream());
     EXPECT_EQ(recv.host_values(), recv.dev_values());
     EXPECT_EQ(ids_in, (std::vector<int32_t>{prev, prev + 10}));
   }

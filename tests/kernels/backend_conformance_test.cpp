@@ -502,6 +502,28 @@ void add_attention_cases(std::vector<OpCase>& cases) {
            }});
     }
   }
+  // A cache long enough for a device to split it into key blocks (kernels/decode_split.h: 5003
+  // keys for 16 query rows, blocks that do not divide it), a sliding window leaving the first
+  // blocks empty, and a first batch row that sees only the keys up to 3000.
+  const AttentionParams long_p = params(2, 1, 5003, 8, 2, 64, 3500);
+  const AttentionLayout long_cache{
+      "long_cache", long_p, {3000, 5002}, {1, 1}, repeat(iota(long_p.seq_k), 2), ones(2 * 5003)};
+  for (DType cache_t : kFloats) {
+    cases.push_back(
+        {"single_query_attention_long_cache_" + dtypes(cache_t, DType::kF32), [=](Side& s) {
+           const AttentionShapes shape(long_cache.p);
+           const TensorView q = s.random("q", shape.q, DType::kF32);
+           const TensorView k = s.random("k", shape.kv, cache_t);
+           const TensorView v = s.random("v", shape.kv, cache_t);
+           const TensorView out = s.zeros(shape.q, DType::kF32);
+           const TensorView lse = s.zeros(shape.lse, DType::kF32);
+           s.k.single_query_attention(out, lse, q, k, v, s.ids(long_cache.q_pos),
+                                      s.ids(long_cache.q_seg), s.ids(long_cache.k_pos),
+                                      s.ids(long_cache.k_seg), long_cache.p);
+           s.expect("out", out, long_cache.p.head_dim, Metric::kRowRelative, 1e-5);
+           s.expect("lse", lse, 1, Metric::kRowRelative, 1e-5);
+         }});
+  }
   cases.push_back({"single_query_attention_int8_cache", [=](Side& s) {
                      const AttentionShapes shape(decode.p);
                      const int64_t rows = decode.p.batch * decode.p.seq_k;

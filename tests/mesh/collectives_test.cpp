@@ -377,7 +377,7 @@ TEST_F(CollectivesTest, TensorViewsGatherScatterReduceAndExchange) {
   Tensor mine(Shape{1, m});
   for (int64_t i = 0; i < m; ++i) mine.data<float>()[i] = static_cast<float>(r_ * 1000 + i);
   Tensor gathered(Shape{n_, m});
-  world_.all_gather(mine.view(), gathered.view());
+  world_.all_gather(mine.view(), gathered.view(), Stream());
   for (int64_t g = 0; g < n_ * m; ++g) {
     ASSERT_EQ(gathered.data<float>()[g], static_cast<float>((g / m) * 1000 + g % m));
   }
@@ -386,12 +386,12 @@ TEST_F(CollectivesTest, TensorViewsGatherScatterReduceAndExchange) {
   Tensor in(Shape{total});
   for (int64_t i = 0; i < total; ++i) in.data<float>()[i] = static_cast<float>(r_ * 1000 + i);
   Tensor block(Shape{split_count(total, n_, r_)});
-  world_.reduce_scatter(in.view(), block.view());
+  world_.reduce_scatter(in.view(), block.view(), Stream());
   for (int64_t j = 0; j < block.numel(); ++j) {
     const int64_t g = split_offset(total, n_, r_) + j;
     ASSERT_EQ(block.data<float>()[j], static_cast<float>(1000 * n_ * (n_ - 1) / 2 + n_ * g));
   }
-  world_.all_reduce(in.view(), ReduceOp::kMax);
+  world_.all_reduce(in.view(), ReduceOp::kMax, Stream());
   for (int64_t i = 0; i < total; ++i) {
     ASSERT_EQ(in.data<float>()[i], static_cast<float>((n_ - 1) * 1000 + i));
   }
@@ -399,7 +399,7 @@ TEST_F(CollectivesTest, TensorViewsGatherScatterReduceAndExchange) {
   Tensor bits(Shape{m}, DType::kBF16);
   for (int64_t i = 0; i < m; ++i) bits.data<bf16>()[i] = float_to_bf16(r_ + 0.5f * i);
   Tensor all_bits(Shape{n_, m}, DType::kBF16);
-  world_.all_gather(bits.view(), all_bits.view());
+  world_.all_gather(bits.view(), all_bits.view(), Stream());
   for (int64_t g = 0; g < n_ * m; ++g) {
     ASSERT_EQ(all_bits.data<bf16>()[g].bits, float_to_bf16((g / m) + 0.5f * (g % m)).bits);
   }
@@ -407,7 +407,7 @@ TEST_F(CollectivesTest, TensorViewsGatherScatterReduceAndExchange) {
   Tensor codes(Shape{n_, 3}, DType::kI8);
   for (int64_t i = 0; i < 3 * n_; ++i) codes.data<int8_t>()[i] = static_cast<int8_t>(r_ - i);
   Tensor exchanged(Shape{n_, 3}, DType::kI8);
-  world_.all_to_all(codes.view(), exchanged.view());
+  world_.all_to_all(codes.view(), exchanged.view(), Stream());
   for (int p = 0; p < n_; ++p) {
     for (int64_t i = 0; i < 3; ++i) {
       ASSERT_EQ(exchanged.data<int8_t>()[p * 3 + i], static_cast<int8_t>(p - (r_ * 3 + i)));
@@ -417,15 +417,16 @@ TEST_F(CollectivesTest, TensorViewsGatherScatterReduceAndExchange) {
 
 TEST_F(CollectivesTest, TensorViewDtypeMismatchesAreCheckFailures) {
   Tensor f32(Shape{n_}), bf16s(Shape{n_}, DType::kBF16), out_bf16(Shape{n_ * n_}, DType::kBF16);
-  const std::string mixed = check_message([&] { world_.all_gather(f32.view(), out_bf16.view()); });
+  const std::string mixed =
+      check_message([&] { world_.all_gather(f32.view(), out_bf16.view(), Stream()); });
   EXPECT_NE(mixed.find("f32 and bf16"), std::string::npos) << mixed;
   const std::string reduced =
-      check_message([&] { world_.all_reduce(bf16s.view(), ReduceOp::kSum); });
+      check_message([&] { world_.all_reduce(bf16s.view(), ReduceOp::kSum, Stream()); });
   EXPECT_NE(reduced.find("reduce bf16 as f32"), std::string::npos) << reduced;
   if (n_ > 1) {  // every count splits into one block
     Tensor uneven(Shape{n_ + 1}), uneven_out(Shape{n_ + 1});
     const std::string blocks =
-        check_message([&] { world_.all_to_all(uneven.view(), uneven_out.view()); });
+        check_message([&] { world_.all_to_all(uneven.view(), uneven_out.view(), Stream()); });
     EXPECT_NE(blocks.find("equal blocks"), std::string::npos) << blocks;
   }
   world_.barrier();

@@ -79,7 +79,10 @@ class NcclCommunicatorTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     world_ = new Communicator(Communicator::world());
-    nccl_ = new Communicator(make_nccl_communicator(*world_, g_device));
+    // The span verbs on device memory run on the stream the buffers' copies use (cudaMemcpy:
+    // the legacy default stream).
+    nccl_ = new Communicator(
+        make_nccl_communicator(*world_, g_device).on(Stream(Device::kCuda, cudaStreamLegacy)));
   }
   static void TearDownTestSuite() {
     delete nccl_;
@@ -256,9 +259,10 @@ TYPED_TEST(NcclReduceTest, ReduceScatterEvenAndUnevenEqualsMpi) {
   }
 }
 
-// The backend's stream must wait for work still queued on the default stream: an upload enqueued
-// there without any synchronisation is what the all_reduce reads.
-TEST_F(NcclCommunicatorTest, FollowsTheDefaultStream) {
+// The backend's stream must wait for work still queued on the verb's stream (here the legacy
+// default stream): an upload enqueued there without any synchronisation is what the all_reduce
+// reads.
+TEST_F(NcclCommunicatorTest, FollowsTheLegacyDefaultStream) {
   const size_t n = size_t{16} << 20;  // 64 MiB: the copy is still running when the verb starts
   std::vector<float> host(n);
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000);
@@ -269,6 +273,24 @@ TEST_F(NcclCommunicatorTest, FollowsTheDefaultStream) {
           "copy");
   nccl().all_reduce<float>(data.span(), ReduceOp::kMax);
   EXPECT_EQ(data.download(), host);
+}
+
+// The same on a stream of the caller's that does not synchronize with the legacy default stream:
+// a backend that followed the default stream instead of the given one would read the zeros.
+TEST_F(NcclCommunicatorTest, FollowsTheStreamItIsGiven) {
+  const size_t n = size_t{16} << 20;
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000 + 1);
+  DeviceBuffer<float> data(n);
+  cudaStream_t own = nullptr;
+  cuda_ok(cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking), "stream create");
+  cuda_ok(cudaMemsetAsync(data.data(), 0, n * sizeof(float), own), "memset");
+  cuda_ok(cudaMemcpyAsync(data.data(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice, own),
+          "copy");
+  nccl().on(Stream(Device::kCuda, own)).all_reduce<float>(data.span(), ReduceOp::kMax);
+  cuda_ok(cudaStreamSynchronize(own), "stream synchronize");
+  EXPECT_EQ(data.download(), host);
+  cuda_ok(cudaStreamDestroy(own), "stream destroy");
 }
 
 TEST_F(NcclCommunicatorTest, SplitAndBarrier) {
@@ -285,9 +307,9 @@ TEST_F(NcclCommunicatorTest, SplitAndBarrier) {
   nccl().barrier();
 }
 
-// Host memory and bf16 reductions are refused with one clear line (the check handler throws here
-// instead of ending the job).
-TEST_F(NcclCommunicatorTest, RefusesHostMemoryAndBf16Reductions) {
+// Host memory, bf16 reductions and the host's stream are refused with one clear line (the check
+// handler throws here instead of ending the job).
+TEST_F(NcclCommunicatorTest, RefusesHostMemoryBf16ReductionsAndHostStreams) {
   set_check_handler([](const std::string& message) { throw std::runtime_error(message); });
   std::vector<float> host(10, 1.0f);
   try {
@@ -302,6 +324,13 @@ TEST_F(NcclCommunicatorTest, RefusesHostMemoryAndBf16Reductions) {
     ADD_FAILURE() << "a bf16 reduction was accepted";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("reduce bf16 as f32"), std::string::npos) << e.what();
+  }
+  DeviceBuffer<float> on_device(10);
+  try {
+    nccl().on(Stream()).all_reduce<float>(on_device.span(), ReduceOp::kSum);
+    ADD_FAILURE() << "the host's stream was accepted for device memory";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs on a CUDA stream"), std::string::npos) << e.what();
   }
   set_check_handler({});
 }

@@ -92,7 +92,7 @@ void expect_matches_one_rank(const LlamaConfig& c, bool skewed) {
   }
   const std::vector<float> d_out = random_values(kB * kS * kE, 200 + rank, 1.0f);
   const Result one = run(c, params, x, d_out, nullptr);
-  parallel::ExpertAllToAll exchange(world);
+  parallel::ExpertAllToAll exchange(world, cpu().stream());
   const Result split = run(c, params, x, d_out, &exchange);
 
   const int64_t n = kB * kS * kE;

@@ -440,12 +440,13 @@ void validate_and_derive(Config& c, int64_t num_devices) {
   }
   d.global_batch_size_to_train_on = static_cast<int64_t>(rounded);
 
-  d.ici_parallelism = {c.ici_data_parallelism,    c.ici_fsdp_parallelism,
-                       c.ici_context_parallelism, c.ici_context_autoregressive_parallelism,
-                       c.ici_tensor_parallelism,  c.ici_expert_parallelism};
-  d.dcn_parallelism = {c.dcn_data_parallelism,    c.dcn_fsdp_parallelism,
-                       c.dcn_context_parallelism, c.dcn_context_autoregressive_parallelism,
-                       c.dcn_tensor_parallelism,  c.dcn_expert_parallelism};
+  // One key per axis of the list and tier: an axis added without its keys does not compile.
+#define MAXCTX_ICI_DEGREE(Enumerator, name) c.ici_##name##_parallelism,
+#define MAXCTX_DCN_DEGREE(Enumerator, name) c.dcn_##name##_parallelism,
+  d.ici_parallelism = {MAXCTX_MESH_AXES(MAXCTX_ICI_DEGREE)};
+  d.dcn_parallelism = {MAXCTX_MESH_AXES(MAXCTX_DCN_DEGREE)};
+#undef MAXCTX_ICI_DEGREE
+#undef MAXCTX_DCN_DEGREE
   require(c.debug_simulated_nodes >= 0, "debug_simulated_nodes must be >= 0 (0: detect)");
   require(c.collective_timeout_seconds >= 0,
           "collective_timeout_seconds must be >= 0 (0: wait forever)");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "maxctx/config/keys.h"
+#include "maxctx/core/mesh_axes.h"
 
 namespace maxctx {
 
@@ -26,9 +27,10 @@ struct DerivedConfig {
   int64_t num_decoder_layers = 0;
   int64_t num_devices = 0;                    // MPI world size
   int64_t global_batch_size_to_train_on = 0;  // per_device_batch_size * num_devices
-  // Mesh degrees in axis order data, fsdp, context, context_autoregressive, tensor, expert.
-  std::array<int64_t, 6> ici_parallelism{};
-  std::array<int64_t, 6> dcn_parallelism{};
+  // Mesh degrees in the axis list's order (core/mesh_axes.h: data, fsdp, context,
+  // context_autoregressive, tensor, expert), from the ici_/dcn_<axis>_parallelism keys.
+  std::array<int64_t, kNumMeshAxes> ici_parallelism{};
+  std::array<int64_t, kNumMeshAxes> dcn_parallelism{};
 };
 
 struct Config {

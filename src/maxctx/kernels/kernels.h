@@ -38,6 +38,7 @@
 #include <optional>
 
 #include "maxctx/core/device.h"
+#include "maxctx/core/stream.h"
 #include "maxctx/core/tensor.h"
 #include "maxctx/kernels/event.h"
 #include "maxctx/kernels/types.h"
@@ -115,6 +116,9 @@ class Kernels {
   virtual void synchronize() const {}
   // An event after everything issued to this backend so far.
   virtual Event record_event() const { return Event(); }
+  // The stream its ops are issued to, which the communicators' verbs on its memory run on
+  // (mesh/communicator.h): the host's here, the device's queue on a device backend.
+  virtual Stream stream() const { return Stream(); }
   // backend_memory = host's bytes, ordered before the ops issued after it. `host` is read before
   // the call returns (a device backend stages it in pinned memory): it may be reused at once.
   virtual void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const {

@@ -23,6 +23,7 @@ class TracedKernels final : public Kernels {
   const Allocator& allocator() const override { return inner_.allocator(); }
   void synchronize() const override { inner_.synchronize(); }
   Event record_event() const override { return inner_.record_event(); }
+  Stream stream() const override { return inner_.stream(); }
   void copy_to_host(void* host, const void* backend_memory, size_t bytes) const override {
     inner_.copy_to_host(host, backend_memory, bytes);
   }

@@ -188,6 +188,7 @@ const CommunicatorImpl& Communicator::backend() const {
 Communicator Communicator::split(int color, int key) const {
   Communicator part(backend().split(color, key));
   part.trace_name_ = "split";
+  part.stream_ = stream_;  // a part of a communicator on a stream runs on it too
   return part;
 }
 
@@ -212,7 +213,7 @@ void Communicator::send_recv(std::span<const T> send, int dest, std::span<T> rec
                 static_cast<int64_t>(send.size_bytes() + recv.size_bytes()));
   const WaitScope waiting("send_recv", &impl);
   impl.send_recv(send.data(), static_cast<int64_t>(send.size()), dest, recv.data(),
-                 static_cast<int64_t>(recv.size()), source, element_type_of<T>(), tag);
+                 static_cast<int64_t>(recv.size()), source, element_type_of<T>(), tag, stream_);
 }
 
 template <typename T>
@@ -220,8 +221,8 @@ Request Communicator::isend(std::span<const T> data, int dest, int tag) const {
   const CommunicatorImpl& impl = backend();
   check_user_tag(tag);
   check_peer(dest, impl.size(), "isend: dest");
-  Request request(
-      impl.isend(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), dest, tag));
+  Request request(impl.isend(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(),
+                             dest, tag, stream_));
   request.trace_transfer("isend", trace_name_, static_cast<int64_t>(data.size_bytes()));
   count_traffic(trace_name_, impl.size(), CollectiveKind::kIsend,
                 static_cast<int64_t>(data.size_bytes()));
@@ -234,7 +235,7 @@ Request Communicator::irecv(std::span<T> data, int source, int tag) const {
   check_user_tag(tag);
   check_peer(source, impl.size(), "irecv: source");
   Request request(impl.irecv(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(),
-                             source, tag));
+                             source, tag, stream_));
   request.trace_transfer("irecv", trace_name_, static_cast<int64_t>(data.size_bytes()));
   count_traffic(trace_name_, impl.size(), CollectiveKind::kIrecv,
                 static_cast<int64_t>(data.size_bytes()));
@@ -254,7 +255,7 @@ void Communicator::all_gather(std::span<const T> mine, std::span<T> out) const {
   count_traffic(trace_name_, impl.size(), CollectiveKind::kAllGather,
                 static_cast<int64_t>(out.size_bytes()));
   const WaitScope waiting("all_gather", &impl);
-  impl.all_gather(mine.data(), out.data(), n, element_type_of<T>());
+  impl.all_gather(mine.data(), out.data(), n, element_type_of<T>(), stream_);
 }
 
 template <typename T>
@@ -269,7 +270,7 @@ void Communicator::all_gather_uneven(std::span<const T> mine, std::span<T> out) 
   count_traffic(trace_name_, impl.size(), CollectiveKind::kAllGather,
                 static_cast<int64_t>(out.size_bytes()));
   const WaitScope waiting("all_gather_uneven", &impl);
-  impl.all_gather_uneven(mine.data(), out.data(), total, element_type_of<T>());
+  impl.all_gather_uneven(mine.data(), out.data(), total, element_type_of<T>(), stream_);
 }
 
 template <typename T>
@@ -292,7 +293,7 @@ void Communicator::reduce_scatter(std::span<const T> in, std::span<T> out,
   count_traffic(trace_name_, impl.size(), CollectiveKind::kReduceScatter,
                 static_cast<int64_t>(in.size_bytes()));
   const WaitScope waiting("reduce_scatter", &impl);
-  impl.reduce_scatter(in.data(), out.data(), total, element_type_of<T>(), algorithm);
+  impl.reduce_scatter(in.data(), out.data(), total, element_type_of<T>(), algorithm, stream_);
 }
 
 template <typename T>
@@ -302,8 +303,8 @@ void Communicator::all_reduce(std::span<T> in_out, ReduceOp op) const {
                          static_cast<int64_t>(in_out.size_bytes()));
   count_traffic(trace_name_, backend().size(), CollectiveKind::kAllReduce,
                 static_cast<int64_t>(in_out.size_bytes()));
-  backend().all_reduce(in_out.data(), static_cast<int64_t>(in_out.size()), element_type_of<T>(),
-                       op);
+  backend().all_reduce(in_out.data(), static_cast<int64_t>(in_out.size()), element_type_of<T>(), op,
+                       stream_);
 }
 
 template <typename T>
@@ -322,7 +323,7 @@ void Communicator::all_to_all(std::span<const T> in, std::span<T> out) const {
   count_traffic(trace_name_, impl.size(), CollectiveKind::kAllToAll,
                 static_cast<int64_t>(in.size_bytes()));
   const WaitScope waiting("all_to_all", &impl);
-  impl.all_to_all(in.data(), out.data(), total / impl.size(), element_type_of<T>());
+  impl.all_to_all(in.data(), out.data(), total / impl.size(), element_type_of<T>(), stream_);
 }
 
 template <typename T>
@@ -352,7 +353,7 @@ void Communicator::all_to_allv(std::span<const T> in, std::span<const int64_t> s
                 static_cast<int64_t>(in.size_bytes()));
   const WaitScope waiting("all_to_allv", &impl);
   impl.all_to_allv(in.data(), send_counts.data(), out.data(), recv_counts.data(),
-                   element_type_of<T>());
+                   element_type_of<T>(), stream_);
 }
 
 template <typename T>
@@ -364,7 +365,8 @@ void Communicator::broadcast(std::span<T> data, int root) const {
   count_traffic(trace_name_, impl.size(), CollectiveKind::kBroadcast,
                 static_cast<int64_t>(data.size_bytes()));
   const WaitScope waiting("broadcast", &impl);
-  impl.broadcast(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), root);
+  impl.broadcast(data.data(), static_cast<int64_t>(data.size()), element_type_of<T>(), root,
+                 stream_);
 }
 
 #define MAXCTX_INSTANTIATE_VERBS(T)                                                                \
@@ -394,7 +396,7 @@ MAXCTX_INSTANTIATE_VERBS(uint8_t)
 
 // --- Communicator: tensor views ----------------------------------------------------------------
 
-Communicator Communicator::for_memory_of(const TensorView& view) const {
+Communicator Communicator::for_memory_of(const TensorView& view, const Stream& stream) const {
   if (view.device() == Device::kCpu) return *this;
   MAXCTX_CHECK(device_impl_ != nullptr,
                "communicator '{}' moves host memory only, and was given a {} tensor (the mesh "
@@ -402,80 +404,86 @@ Communicator Communicator::for_memory_of(const TensorView& view) const {
                backend().label(), device_name(view.device()));
   Communicator device(device_impl_);
   device.trace_name_ = trace_name_;
-  return device;
+  return device.on(stream);
 }
 
-Communicator Communicator::for_memory_of(const TensorView& a, const TensorView& b,
-                                         const char* verb) const {
+Communicator Communicator::for_memory_of(const TensorView& a, const TensorView& b, const char* verb,
+                                         const Stream& stream) const {
   MAXCTX_CHECK(a.device() == b.device(), "{}: one tensor is on {}, the other on {}", verb,
                device_name(a.device()), device_name(b.device()));
-  return for_memory_of(a);
+  return for_memory_of(a, stream);
 }
 
-void Communicator::all_gather(const TensorView& mine, const TensorView& out) const {
+void Communicator::all_gather(const TensorView& mine, const TensorView& out,
+                              const Stream& stream) const {
   check_same_dtype("all_gather", mine, out);
-  const Communicator c = for_memory_of(mine, out, "all_gather");
+  const Communicator c = for_memory_of(mine, out, "all_gather", stream);
   visit_view_type(mine,
                   [&]<typename T>() { c.all_gather<T>(elements<T>(mine), elements<T>(out)); });
 }
 
-void Communicator::all_gather_uneven(const TensorView& mine, const TensorView& out) const {
+void Communicator::all_gather_uneven(const TensorView& mine, const TensorView& out,
+                                     const Stream& stream) const {
   check_same_dtype("all_gather_uneven", mine, out);
-  const Communicator c = for_memory_of(mine, out, "all_gather_uneven");
+  const Communicator c = for_memory_of(mine, out, "all_gather_uneven", stream);
   visit_view_type(
       mine, [&]<typename T>() { c.all_gather_uneven<T>(elements<T>(mine), elements<T>(out)); });
 }
 
-void Communicator::reduce_scatter(const TensorView& in, const TensorView& out) const {
+void Communicator::reduce_scatter(const TensorView& in, const TensorView& out,
+                                  const Stream& stream) const {
   check_same_dtype("reduce_scatter", in, out);
   check_reducible("reduce_scatter", in);
-  for_memory_of(in, out, "reduce_scatter")
+  for_memory_of(in, out, "reduce_scatter", stream)
       .reduce_scatter<float>(elements<float>(in), elements<float>(out));
 }
 
-void Communicator::all_reduce(const TensorView& in_out, ReduceOp op) const {
+void Communicator::all_reduce(const TensorView& in_out, ReduceOp op, const Stream& stream) const {
   check_reducible("all_reduce", in_out);
-  for_memory_of(in_out).all_reduce<float>(elements<float>(in_out), op);
+  for_memory_of(in_out, stream).all_reduce<float>(elements<float>(in_out), op);
 }
 
-void Communicator::all_to_all(const TensorView& in, const TensorView& out) const {
+void Communicator::all_to_all(const TensorView& in, const TensorView& out,
+                              const Stream& stream) const {
   check_same_dtype("all_to_all", in, out);
-  const Communicator c = for_memory_of(in, out, "all_to_all");
+  const Communicator c = for_memory_of(in, out, "all_to_all", stream);
   visit_view_type(in, [&]<typename T>() { c.all_to_all<T>(elements<T>(in), elements<T>(out)); });
 }
 
 void Communicator::all_to_allv(const TensorView& in, std::span<const int64_t> send_counts,
-                               const TensorView& out, std::span<const int64_t> recv_counts) const {
+                               const TensorView& out, std::span<const int64_t> recv_counts,
+                               const Stream& stream) const {
   check_same_dtype("all_to_allv", in, out);
-  const Communicator c = for_memory_of(in, out, "all_to_allv");
+  const Communicator c = for_memory_of(in, out, "all_to_allv", stream);
   visit_view_type(in, [&]<typename T>() {
     c.all_to_allv<T>(elements<T>(in), send_counts, elements<T>(out), recv_counts);
   });
 }
 
 void Communicator::send_recv(const TensorView& send, int dest, const TensorView& recv, int source,
-                             int tag) const {
+                             int tag, const Stream& stream) const {
   check_same_dtype("send_recv", send, recv);
   // An empty side (kNoPeer) carries no device; the other decides.
   const Communicator c =
-      for_memory_of(send.empty() ? recv : send, recv.empty() ? send : recv, "send_recv");
+      for_memory_of(send.empty() ? recv : send, recv.empty() ? send : recv, "send_recv", stream);
   visit_view_type(send, [&]<typename T>() {
     c.send_recv<T>(elements<T>(send), dest, elements<T>(recv), source, tag);
   });
 }
 
-Request Communicator::isend(const TensorView& data, int dest, int tag) const {
+Request Communicator::isend(const TensorView& data, int dest, int tag, const Stream& stream) const {
   Request request;
-  const Communicator c = for_memory_of(data);
+  const Communicator c = for_memory_of(data, stream);
   visit_view_type(data, [&]<typename T>() {
     request = c.isend<T>(std::span<const T>(elements<T>(data)), dest, tag);
   });
   return request;
 }
 
-Request Communicator::irecv(const TensorView& data, int source, int tag) const {
+Request Communicator::irecv(const TensorView& data, int source, int tag,
+                            const Stream& stream) const {
   Request request;
-  const Communicator c = for_memory_of(data);
+  const Communicator c = for_memory_of(data, stream);
   visit_view_type(data,
                   [&]<typename T>() { request = c.irecv<T>(elements<T>(data), source, tag); });
   return request;

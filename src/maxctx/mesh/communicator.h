@@ -2,7 +2,10 @@
 // (communicator_impl.h), after MLX's Group over GroupImpl. Verbs: all_gather(_uneven),
 // reduce_scatter, all_reduce, all_to_all(v), broadcast, send_recv, isend/irecv, barrier, split.
 // What it is not: a backend. It checks every size, tag and peer (values printed) and hands a
-// type-erased call to its impl; no header here names MPI. Today's backend is MPI on host memory.
+// type-erased call to its impl; no header here names MPI. Backends: MPI on host memory; for
+// device memory NCCL or MPI staged through the host (device_collectives.h). Verbs on device
+// memory run on a Stream (core/stream.h): the tensor-view verbs take the caller's, the span verbs
+// run on the one chosen with on() (the host's by default).
 //
 // Invariants: every verb but the point-to-point ones is collective, with matching sizes on every
 // rank. Uneven parts follow split_counts. Span verbs take float, double, int32_t, int64_t,
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "maxctx/core/split.h"
+#include "maxctx/core/stream.h"
 #include "maxctx/core/trace.h"
 
 namespace maxctx {
@@ -101,7 +105,19 @@ class Communicator {
   const char* trace_name() const { return trace_name_; }
   void set_trace_name(std::string_view name) { trace_name_ = trace::intern(name); }
 
-  // Collective: ranks with the same color form a communicator, ordered by key.
+  // A copy whose span verbs run on `stream` (communicator_impl.h): for span verbs on device
+  // memory, which a communicator over a device backend takes (the NCCL backend's own tests). A
+  // communicator's span verbs run on the host's stream unless chosen here; the tensor-view verbs
+  // below take theirs in each call.
+  Communicator on(const Stream& stream) const {
+    Communicator copy = *this;
+    copy.stream_ = stream;
+    return copy;
+  }
+  const Stream& stream() const { return stream_; }
+
+  // Collective: ranks with the same color form a communicator, ordered by key (on this one's
+  // stream).
   Communicator split(int color, int key) const;
 
   // out (size() * mine.size()) = every rank's `mine`, in rank order. `mine` may already sit in
@@ -158,28 +174,37 @@ class Communicator {
   // order (shapes are the caller's business; element counts and dtypes are checked). f32 for
   // every verb; bf16 and int8 move as raw bits, so they may be gathered and exchanged but not
   // reduced (reduce bf16 as f32). The MPI backend requires host memory.
-  void all_gather(const TensorView& mine, const TensorView& out) const;
-  void all_gather_uneven(const TensorView& mine, const TensorView& out) const;
-  void reduce_scatter(const TensorView& in, const TensorView& out) const;
-  void all_reduce(const TensorView& in_out, ReduceOp op) const;
-  void all_to_all(const TensorView& in, const TensorView& out) const;
+  //
+  // `stream`: the stream the views' producers and consumers run on (Kernels::stream() of the
+  // backend that owns them). A verb on device views runs on it (communicator_impl.h); on host
+  // views it is not used.
+  void all_gather(const TensorView& mine, const TensorView& out, const Stream& stream) const;
+  void all_gather_uneven(const TensorView& mine, const TensorView& out, const Stream& stream) const;
+  void reduce_scatter(const TensorView& in, const TensorView& out, const Stream& stream) const;
+  void all_reduce(const TensorView& in_out, ReduceOp op, const Stream& stream) const;
+  void all_to_all(const TensorView& in, const TensorView& out, const Stream& stream) const;
   void all_to_allv(const TensorView& in, std::span<const int64_t> send_counts,
-                   const TensorView& out, std::span<const int64_t> recv_counts) const;
-  void send_recv(const TensorView& send, int dest, const TensorView& recv, int source,
-                 int tag = 0) const;
-  [[nodiscard]] Request isend(const TensorView& data, int dest, int tag = 0) const;
-  [[nodiscard]] Request irecv(const TensorView& data, int source, int tag = 0) const;
+                   const TensorView& out, std::span<const int64_t> recv_counts,
+                   const Stream& stream) const;
+  void send_recv(const TensorView& send, int dest, const TensorView& recv, int source, int tag,
+                 const Stream& stream) const;
+  [[nodiscard]] Request isend(const TensorView& data, int dest, int tag,
+                              const Stream& stream) const;
+  [[nodiscard]] Request irecv(const TensorView& data, int source, int tag,
+                              const Stream& stream) const;
 
  private:
   const CommunicatorImpl& backend() const;  // checks that this communicator is not empty
   // The communicator whose span verbs move `view`'s memory: this one for host views, one over
-  // device_impl_ (same trace name) for device views.
-  Communicator for_memory_of(const TensorView& view) const;
-  Communicator for_memory_of(const TensorView& a, const TensorView& b, const char* verb) const;
+  // device_impl_ (same trace name) whose span verbs run on `stream` for device views.
+  Communicator for_memory_of(const TensorView& view, const Stream& stream) const;
+  Communicator for_memory_of(const TensorView& a, const TensorView& b, const char* verb,
+                             const Stream& stream) const;
 
   std::shared_ptr<CommunicatorImpl> impl_;
   std::shared_ptr<CommunicatorImpl> device_impl_;  // null: host memory only
   const char* trace_name_ = "world";
+  Stream stream_;  // what the span verbs run on (on(), for_memory_of's copies); the host's
 };
 
 }  // namespace maxctx

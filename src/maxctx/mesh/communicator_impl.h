@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "maxctx/core/stream.h"
 #include "maxctx/mesh/communicator.h"
 
 namespace maxctx {
@@ -77,7 +78,13 @@ class RequestImpl {
   virtual void wait_all(std::span<RequestImpl* const> batch) = 0;
 };
 
-// The verbs of communicator.h, same contracts, one element type per call.
+// The verbs of communicator.h, same contracts, one element type per call. Every verb that moves
+// data runs on `stream` (MLX's GroupImpl): it reads what the work issued to that stream before the
+// call wrote, and the work issued to it after the call sees its results. A blocking verb has
+// also finished when it returns (the Communicator contract, which the collective watchdog
+// watches); a posted isend/irecv has finished at its Request's wait. Backends on host memory
+// (MPI, the host-staged device backend) finish every verb before returning and ignore it; the
+// NCCL backend orders its own stream against it (nccl_communicator.h).
 class CommunicatorImpl {
  public:
   virtual ~CommunicatorImpl() = default;
@@ -87,27 +94,33 @@ class CommunicatorImpl {
   virtual std::shared_ptr<CommunicatorImpl> split(int color, int key) const = 0;
 
   // part: the elements every rank contributes.
-  virtual void all_gather(const void* mine, void* out, int64_t part, ElementType type) const = 0;
+  virtual void all_gather(const void* mine, void* out, int64_t part, ElementType type,
+                          const Stream& stream) const = 0;
   // total: out's elements; mine holds split_count(total, size(), rank()) of them.
-  virtual void all_gather_uneven(const void* mine, void* out, int64_t total,
-                                 ElementType type) const = 0;
+  virtual void all_gather_uneven(const void* mine, void* out, int64_t total, ElementType type,
+                                 const Stream& stream) const = 0;
   // total: in's elements; out holds split_count(total, size(), rank()) of them.
   virtual void reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
-                              ReduceScatterAlgorithm algorithm) const = 0;
-  virtual void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const = 0;
+                              ReduceScatterAlgorithm algorithm, const Stream& stream) const = 0;
+  virtual void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op,
+                          const Stream& stream) const = 0;
   // part: the elements of one block; in and out hold size() blocks.
-  virtual void all_to_all(const void* in, void* out, int64_t part, ElementType type) const = 0;
+  virtual void all_to_all(const void* in, void* out, int64_t part, ElementType type,
+                          const Stream& stream) const = 0;
   // send_counts, recv_counts: size() elements each; blocks follow each other in rank order.
   virtual void all_to_allv(const void* in, const int64_t* send_counts, void* out,
-                           const int64_t* recv_counts, ElementType type) const = 0;
-  virtual void broadcast(void* data, int64_t count, ElementType type, int root) const = 0;
+                           const int64_t* recv_counts, ElementType type,
+                           const Stream& stream) const = 0;
+  virtual void broadcast(void* data, int64_t count, ElementType type, int root,
+                         const Stream& stream) const = 0;
 
   virtual void send_recv(const void* send, int64_t send_count, int dest, void* recv,
-                         int64_t recv_count, int source, ElementType type, int tag) const = 0;
+                         int64_t recv_count, int source, ElementType type, int tag,
+                         const Stream& stream) const = 0;
   virtual std::unique_ptr<RequestImpl> isend(const void* data, int64_t count, ElementType type,
-                                             int dest, int tag) const = 0;
+                                             int dest, int tag, const Stream& stream) const = 0;
   virtual std::unique_ptr<RequestImpl> irecv(void* data, int64_t count, ElementType type,
-                                             int source, int tag) const = 0;
+                                             int source, int tag, const Stream& stream) const = 0;
 
   virtual void barrier() const = 0;
 

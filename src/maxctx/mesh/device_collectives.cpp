@@ -88,72 +88,82 @@ class HostStagedCommunicator final : public CommunicatorImpl {
     return std::make_shared<HostStagedCommunicator>(host_->split(color, key), allocator_);
   }
 
-  void all_gather(const void* mine, void* out, int64_t part, ElementType type) const override {
+  // Every verb finishes before it returns: the allocator's copies are synchronous, which on a
+  // device waits for the work issued before them (the cuda backend's one stream), so `stream`
+  // is not used; the host backend runs on the host's.
+  void all_gather(const void* mine, void* out, int64_t part, ElementType type,
+                  const Stream& /*stream*/) const override {
     const HostBuffer in = download(mine, part, type);
     const HostBuffer gathered(bytes(part * size(), type));
-    host_->all_gather(in.data(), gathered.data(), part, type);
+    host_->all_gather(in.data(), gathered.data(), part, type, Stream());
     upload(out, gathered, part * size(), type);
   }
-  void all_gather_uneven(const void* mine, void* out, int64_t total,
-                         ElementType type) const override {
+  void all_gather_uneven(const void* mine, void* out, int64_t total, ElementType type,
+                         const Stream& /*stream*/) const override {
     const HostBuffer in = download(mine, split_count(total, size(), rank()), type);
     const HostBuffer gathered(bytes(total, type));
-    host_->all_gather_uneven(in.data(), gathered.data(), total, type);
+    host_->all_gather_uneven(in.data(), gathered.data(), total, type, Stream());
     upload(out, gathered, total, type);
   }
   void reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
-                      ReduceScatterAlgorithm algorithm) const override {
+                      ReduceScatterAlgorithm algorithm, const Stream& /*stream*/) const override {
     const HostBuffer all = download(in, total, type);
     const int64_t mine = split_count(total, size(), rank());
     const HostBuffer reduced(bytes(mine, type));
-    host_->reduce_scatter(all.data(), reduced.data(), total, type, algorithm);
+    host_->reduce_scatter(all.data(), reduced.data(), total, type, algorithm, Stream());
     upload(out, reduced, mine, type);
   }
-  void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const override {
+  void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op,
+                  const Stream& /*stream*/) const override {
     const HostBuffer values = download(in_out, count, type);
-    host_->all_reduce(values.data(), count, type, op);
+    host_->all_reduce(values.data(), count, type, op, Stream());
     upload(in_out, values, count, type);
   }
-  void all_to_all(const void* in, void* out, int64_t part, ElementType type) const override {
+  void all_to_all(const void* in, void* out, int64_t part, ElementType type,
+                  const Stream& /*stream*/) const override {
     const HostBuffer sent = download(in, part * size(), type);
     const HostBuffer received(bytes(part * size(), type));
-    host_->all_to_all(sent.data(), received.data(), part, type);
+    host_->all_to_all(sent.data(), received.data(), part, type, Stream());
     upload(out, received, part * size(), type);
   }
   void all_to_allv(const void* in, const int64_t* send_counts, void* out,
-                   const int64_t* recv_counts, ElementType type) const override {
+                   const int64_t* recv_counts, ElementType type,
+                   const Stream& /*stream*/) const override {
     const int64_t sent_total = std::accumulate(send_counts, send_counts + size(), int64_t{0});
     const int64_t received_total = std::accumulate(recv_counts, recv_counts + size(), int64_t{0});
     const HostBuffer sent = download(in, sent_total, type);
     const HostBuffer received(bytes(received_total, type));
-    host_->all_to_allv(sent.data(), send_counts, received.data(), recv_counts, type);
+    host_->all_to_allv(sent.data(), send_counts, received.data(), recv_counts, type, Stream());
     upload(out, received, received_total, type);
   }
-  void broadcast(void* data, int64_t count, ElementType type, int root) const override {
+  void broadcast(void* data, int64_t count, ElementType type, int root,
+                 const Stream& /*stream*/) const override {
     const HostBuffer values =
         rank() == root ? download(data, count, type) : HostBuffer(bytes(count, type));
-    host_->broadcast(values.data(), count, type, root);
+    host_->broadcast(values.data(), count, type, root, Stream());
     if (rank() != root) upload(data, values, count, type);
   }
 
   void send_recv(const void* send, int64_t send_count, int dest, void* recv, int64_t recv_count,
-                 int source, ElementType type, int tag) const override {
+                 int source, ElementType type, int tag, const Stream& /*stream*/) const override {
     const HostBuffer sent = download(send, dest == kNoPeer ? 0 : send_count, type);
     const HostBuffer received(bytes(recv_count, type));
-    host_->send_recv(sent.data(), send_count, dest, received.data(), recv_count, source, type, tag);
+    host_->send_recv(sent.data(), send_count, dest, received.data(), recv_count, source, type, tag,
+                     Stream());
     if (source != kNoPeer) upload(recv, received, recv_count, type);
   }
   std::unique_ptr<RequestImpl> isend(const void* data, int64_t count, ElementType type, int dest,
-                                     int tag) const override {
+                                     int tag, const Stream& /*stream*/) const override {
     HostBuffer sent = download(data, count, type);
-    std::unique_ptr<RequestImpl> host = host_->isend(sent.data(), count, type, dest, tag);
+    std::unique_ptr<RequestImpl> host = host_->isend(sent.data(), count, type, dest, tag, Stream());
     return std::make_unique<StagedRequest>(std::move(host), std::move(sent), nullptr, 0,
                                            allocator_);
   }
   std::unique_ptr<RequestImpl> irecv(void* data, int64_t count, ElementType type, int source,
-                                     int tag) const override {
+                                     int tag, const Stream& /*stream*/) const override {
     HostBuffer received(bytes(count, type));
-    std::unique_ptr<RequestImpl> host = host_->irecv(received.data(), count, type, source, tag);
+    std::unique_ptr<RequestImpl> host =
+        host_->irecv(received.data(), count, type, source, tag, Stream());
     return std::make_unique<StagedRequest>(std::move(host), std::move(received), data,
                                            bytes(count, type), allocator_);
   }

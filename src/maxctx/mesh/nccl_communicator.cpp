@@ -1,6 +1,6 @@
 // The NCCL backend's verbs (see nccl_communicator.h). Each blocking verb: issue the point-to-point
 // transfers still waiting (so every rank issues its NCCL operations in the same order), make the
-// backend's stream wait for the default stream, enqueue the NCCL call(s), then wait on the host
+// backend's stream wait for the verb's stream, enqueue the NCCL call(s), then wait on the host
 // for an event recorded after them, polling NCCL's asynchronous error so that a failed peer is
 // one error line rather than a hang. The collective watchdog (WaitScope, set by Communicator
 // around every verb) watches that host wait like any other.
@@ -96,6 +96,16 @@ void check_reducible(const char* verb, ElementType type) {
                verb);
 }
 
+// The CUDA stream a verb runs on: the one the caller's kernels backend issues to. The host's
+// stream here would mean device views paired with a host backend's stream: refused in one line.
+cudaStream_t cuda_stream(const Stream& stream, const char* verb, const std::string& over) {
+  MAXCTX_CHECK(stream.device() == Device::kCuda,
+               "{} over {}: the NCCL backend runs on a CUDA stream and was given the {} stream "
+               "(pass the cuda backend's Kernels::stream())",
+               verb, over, device_name(stream.device()));
+  return static_cast<cudaStream_t>(stream.queue());
+}
+
 const std::byte* at(const void* base, int64_t elements, ElementType type) {
   return static_cast<const std::byte*>(base) + static_cast<size_t>(elements) * element_bytes(type);
 }
@@ -116,9 +126,9 @@ class Event {
   cudaEvent_t event_ = nullptr;
 };
 
-// A posted isend or irecv. `ready` was recorded on the default stream when it was posted (the
-// data, or the buffer's last reader, is enqueued before it); `done` is recorded on the backend's
-// stream after the group that issued it.
+// A posted isend or irecv. `ready` was recorded on the posting verb's stream when it was posted
+// (the data, or the buffer's last reader, is enqueued before it); `done` is recorded on the
+// backend's stream after the group that issued it.
 struct Transfer {
   bool send = false;
   void* data = nullptr;
@@ -153,10 +163,10 @@ class NcclState {
 
   void nccl(ncclResult_t status, const char* what) const { check_nccl(status, what, label_); }
 
-  // The backend's stream waits for everything enqueued on the legacy default stream so far.
-  void follow_default_stream() {
-    check_cuda(cudaEventRecord(default_stream_reached_.get(), cudaStreamLegacy), "event record");
-    check_cuda(cudaStreamWaitEvent(stream_, default_stream_reached_.get(), 0), "stream wait");
+  // The backend's stream waits for everything enqueued on `caller` so far.
+  void follow(cudaStream_t caller) {
+    check_cuda(cudaEventRecord(caller_reached_.get(), caller), "event record");
+    check_cuda(cudaStreamWaitEvent(stream_, caller_reached_.get(), 0), "stream wait");
   }
 
   // Every buffer a verb gets must be memory of this communicator's GPU: a host pointer would
@@ -177,8 +187,8 @@ class NcclState {
                  verb, label_, role, device_);
   }
 
-  void post(std::shared_ptr<Transfer> transfer) {
-    check_cuda(cudaEventRecord(transfer->ready.get(), cudaStreamLegacy), "event record");
+  void post(std::shared_ptr<Transfer> transfer, cudaStream_t caller) {
+    check_cuda(cudaEventRecord(transfer->ready.get(), caller), "event record");
     unissued_.push_back(std::move(transfer));
   }
 
@@ -236,7 +246,7 @@ class NcclState {
   cudaStream_t stream_ = nullptr;
   int device_ = 0;
   std::string label_;
-  Event default_stream_reached_;
+  Event caller_reached_;
   Event stream_done_;
   std::vector<std::shared_ptr<Transfer>> unissued_;
 };
@@ -294,25 +304,26 @@ class NcclCommunicator final : public CommunicatorImpl {
     return make_nccl_impl(host_.split(color, key), device_);
   }
 
-  void all_gather(const void* mine, void* out, int64_t part, ElementType type) const override {
+  void all_gather(const void* mine, void* out, int64_t part, ElementType type,
+                  const Stream& stream) const override {
     if (part == 0) return;
     state().check_device_memory(mine, part, "all_gather", "input");
     state().check_device_memory(out, part * size(), "all_gather", "output");
-    run("all_gather", [&] {
+    run("all_gather", stream, [&] {
       state().nccl(ncclAllGather(mine, out, static_cast<size_t>(part), nccl_type(type),
                                  state().comm(), state().stream()),
                    "all_gather");
     });
   }
 
-  void all_gather_uneven(const void* mine, void* out, int64_t total,
-                         ElementType type) const override {
+  void all_gather_uneven(const void* mine, void* out, int64_t total, ElementType type,
+                         const Stream& stream) const override {
     if (total == 0) return;
     const int n = size();
     state().check_device_memory(mine, split_count(total, n, rank()), "all_gather_uneven", "input");
     state().check_device_memory(out, total, "all_gather_uneven", "output");
-    if (total % n == 0) return all_gather(mine, out, total / n, type);
-    run("all_gather_uneven", [&] {
+    if (total % n == 0) return all_gather(mine, out, total / n, type, stream);
+    run("all_gather_uneven", stream, [&] {
       state().nccl(ncclGroupStart(), "group start (all_gather_uneven)");
       for (int owner = 0; owner < n; ++owner) {
         const int64_t count = split_count(total, n, owner);
@@ -329,21 +340,21 @@ class NcclCommunicator final : public CommunicatorImpl {
 
   // NCCL reduces in its own ring or tree: the algorithm choice is the MPI backend's.
   void reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
-                      ReduceScatterAlgorithm /*algorithm*/) const override {
+                      ReduceScatterAlgorithm /*algorithm*/, const Stream& stream) const override {
     check_reducible("reduce_scatter", type);
     if (total == 0) return;
     const int n = size();
     state().check_device_memory(in, total, "reduce_scatter", "input");
     state().check_device_memory(out, split_count(total, n, rank()), "reduce_scatter", "output");
     if (total % n == 0) {
-      run("reduce_scatter", [&] {
+      run("reduce_scatter", stream, [&] {
         state().nccl(ncclReduceScatter(in, out, static_cast<size_t>(total / n), nccl_type(type),
                                        ncclSum, state().comm(), state().stream()),
                      "reduce_scatter");
       });
       return;
     }
-    run("reduce_scatter", [&] {
+    run("reduce_scatter", stream, [&] {
       state().nccl(ncclGroupStart(), "group start (reduce_scatter)");
       for (int owner = 0; owner < n; ++owner) {
         const int64_t count = split_count(total, n, owner);
@@ -358,23 +369,25 @@ class NcclCommunicator final : public CommunicatorImpl {
     });
   }
 
-  void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const override {
+  void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op,
+                  const Stream& stream) const override {
     check_reducible("all_reduce", type);
     if (count == 0) return;
     state().check_device_memory(in_out, count, "all_reduce", "data");
-    run("all_reduce", [&] {
+    run("all_reduce", stream, [&] {
       state().nccl(ncclAllReduce(in_out, in_out, static_cast<size_t>(count), nccl_type(type),
                                  nccl_op(op), state().comm(), state().stream()),
                    "all_reduce");
     });
   }
 
-  void all_to_all(const void* in, void* out, int64_t part, ElementType type) const override {
+  void all_to_all(const void* in, void* out, int64_t part, ElementType type,
+                  const Stream& stream) const override {
     if (part == 0) return;
     const int n = size();
     state().check_device_memory(in, part * n, "all_to_all", "input");
     state().check_device_memory(out, part * n, "all_to_all", "output");
-    run("all_to_all", [&] {
+    run("all_to_all", stream, [&] {
       state().nccl(ncclGroupStart(), "group start (all_to_all)");
       for (int peer = 0; peer < n; ++peer) {
         send_and_receive(at(in, peer * part, type), at(out, peer * part, type), part, part, peer,
@@ -385,7 +398,8 @@ class NcclCommunicator final : public CommunicatorImpl {
   }
 
   void all_to_allv(const void* in, const int64_t* send_counts, void* out,
-                   const int64_t* recv_counts, ElementType type) const override {
+                   const int64_t* recv_counts, ElementType type,
+                   const Stream& stream) const override {
     const int n = size();
     check_counts_agree(send_counts, recv_counts);
     int64_t sent = 0, received = 0;
@@ -396,7 +410,7 @@ class NcclCommunicator final : public CommunicatorImpl {
     state().check_device_memory(in, sent, "all_to_allv", "input");
     state().check_device_memory(out, received, "all_to_allv", "output");
     if (sent == 0 && received == 0) return;
-    run("all_to_allv", [&] {
+    run("all_to_allv", stream, [&] {
       state().nccl(ncclGroupStart(), "group start (all_to_allv)");
       int64_t send_begin = 0, recv_begin = 0;
       for (int peer = 0; peer < n; ++peer) {
@@ -409,10 +423,11 @@ class NcclCommunicator final : public CommunicatorImpl {
     });
   }
 
-  void broadcast(void* data, int64_t count, ElementType type, int root) const override {
+  void broadcast(void* data, int64_t count, ElementType type, int root,
+                 const Stream& stream) const override {
     if (count == 0) return;
     state().check_device_memory(data, count, "broadcast", "data");
-    run("broadcast", [&] {
+    run("broadcast", stream, [&] {
       state().nccl(ncclBroadcast(data, data, static_cast<size_t>(count), nccl_type(type), root,
                                  state().comm(), state().stream()),
                    "broadcast");
@@ -420,13 +435,13 @@ class NcclCommunicator final : public CommunicatorImpl {
   }
 
   void send_recv(const void* send, int64_t send_count, int dest, void* recv, int64_t recv_count,
-                 int source, ElementType type, int /*tag*/) const override {
+                 int source, ElementType type, int /*tag*/, const Stream& stream) const override {
     const int64_t sending = dest == kNoPeer ? 0 : send_count;
     const int64_t receiving = source == kNoPeer ? 0 : recv_count;
     if (sending == 0 && receiving == 0) return;
     state().check_device_memory(send, sending, "send_recv", "send");
     state().check_device_memory(recv, receiving, "send_recv", "receive");
-    run("send_recv", [&] {
+    run("send_recv", stream, [&] {
       state().nccl(ncclGroupStart(), "group start (send_recv)");
       if (sending > 0) {
         state().nccl(ncclSend(send, static_cast<size_t>(sending), nccl_type(type), dest,
@@ -443,13 +458,13 @@ class NcclCommunicator final : public CommunicatorImpl {
   }
 
   std::unique_ptr<RequestImpl> isend(const void* data, int64_t count, ElementType type, int dest,
-                                     int /*tag*/) const override {
-    return post(true, const_cast<void*>(data), count, type, dest);
+                                     int /*tag*/, const Stream& stream) const override {
+    return post(true, const_cast<void*>(data), count, type, dest, stream);
   }
 
   std::unique_ptr<RequestImpl> irecv(void* data, int64_t count, ElementType type, int source,
-                                     int /*tag*/) const override {
-    return post(false, data, count, type, source);
+                                     int /*tag*/, const Stream& stream) const override {
+    return post(false, data, count, type, source, stream);
   }
 
   // The ranks meet on the host (MPI). Device work is not waited for: a posted isend whose
@@ -457,12 +472,13 @@ class NcclCommunicator final : public CommunicatorImpl {
   void barrier() const override { host_.impl()->barrier(); }
 
  private:
-  // Blocking verbs: pending transfers first (the same NCCL order on every rank), the stream after
-  // the default stream, the NCCL calls, then the host waits.
+  // Blocking verbs: pending transfers first (the same NCCL order on every rank), the backend's
+  // stream after the verb's, the NCCL calls, then the host waits.
   template <typename Enqueue>
-  void run(const char* verb, Enqueue&& enqueue) const {
+  void run(const char* verb, const Stream& stream, Enqueue&& enqueue) const {
+    const cudaStream_t caller = cuda_stream(stream, verb, label());
     state().issue_pending();
-    state().follow_default_stream();
+    state().follow(caller);
     enqueue();
     state().wait_for_stream(verb);
   }
@@ -497,7 +513,8 @@ class NcclCommunicator final : public CommunicatorImpl {
   }
 
   std::unique_ptr<RequestImpl> post(bool send, void* data, int64_t count, ElementType type,
-                                    int peer) const {
+                                    int peer, const Stream& stream) const {
+    const cudaStream_t caller = cuda_stream(stream, send ? "isend" : "irecv", label());
     state();  // every rank that posts joins a first-use init, an empty or peerless post too
     if (peer == kNoPeer || count == 0) return std::make_unique<NcclRequest>();
     state().check_device_memory(data, count, send ? "isend" : "irecv", "data");
@@ -507,7 +524,7 @@ class NcclCommunicator final : public CommunicatorImpl {
     transfer->count = count;
     transfer->type = type;
     transfer->peer = peer;
-    state().post(transfer);
+    state().post(transfer, caller);
     return std::make_unique<NcclRequest>(shared_state(), std::move(transfer));
   }
 

@@ -2,10 +2,14 @@
 // one GPU. One per mesh axis group whose ranks each drive their own GPU (NCCL refuses two ranks
 // on one GPU: such groups stage through the host instead, mesh/device_collectives.h).
 //
-// Streams: compute runs on the legacy default stream. The backend owns a non-blocking stream;
-// before each operation it records an event on the default stream and makes its own stream wait
-// on it, so a transfer reads what the compute before it wrote. Blocking verbs wait on the host
-// for their stream before returning (the Communicator contract). isend/irecv return at once:
+// Streams: every verb gets the CUDA stream it runs on (communicator_impl.h; the cuda backend's
+// Kernels::stream()). The backend owns one non-blocking stream of its own, where all its NCCL
+// operations go in the order they are issued, the same on every rank (one queue per NCCL
+// communicator, so a ring's transfers and a collective never run concurrently on it); before each
+// operation it records an event on the given stream and makes its own stream wait on it, so a
+// transfer reads what the work before it wrote. Blocking verbs wait on the host for their stream
+// before returning (the Communicator contract), so the work issued to the given stream after them
+// sees their results. isend/irecv return at once:
 // their transfers are issued together in one NCCL group when a request is first waited on (or
 // before the next verb), NCCL matching a pair's messages in the order they are posted (tags are
 // checked, never matched), so a ring's sends and receives cannot deadlock each other while the

@@ -117,7 +117,7 @@ void AllGatherContextAttention::gather_keys(TensorView k, TensorView v, const To
   const TensorView recv = recv_.view().elements(0, cp * 2 * kv_numel);
   kernels_.copy(send.elements(0, kv_numel), k);
   kernels_.copy(send.elements(kv_numel, kv_numel), v);
-  context_.all_gather(send, recv);
+  context_.all_gather(send, recv, kernels_.stream());
   send_ids_.resize(2 * B * S);
   std::copy_n(tokens.positions_on_host(), B * S, send_ids_.begin());
   std::copy_n(tokens.segment_ids_on_host(), B * S, send_ids_.begin() + B * S);
@@ -195,7 +195,7 @@ void AllGatherContextAttention::backward(TensorView dq, TensorView dk, TensorVie
       kernels_.copy(block.elements(kv_numel + b * run, run), full_dv.elements(src, run));
     }
   }
-  context_.reduce_scatter(send, recv);
+  context_.reduce_scatter(send, recv, kernels_.stream());
   kernels_.copy(dk, recv.elements(0, kv_numel));
   kernels_.copy(dv, recv.elements(kv_numel, kv_numel));
 }
@@ -218,9 +218,9 @@ std::vector<Request> RingContextAttention::pass_chunk_along(int cur) {
   const int next = (context_.rank() + 1) % cp;
   const int prev = (context_.rank() + cp - 1) % cp;
   std::vector<Request> in_flight;
-  in_flight.push_back(context_.isend(chunk_kv(cur), next, kTagKeysValues));
+  in_flight.push_back(context_.isend(chunk_kv(cur), next, kTagKeysValues, kernels_.stream()));
   in_flight.push_back(context_.isend(std::span<const int32_t>(chunk_ids_[cur]), next, kTagIds));
-  in_flight.push_back(context_.irecv(chunk_kv(1 - cur), prev, kTagKeysValues));
+  in_flight.push_back(context_.irecv(chunk_kv(1 - cur), prev, kTagKeysValues, kernels_.stream()));
   in_flight.push_back(context_.irecv(std::span<int32_t>(chunk_ids_[1 - cur]), prev, kTagIds));
   return in_flight;
 }
@@ -295,7 +295,7 @@ void RingContextAttention::backward(TensorView dq, TensorView dk, TensorView dv,
         tokens.segment_ids, chunk_pos, chunk_pos + B * S, p, counted_stats(kernels_, stats_));
     wait_all(in_flight);
     // The gradients can only leave once computed.
-    context_.send_recv(grad, next, chunk_grad(1 - cur), prev, kTagGradients);
+    context_.send_recv(grad, next, chunk_grad(1 - cur), prev, kTagGradients, kernels_.stream());
   }
   const TensorView home = chunk_grad(cp % 2);
   kernels_.copy(dk, home.elements(0, kv_numel_));

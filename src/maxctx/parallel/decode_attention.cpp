@@ -54,7 +54,7 @@ void PrefillAttention::store_batch_sharded(int64_t layer, TensorView k, TensorVi
   const TensorView recv = recv_.view().elements(0, ca * 2 * kv_numel);
   kernels_.copy(send.elements(0, kv_numel), k);
   kernels_.copy(send.elements(kv_numel, kv_numel), v);
-  ca_.all_gather(send, recv);
+  ca_.all_gather(send, recv, kernels_.stream());
   if (layer == 0) {
     send_ids_.resize(static_cast<size_t>(2 * B * S));
     std::copy_n(tokens.positions_on_host(), B * S, send_ids_.begin());
@@ -140,7 +140,7 @@ void DecodeAttention::forward(int64_t layer, TensorView out_view, TensorView, Te
   const trace::Span span("decode_merge", trace::Category::kLayer);
   kernels_.reserve(gathered_, ca * part);
   const TensorView gathered = gathered_.view().elements(0, ca * part);
-  ca_.all_gather(partial_.view().elements(0, part), gathered);
+  ca_.all_gather(partial_.view().elements(0, part), gathered, kernels_.stream());
   // The merge runs in an f32 accumulator whatever out's dtype; out gets it once, at the end.
   kernels_.reserve(merged_, out_numel);
   const TensorView merged = merged_.view().elements(0, out_numel);

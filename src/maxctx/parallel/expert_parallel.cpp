@@ -20,7 +20,7 @@ void ExpertAllToAll::exchange_rows(TensorView in, std::span<const int64_t> send_
   recv_elements_.resize(recv_rows.size());
   for (size_t p = 0; p < send_rows.size(); ++p) send_elements_[p] = send_rows[p] * width;
   for (size_t p = 0; p < recv_rows.size(); ++p) recv_elements_[p] = recv_rows[p] * width;
-  expert_.all_to_allv(in, send_elements_, out, recv_elements_);
+  expert_.all_to_allv(in, send_elements_, out, recv_elements_, stream_);
 }
 
 void ExpertAllToAll::add_forward_traffic(Traffic& traffic, const std::string& axis,

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/core/stream.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/mesh/traffic.h"
 #include "maxctx/parallel/model_plan.h"
@@ -15,7 +16,8 @@ namespace maxctx::parallel {
 
 class ExpertAllToAll final : public ExpertExchange {
  public:
-  explicit ExpertAllToAll(const Communicator& expert) : expert_(expert) {}
+  // stream: what the exchanged rows' kernels run on (Kernels::stream()).
+  ExpertAllToAll(const Communicator& expert, Stream stream) : expert_(expert), stream_(stream) {}
   int rank() const override { return expert_.rank(); }
   int ranks() const override { return expert_.size(); }
   void exchange_counts(std::span<const int64_t> send, std::span<int64_t> recv) override;
@@ -34,6 +36,7 @@ class ExpertAllToAll final : public ExpertExchange {
 
  private:
   const Communicator& expert_;
+  Stream stream_;
   std::vector<int64_t> send_elements_, recv_elements_;
 };
 

@@ -1,5 +1,7 @@
 #include "maxctx/parallel/parallelize.h"
 
+#include <fmt/format.h>
+
 #include "maxctx/core/check.h"
 #include "maxctx/core/log.h"
 #include "maxctx/parallel/context_attention.h"
@@ -16,12 +18,9 @@ ParallelDims read_dims(const AxisArray& sizes, const AxisArray& coords, RunKind 
   const auto at = [](const AxisArray& a, Axis axis) { return a[axis_index(axis)]; };
   ParallelDims d;
   d.kind = kind;
-  d.data = at(sizes, Axis::kData);
-  d.fsdp = at(sizes, Axis::kFsdp);
-  d.context = at(sizes, Axis::kContext);
-  d.context_autoregressive = at(sizes, Axis::kContextAutoregressive);
-  d.tensor = at(sizes, Axis::kTensor);
-  d.expert = at(sizes, Axis::kExpert);
+#define MAXCTX_READ_DEGREE(Enumerator, name) d.name = at(sizes, Axis::k##Enumerator);
+  MAXCTX_MESH_AXES(MAXCTX_READ_DEGREE)
+#undef MAXCTX_READ_DEGREE
   d.data_shards = d.data * d.fsdp * d.expert;
   d.data_rank = (at(coords, Axis::kData) * d.fsdp + at(coords, Axis::kFsdp)) * d.expert +
                 at(coords, Axis::kExpert);
@@ -48,6 +47,25 @@ ParallelDims inference_checked(const ParallelDims& d);
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
+
+int64_t ParallelDims::size(Axis axis) const {
+  switch (axis) {
+#define MAXCTX_DEGREE_CASE(Enumerator, name) \
+  case Axis::k##Enumerator:                  \
+    return name;
+    MAXCTX_MESH_AXES(MAXCTX_DEGREE_CASE)
+#undef MAXCTX_DEGREE_CASE
+  }
+  return 1;
+}
+
+std::string ParallelDims::text() const {
+  std::string text;
+  for (Axis axis : kAllAxes) {
+    text += fmt::format("{}{}={}", text.empty() ? "" : " ", axis_name(axis), size(axis));
+  }
+  return text;
+}
 
 ParallelDims ParallelDims::training(const Mesh& mesh) {
   return training_checked(read_dims(mesh, RunKind::kTraining));
@@ -135,7 +153,7 @@ TrainingParallelPlans parallelize_training(const Config& c, const Mesh& mesh,
   if (dims.tensor == 1) {
     plans.tensor = std::make_unique<NoTensorReduction>();
   } else {
-    plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor));
+    plans.tensor = std::make_unique<TensorAllReduce>(mesh.axis(Axis::kTensor), kernels.stream());
   }
   if (shard_parameters != nullptr) {
     plans.parameters = std::make_unique<ShardedParameters>(
@@ -150,14 +168,15 @@ TrainingParallelPlans parallelize_training(const Config& c, const Mesh& mesh,
   plans.model.tensor_size = static_cast<int>(dims.tensor);
   plans.model.tensor_rank = dims.tensor_rank;
   if (dims.context > 1) {
-    plans.sequence = std::make_unique<TensorAllReduce>(context);  // sums over the axis given
+    plans.sequence =
+        std::make_unique<TensorAllReduce>(context, kernels.stream());  // sums over the axis given
     plans.model.sequence = plans.sequence.get();
     plans.chunks =
         std::make_unique<ContextSequenceChunks>(context, c.context_parallel_load_balance);
     plans.model.chunks = plans.chunks.get();
   }
   if (dims.expert > 1) {
-    plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert));
+    plans.experts = std::make_unique<ExpertAllToAll>(mesh.axis(Axis::kExpert), kernels.stream());
     plans.model.experts = plans.experts.get();
   }
   return plans;
@@ -221,7 +240,7 @@ InferenceParallelPlans parallelize_inference(const InferenceSharding& s, const M
   const Communicator& experts = inference_expert_group(mesh);
   if (s.num_experts > 0 && experts.size() > 1) {
     if (inference_expert_ranks(s.num_experts, experts.size()) == experts.size()) {
-      plans.experts = std::make_unique<ExpertAllToAll>(experts);
+      plans.experts = std::make_unique<ExpertAllToAll>(experts, kernels.stream());
     } else {
       log::info(
           "expert x context_autoregressive = {} ranks do not divide num_experts = {}: every rank "

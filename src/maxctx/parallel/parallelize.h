@@ -21,6 +21,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "maxctx/config/config.h"
@@ -39,7 +40,11 @@ enum class RunKind { kTraining, kInference };
 
 struct ParallelDims {
   RunKind kind = RunKind::kTraining;
-  int64_t data = 1, fsdp = 1, context = 1, context_autoregressive = 1, tensor = 1, expert = 1;
+  // One degree per mesh axis, named as the axis: data, fsdp, context, context_autoregressive,
+  // tensor, expert (generated from the axis list, core/mesh_axes.h).
+#define MAXCTX_AXIS_DEGREE(Enumerator, name) int64_t name = 1;
+  MAXCTX_MESH_AXES(MAXCTX_AXIS_DEGREE)
+#undef MAXCTX_AXIS_DEGREE
   // data × fsdp × expert: how a training batch's rows are split (MaxText's activation_batch
   // rule: the expert axis shards the batch outside the experts, like data)
   int64_t data_shards = 1;
@@ -50,6 +55,10 @@ struct ParallelDims {
   // fsdp × context: how many ranks split a training run's parameters, gradients and optimizer
   // state (kParameterShardAxes).
   int64_t parameter_shards() const { return fsdp * context; }
+
+  int64_t size(Axis axis) const;  // the degree of `axis`
+  // "data=1 fsdp=2 context=1 context_autoregressive=1 tensor=1 expert=1", every axis in order.
+  std::string text() const;
 
   // Throws maxctx::Error (the same verdict on every rank) when an axis is used that the run
   // kind does not shard over.

@@ -26,7 +26,7 @@ void AxisRowSplit::gather(TensorView out, TensorView mine) {
   for (int64_t n = 0; n < N; ++n) {
     kernels_.copy(row_part(send_rows, n, 0, my_rows), row_part(mine, n, 0, my_rows));
   }
-  axis_.all_gather(send, recv);
+  axis_.all_gather(send, recv, kernels_.stream());
   const TensorView parts = recv.reshaped({ranks * N, widest});
   for (int r = 0; r < ranks; ++r) {
     const int64_t first = split_offset(out_dim, ranks, r), rows = split_count(out_dim, ranks, r);

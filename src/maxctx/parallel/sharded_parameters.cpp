@@ -148,7 +148,8 @@ void ShardedParameters::gather_full(Tensor& params, Tensor& m, Tensor& v) {
   for (const Unit& u : units_) {
     const auto gather = [&](const Tensor& shard, Tensor& out) {
       shard_group_.all_gather_uneven(shard.view().elements(u.shard_offset, u.shard_count),
-                                     out.view().elements(u.begin, u.end - u.begin));
+                                     out.view().elements(u.begin, u.end - u.begin),
+                                     kernels_.stream());
     };
     gather(master_, params);
     gather(adam_m_, m);
@@ -179,7 +180,7 @@ void ShardedParameters::before_use(int unit) {
   const Unit& u = units_[unit];
   kernels_.commit(unit_range(full_params_, u));
   shard_group_.all_gather_uneven(master_.view().elements(u.shard_offset, u.shard_count),
-                                 unit_range(full_params_, u));
+                                 unit_range(full_params_, u), kernels_.stream());
   gathered_[unit] = true;
 }
 
@@ -205,11 +206,11 @@ void ShardedParameters::gradients_ready(int unit) {
   if (!full_is_shard_) {
     MAXCTX_CHECK(gradients_open_[unit], "weight unit {}: gradients_ready without before_gradients",
                  unit);
-    shard_group_.reduce_scatter(unit_range(full_grads_, u), shard);
+    shard_group_.reduce_scatter(unit_range(full_grads_, u), shard, kernels_.stream());
   }
   for (const ReplicaSum& sum : replica_sums(u, expert_.size() > 1)) {
     (sum.experts ? expert_replicas_ : replicas_)
-        .all_reduce(shard.elements(sum.begin, sum.count), ReduceOp::kSum);
+        .all_reduce(shard.elements(sum.begin, sum.count), ReduceOp::kSum, kernels_.stream());
   }
   if (full_is_shard_) return;
   measure_units();

@@ -6,7 +6,7 @@ namespace maxctx::parallel {
 
 void TensorAllReduce::all_reduce_sum(TensorView values) {
   if (tensor_.size() == 1) return;
-  tensor_.all_reduce(values, ReduceOp::kSum);
+  tensor_.all_reduce(values, ReduceOp::kSum, stream_);
 }
 
 Tensor local_blocks(const kernels::Kernels& kernels, TensorView global,
@@ -37,7 +37,7 @@ Tensor gather_blocks(const kernels::Kernels& kernels, TensorView local,
     const WeightSpec& s = local_specs[i];
     kernels.reserve(blocks, s.numel() * tp, local.dtype());
     const TensorView gathered = blocks.view().elements(0, s.numel() * tp);
-    tensor.all_gather(local.elements(s.offset, s.numel()), gathered);
+    tensor.all_gather(local.elements(s.offset, s.numel()), gathered, kernels.stream());
     for (int t = 0; t < tp; ++t) {
       if (s.split == TensorSplit::kReplicated && t > 0) break;
       const int64_t row0 = s.split == TensorSplit::kRows ? t * s.rows : 0;

@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "maxctx/core/stream.h"
 #include "maxctx/mesh/communicator.h"
 #include "maxctx/parallel/model_plan.h"
 #include "maxctx/parallel/weight_sharding.h"
@@ -14,11 +15,13 @@ namespace maxctx::parallel {
 
 class TensorAllReduce final : public TensorReducer {
  public:
-  explicit TensorAllReduce(const Communicator& tensor) : tensor_(tensor) {}
+  // stream: what the summed activations' kernels run on (Kernels::stream()).
+  TensorAllReduce(const Communicator& tensor, Stream stream) : tensor_(tensor), stream_(stream) {}
   void all_reduce_sum(TensorView values) override;
 
  private:
   const Communicator& tensor_;
+  Stream stream_;
 };
 
 // Between the unsharded flat layout (specs built with tensor size 1) and this tensor rank's

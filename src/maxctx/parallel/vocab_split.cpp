@@ -53,7 +53,7 @@ void AxisVocabSplit::embed(TensorView out, std::span<const int32_t> tokens, Tens
   for (int64_t& c : send_elements) c *= E;
   for (int64_t& c : recv_elements) c *= E;
   axis_.all_to_allv(looked_up.elements(0, asked * E), send_elements, arrived.elements(0, N * E),
-                    recv_elements);
+                    recv_elements, kernels_.stream());
   if (N == 0) return;
   // The rows arrived grouped by holder: token n's is row arrival[n] (one gather, no sums).
   token_order_.upload(kernels_, arrival);
@@ -62,7 +62,7 @@ void AxisVocabSplit::embed(TensorView out, std::span<const int32_t> tokens, Tens
 
 void AxisVocabSplit::gather_rows(TensorView out, TensorView mine) {
   MAXCTX_CHECK_EQ(out.numel(), axis_.size() * mine.numel(), "every rank's rows");
-  axis_.all_gather(mine, out);
+  axis_.all_gather(mine, out, kernels_.stream());
 }
 
 }  // namespace maxctx::parallel

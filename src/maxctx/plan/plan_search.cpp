@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <tuple>
 
 #include "maxctx/config/config.h"
 #include "maxctx/core/check.h"
@@ -32,9 +31,16 @@ bool is_searched_key(const std::string& override_text) {
          ((key.starts_with("ici_") || key.starts_with("dcn_")) && key.ends_with("_parallelism"));
 }
 
+// The axes a training mesh varies: every one but the inference axis.
+bool searched(Axis axis) { return axis != Axis::kContextAutoregressive; }
+
 std::string mesh_label(const PlanCandidate& c) {
-  return fmt::format("data={} fsdp={} context={} expert={} tensor={}", c.data, c.fsdp, c.context,
-                     c.expert, c.tensor);
+  std::string label;
+  for (Axis axis : kAllAxes) {
+    if (!searched(axis)) continue;
+    label += fmt::format("{}{}={}", label.empty() ? "" : " ", axis_name(axis), c.size(axis));
+  }
+  return label;
 }
 
 // Plans `c` (its mesh on the ici tier, the user's other keys in `base`): fills fits, reason,
@@ -45,17 +51,15 @@ bool plan_candidate(const std::string& config_path, const std::vector<std::strin
   std::vector<std::string> keys = base;
   for (const char* tier : {"ici", "dcn"}) {
     const bool ici = std::string_view(tier) == "ici";
-    keys.push_back(fmt::format("{}_data_parallelism={}", tier, ici ? c.data : 1));
-    keys.push_back(fmt::format("{}_fsdp_parallelism={}", tier, ici ? c.fsdp : 1));
-    keys.push_back(fmt::format("{}_context_parallelism={}", tier, ici ? c.context : 1));
-    keys.push_back(fmt::format("{}_tensor_parallelism={}", tier, ici ? c.tensor : 1));
-    keys.push_back(fmt::format("{}_context_autoregressive_parallelism=1", tier));
-    keys.push_back(fmt::format("{}_expert_parallelism={}", tier, ici ? c.expert : 1));
+    for (Axis axis : kAllAxes) {
+      keys.push_back(
+          fmt::format("{}_{}_parallelism={}", tier, axis_name(axis), ici ? c.size(axis) : 1));
+    }
   }
   keys.push_back("remat_policy=" + c.remat_policy);
   try {
     const Config config = load_config(config_path, keys, n);
-    if (c.expert > 1 && !train::training_model_config(config).moe) return false;
+    if (c.size(Axis::kExpert) > 1 && !train::training_model_config(config).moe) return false;
     TrainingPlan plan = plan_training(config);
     plan.memory.set_host_is_device(profile.host_memory);
     c.peak_bytes = plan.memory.peak() + static_cast<int64_t>(profile.runtime_bytes);
@@ -96,8 +100,11 @@ std::vector<PlanCandidate> search_training_plans(const std::string& config_path,
           const int64_t tensor = n / data / fsdp / context / expert;
           for (const std::string& policy : policies) {
             PlanCandidate c;
-            std::tie(c.data, c.fsdp, c.context, c.expert, c.tensor) =
-                std::tuple(data, fsdp, context, expert, tensor);
+            c.mesh[axis_index(Axis::kData)] = data;
+            c.mesh[axis_index(Axis::kFsdp)] = fsdp;
+            c.mesh[axis_index(Axis::kContext)] = context;
+            c.mesh[axis_index(Axis::kExpert)] = expert;
+            c.mesh[axis_index(Axis::kTensor)] = tensor;
             c.remat_policy = policy;
             if (plan_candidate(config_path, base, n, profile, c)) found.push_back(std::move(c));
           }
@@ -119,9 +126,10 @@ nlohmann::json search_json(const std::vector<PlanCandidate>& candidates) {
   nlohmann::json fits = nlohmann::json::array();
   nlohmann::json rejected = nlohmann::json::array();
   for (const PlanCandidate& c : candidates) {
-    nlohmann::json j = {{"data", c.data},       {"fsdp", c.fsdp},
-                        {"context", c.context}, {"expert", c.expert},
-                        {"tensor", c.tensor},   {"remat_policy", c.remat_policy}};
+    nlohmann::json j = {{"remat_policy", c.remat_policy}};
+    for (Axis axis : kAllAxes) {
+      if (searched(axis)) j[std::string(axis_name(axis))] = c.size(axis);
+    }
     if (c.fits) {
       j["peak_bytes"] = c.peak_bytes;
       j["step_seconds"] = c.time.seconds();

@@ -13,13 +13,21 @@
 #include <string>
 #include <vector>
 
+#include "maxctx/mesh/mesh_shape.h"
 #include "maxctx/plan/hardware_profile.h"
 #include "maxctx/plan/step_plan.h"
 
 namespace maxctx::plan {
 
 struct PlanCandidate {
-  int64_t data = 1, fsdp = 1, context = 1, expert = 1, tensor = 1;
+  // The mesh, per axis in the axis list's order (context_autoregressive, an inference axis,
+  // stays 1).
+  AxisArray mesh = [] {
+    AxisArray ones;
+    ones.fill(1);
+    return ones;
+  }();
+  int64_t size(Axis axis) const { return mesh[axis_index(axis)]; }
   std::string remat_policy;
   bool fits = false;
   std::string reason;      // why not, when !fits

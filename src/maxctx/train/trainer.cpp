@@ -249,9 +249,8 @@ Trainer::Trainer(const Config& config, const Mesh& mesh, const kernels::Kernels&
       mesh.world(),
       CheckpointSaver::Options{s.run_dir, c.async_checkpointing, c.max_num_checkpoints_to_keep},
       [&s] { s.metrics->flush(); });
-  log::info("model: {} parameters; data: {}; mesh: data={} fsdp={} context={} tensor={} expert={}",
-            s.model_config.num_parameters(), s.loader->source().describe(), s.axes.data,
-            s.axes.fsdp, s.axes.context, s.axes.tensor, s.axes.expert);
+  log::info("model: {} parameters; data: {}; mesh: {}", s.model_config.num_parameters(),
+            s.loader->source().describe(), s.axes.text());
 }
 
 Trainer::~Trainer() = default;

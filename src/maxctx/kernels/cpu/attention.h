@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "maxctx/core/dtype.h"
-#include "maxctx/kernels/ref/attention.h"
+#include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels::cpu {
 

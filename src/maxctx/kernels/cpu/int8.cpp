@@ -15,7 +15,6 @@
 #include "maxctx/kernels/cpu/elementwise.h"
 #include "maxctx/kernels/cpu/quantize_row.h"
 #include "maxctx/kernels/cpu/threading.h"
-#include "maxctx/kernels/ref/int8.h"
 
 namespace maxctx::kernels::cpu {
 namespace {

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "maxctx/kernels/cpu/float_ptr.h"
-#include "maxctx/kernels/ref/rope.h"
+#include "maxctx/kernels/types.h"
 
 namespace maxctx::kernels::cpu {
 

@@ -33,6 +33,7 @@ enum class Scratch {
   kSortValues,
   kSortTemp,
   kSmall,
+  kKeyBlockPartials,  // split-K decode attention's partial outs and lses
   kCount
 };
 void* scratch(Scratch slot, size_t bytes);

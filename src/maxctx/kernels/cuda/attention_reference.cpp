@@ -98,8 +98,8 @@ void single_query_attention_reference(TensorView out, TensorView lse, TensorView
   } else {
     floats(k, kOp, "the cache");
   }
-  attention_forward_rows(floats(out, kOp, "out"), f32(lse, kOp, "lse"), floats(q, kOp, "q"), kr, vr,
-                         AttentionMasks{q_pos, q_seg, k_pos, k_seg}, d, /*bf16=*/false);
+  single_query_attention_rows(floats(out, kOp, "out"), f32(lse, kOp, "lse"), floats(q, kOp, "q"),
+                              kr, vr, AttentionMasks{q_pos, q_seg, k_pos, k_seg}, d);
 }
 
 }  // namespace maxctx::kernels::cuda

@@ -5,6 +5,7 @@
 #include "maxctx/kernels/cuda/cuda_check.h"
 #include "maxctx/kernels/cuda/device_float.cuh"
 #include "maxctx/kernels/cuda/ops.h"
+#include "maxctx/kernels/decode_split.h"
 
 namespace maxctx::kernels::cuda {
 namespace {
@@ -57,19 +58,26 @@ __device__ __forceinline__ void load_row(float (&x)[kPerLane], ConstDeviceFloats
   }
 }
 
-// One warp per (b, h, i), rows numbered with i fastest.
+// One warp per (b, h, i), rows numbered with i fastest, and key block blockIdx.y: keys
+// [y · block_keys, min(Sk, (y + 1) · block_keys)). Block y writes its out and lse at y times
+// their size past `out` and `lse` (one block, the whole cache: the result itself).
 __global__ void forward_kernel(DeviceFloats out, float* lse, ConstDeviceFloats q, KvRows k,
-                               KvRows v, Masks masks, Dims d, bool bf16_products) {
+                               KvRows v, Masks masks, Dims d, bool bf16_products,
+                               int64_t block_keys) {
   const int lane = threadIdx.x % 32;
+  const int64_t rows = d.batch * d.heads_q * d.seq_q;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
-  if (r >= d.batch * d.heads_q * d.seq_q) return;
+  if (r >= rows) return;
   const int64_t i = r % d.seq_q, h = (r / d.seq_q) % d.heads_q, b = r / (d.seq_q * d.heads_q);
   const int64_t hk = h / d.group;
   const int64_t q_row = (b * d.seq_q + i) * d.heads_q + h;
+  const int64_t key_begin = blockIdx.y * block_keys;
+  const int64_t key_end = min(d.seq_k, key_begin + block_keys);
+  const int64_t out_row = blockIdx.y * rows + q_row, lse_row = blockIdx.y * rows + r;
   float qv[kPerLane];
   load_row(qv, q, q_row, d.head_dim, lane, false);
   float max_score = -INFINITY;
-  for (int64_t j = 0; j < d.seq_k; ++j) {
+  for (int64_t j = key_begin; j < key_end; ++j) {
     if (!visible(masks, d, b, i, j)) continue;
     const int64_t kv_row = (b * d.seq_k + j) * d.heads_kv + hk;
     max_score =
@@ -78,7 +86,7 @@ __global__ void forward_kernel(DeviceFloats out, float* lse, ConstDeviceFloats q
   float acc[kPerLane] = {};
   float sum = 0;
   if (max_score != -INFINITY) {
-    for (int64_t j = 0; j < d.seq_k; ++j) {
+    for (int64_t j = key_begin; j < key_end; ++j) {
       if (!visible(masks, d, b, i, j)) continue;
       const int64_t kv_row = (b * d.seq_k + j) * d.heads_kv + hk;
       const float score = d.scale * dot_kv(qv, k, kv_row, b * d.seq_k + j, d.head_dim, lane);
@@ -95,9 +103,64 @@ __global__ void forward_kernel(DeviceFloats out, float* lse, ConstDeviceFloats q
 #pragma unroll
   for (int t = 0; t < kPerLane; ++t) {
     const int64_t dd = lane + 32 * t;
-    if (dd < d.head_dim) store(out, q_row * d.head_dim + dd, sum > 0 ? acc[t] / sum : 0.0f);
+    if (dd < d.head_dim) store(out, out_row * d.head_dim + dd, sum > 0 ? acc[t] / sum : 0.0f);
   }
-  if (lane == 0) lse[r] = max_score == -INFINITY ? -INFINITY : max_score + logf(sum);
+  if (lane == 0) lse[lse_row] = max_score == -INFINITY ? -INFINITY : max_score + logf(sum);
+}
+
+// The LSE merge of two partials over disjoint keys (ref::attention_merge): a side with lse -inf
+// contributes nothing, both -inf give out 0 and lse -inf.
+struct MergeWeights {
+  float a, b, sum, lse;
+  bool empty;
+};
+__device__ __forceinline__ MergeWeights merge_weights(float lse_a, float lse_b) {
+  const float m = fmaxf(lse_a, lse_b);
+  const bool empty = m == -INFINITY;
+  const float wa = empty ? 0.0f : expf(lse_a - m);
+  const float wb = empty ? 0.0f : expf(lse_b - m);
+  return {wa, wb, wa + wb, empty ? -INFINITY : m + logf(wa + wb), empty};
+}
+__device__ __forceinline__ float merged(const MergeWeights& w, float out_a, float out_b) {
+  const float from_a = w.a > 0 ? w.a * out_a : 0.0f;
+  const float from_b = w.b > 0 ? w.b * out_b : 0.0f;
+  return w.empty ? 0.0f : (from_a + from_b) / w.sum;
+}
+
+// Split-K's second pass: one warp per query row merges the key blocks' f32 partials (forward
+// kernel, `blocks` of them) in block order, keeping the running out in registers, and writes
+// out (rounded once to its dtype) and lse.
+__global__ void merge_key_blocks_kernel(DeviceFloats out, float* lse, const float* partial_out,
+                                        const float* partial_lse, Dims d, int64_t blocks) {
+  const int lane = threadIdx.x % 32;
+  const int64_t rows = d.batch * d.heads_q * d.seq_q;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int64_t i = r % d.seq_q, h = (r / d.seq_q) % d.heads_q, b = r / (d.seq_q * d.heads_q);
+  const int64_t q_row = (b * d.seq_q + i) * d.heads_q + h;
+  float acc[kPerLane];
+  float acc_lse = partial_lse[r];
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    const int64_t dd = lane + 32 * t;
+    acc[t] = dd < d.head_dim ? partial_out[q_row * d.head_dim + dd] : 0.0f;
+  }
+  for (int64_t y = 1; y < blocks; ++y) {
+    const MergeWeights w = merge_weights(acc_lse, partial_lse[y * rows + r]);
+    const float* block_out = partial_out + (y * rows + q_row) * d.head_dim;
+#pragma unroll
+    for (int t = 0; t < kPerLane; ++t) {
+      const int64_t dd = lane + 32 * t;
+      if (dd < d.head_dim) acc[t] = merged(w, acc[t], block_out[dd]);
+    }
+    acc_lse = w.lse;
+  }
+#pragma unroll
+  for (int t = 0; t < kPerLane; ++t) {
+    const int64_t dd = lane + 32 * t;
+    if (dd < d.head_dim) store(out, q_row * d.head_dim + dd, acc[t]);
+  }
+  if (lane == 0) lse[r] = acc_lse;
 }
 
 // The probability and dS of one visible (query row, key row) pair, from recomputed scores.
@@ -221,19 +284,11 @@ __global__ void merge_kernel(float* out, float* lse, const float* out_a, const f
                              int64_t head_dim, int64_t rows) {
   MAXCTX_GRID_STRIDE(l, rows) {
     const int64_t i = l % seq_q, h = (l / seq_q) % heads_q, b = l / (seq_q * heads_q);
-    const float la = lse_a[l], lb = lse_b[l];
-    const float m = fmaxf(la, lb);
-    const bool empty = m == -INFINITY;
-    const float wa = empty ? 0.0f : expf(la - m);
-    const float wb = empty ? 0.0f : expf(lb - m);
-    const float sum = wa + wb;
+    const MergeWeights w = merge_weights(lse_a[l], lse_b[l]);
     const int64_t row = ((b * seq_q + i) * heads_q + h) * head_dim;
-    for (int64_t dd = 0; dd < head_dim; ++dd) {
-      const float from_a = wa > 0 ? wa * out_a[row + dd] : 0.0f;
-      const float from_b = wb > 0 ? wb * out_b[row + dd] : 0.0f;
-      out[row + dd] = empty ? 0.0f : (from_a + from_b) / sum;
-    }
-    lse[l] = empty ? -INFINITY : m + logf(sum);
+    for (int64_t dd = 0; dd < head_dim; ++dd)
+      out[row + dd] = merged(w, out_a[row + dd], out_b[row + dd]);
+    lse[l] = w.lse;
   }
 }
 
@@ -250,8 +305,27 @@ void attention_forward_rows(DeviceFloats out, float* lse, ConstDeviceFloats q, K
   const int64_t rows = d.batch * d.heads_q * d.seq_q;
   if (rows == 0) return;
   forward_kernel<<<warp_grid(rows), 32 * kWarpsPerBlock>>>(out, lse, q, k, v, masks, d,
-                                                           bf16_products);
+                                                           bf16_products, d.seq_k);
   MAXCTX_CUDA_LAUNCHED("attention_forward_reference");
+}
+
+void single_query_attention_rows(DeviceFloats out, float* lse, ConstDeviceFloats q, KvRows k,
+                                 KvRows v, const AttentionMasks& masks, const AttentionDims& d) {
+  const int64_t rows = d.batch * d.heads_q * d.seq_q;
+  if (rows == 0) return;
+  const KeySplit split = decode_key_split(d.seq_k, rows);
+  if (split.blocks == 1) return attention_forward_rows(out, lse, q, k, v, masks, d, false);
+  const size_t out_floats = static_cast<size_t>(split.blocks * rows * d.head_dim);
+  auto* partial_out = static_cast<float*>(scratch(
+      Scratch::kKeyBlockPartials, (out_floats + static_cast<size_t>(split.blocks * rows)) * 4));
+  float* partial_lse = partial_out + out_floats;
+  const dim3 grid(warp_grid(rows), static_cast<unsigned>(split.blocks));
+  forward_kernel<<<grid, 32 * kWarpsPerBlock>>>(DeviceFloats{partial_out, false}, partial_lse, q, k,
+                                                v, masks, d, false, split.block_keys);
+  MAXCTX_CUDA_LAUNCHED("single_query_attention key blocks");
+  merge_key_blocks_kernel<<<warp_grid(rows), 32 * kWarpsPerBlock>>>(out, lse, partial_out,
+                                                                    partial_lse, d, split.blocks);
+  MAXCTX_CUDA_LAUNCHED("single_query_attention merge");
 }
 
 void attention_backward_rows(float* dq, float* dk, float* dv, ConstDeviceFloats d_out,

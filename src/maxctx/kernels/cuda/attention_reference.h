@@ -31,7 +31,9 @@ void attention_backward_reference(TensorView dq, TensorView dk, TensorView dv, T
 
 // The decode step (Kernels::single_query_attention): the forward above with fp32 products on the
 // cache widened (f32 or bf16 k, v) or dequantized (int8 codes · the row's scale; k_scale and
-// v_scale (B, Sk) f32, empty views for a float cache).
+// v_scale (B, Sk) f32, empty views for a float cache). A long cache is split into key blocks
+// whose partials the LSE merge joins (flash-decoding, kernels/decode_split.h), so that its few
+// query rows still fill the GPU; the result differs from the unsplit pass by fp32 rounding only.
 void single_query_attention_reference(TensorView out, TensorView lse, TensorView q, TensorView k,
                                       TensorView k_scale, TensorView v, TensorView v_scale,
                                       const int32_t* q_pos, const int32_t* q_seg,

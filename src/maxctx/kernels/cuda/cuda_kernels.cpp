@@ -70,6 +70,7 @@ class CudaKernels final : public Kernels {
     synchronize_stream();
   }
   Event record_event() const override { return record_stream_event(); }
+  Stream stream() const override { return compute_stream(); }
   void copy_from_host_async(void* backend_memory, const void* host, size_t bytes) const override {
     copy_from_host_staged(backend_memory, host, bytes);
   }

@@ -107,6 +107,11 @@ void attention_backward_rows(float* dq, float* dk, float* dv, ConstDeviceFloats 
                              ConstDeviceFloats out, const float* lse, ConstDeviceFloats q, KvRows k,
                              KvRows v, const AttentionMasks& masks, const AttentionDims& dims,
                              bool bf16_products);
+// The decode step's forward (Kernels::single_query_attention): attention_forward_rows with fp32
+// products, split over key blocks for a long cache (flash-decoding, kernels/decode_split.h): the
+// blocks' partials in scratch, merged in block order by the LSE merge.
+void single_query_attention_rows(DeviceFloats out, float* lse, ConstDeviceFloats q, KvRows k,
+                                 KvRows v, const AttentionMasks& masks, const AttentionDims& dims);
 // Visible (query row, key row) pairs over the batch (exact integer sum).
 int64_t count_visible_pairs(const AttentionMasks& masks, const AttentionDims& dims);
 void attention_merge(float* out, float* lse, const float* out_a, const float* lse_a,

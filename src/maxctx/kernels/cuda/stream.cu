@@ -92,6 +92,8 @@ StagingRing& staging() {
 
 }  // namespace
 
+Stream compute_stream() { return Stream(Device::kCuda, kStream); }
+
 void synchronize_stream() { MAXCTX_CUDA_CHECK(cudaStreamSynchronize(kStream)); }
 
 Event record_stream_event() { return Event(std::make_unique<CudaEvent>()); }

@@ -12,12 +12,16 @@
 
 #include <cstddef>
 
+#include "maxctx/core/stream.h"
 #include "maxctx/kernels/event.h"
 
 namespace maxctx::kernels::cuda {
 
 inline constexpr size_t kMaxStagedBytes = size_t{8} << 20;
 
+// The stream every op and copy of this backend is issued to, for the communicators' verbs on its
+// memory (core/stream.h): the legacy default stream.
+Stream compute_stream();
 void synchronize_stream();
 Event record_stream_event();
 void copy_from_host_staged(void* device, const void* host, size_t bytes);

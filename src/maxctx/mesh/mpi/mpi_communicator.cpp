@@ -267,7 +267,8 @@ void MpiCommunicator::exchange(std::span<const T> send, int dest, std::span<T> r
 }
 
 void MpiCommunicator::send_recv(const void* send, int64_t send_count, int dest, void* recv,
-                                int64_t recv_count, int source, ElementType type, int tag) const {
+                                int64_t recv_count, int source, ElementType type, int tag,
+                                const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     exchange<T>(typed<T>(send, send_count), mpi_peer(dest), typed<T>(recv, recv_count),
                 mpi_peer(source), tag);
@@ -275,14 +276,16 @@ void MpiCommunicator::send_recv(const void* send, int64_t send_count, int dest, 
 }
 
 std::unique_ptr<RequestImpl> MpiCommunicator::isend(const void* data, int64_t count,
-                                                    ElementType type, int dest, int tag) const {
+                                                    ElementType type, int dest, int tag,
+                                                    const Stream& /*stream*/) const {
   return visit_element_type(type, [&]<typename T>() -> std::unique_ptr<RequestImpl> {
     return post_send<T>(typed<T>(data, count), mpi_peer(dest), tag);
   });
 }
 
 std::unique_ptr<RequestImpl> MpiCommunicator::irecv(void* data, int64_t count, ElementType type,
-                                                    int source, int tag) const {
+                                                    int source, int tag,
+                                                    const Stream& /*stream*/) const {
   return visit_element_type(type, [&]<typename T>() -> std::unique_ptr<RequestImpl> {
     return post_recv<T>(typed<T>(data, count), mpi_peer(source), tag);
   });
@@ -290,8 +293,8 @@ std::unique_ptr<RequestImpl> MpiCommunicator::irecv(void* data, int64_t count, E
 
 // --- MpiCommunicator: collectives --------------------------------------------------------------
 
-void MpiCommunicator::all_gather(const void* mine, void* out, int64_t part,
-                                 ElementType type) const {
+void MpiCommunicator::all_gather(const void* mine, void* out, int64_t part, ElementType type,
+                                 const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     all_gather_typed<T>(typed<T>(mine, part), typed<T>(out, part * size_));
   });
@@ -308,7 +311,7 @@ void MpiCommunicator::all_gather_typed(std::span<const T> mine, std::span<T> out
 }
 
 void MpiCommunicator::all_gather_uneven(const void* mine, void* out, int64_t total,
-                                        ElementType type) const {
+                                        ElementType type, const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     all_gather_uneven_typed<T>(typed<T>(mine, split_count(total, size_, rank_)),
                                typed<T>(out, total));
@@ -355,7 +358,8 @@ void MpiCommunicator::ring_all_gather(std::span<const T> mine, std::span<T> out,
 }
 
 void MpiCommunicator::reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
-                                     ReduceScatterAlgorithm algorithm) const {
+                                     ReduceScatterAlgorithm algorithm,
+                                     const Stream& /*stream*/) const {
   if (total == 0) return;
   visit_element_type(type, [&]<typename T>() {
     const std::span<const T> in_elements = typed<T>(in, total);
@@ -436,7 +440,8 @@ void MpiCommunicator::mpi_reduce_scatter(std::span<const T> in, std::span<T> out
   }
 }
 
-void MpiCommunicator::all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const {
+void MpiCommunicator::all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op,
+                                 const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     const int64_t limit = g_max_elements_per_call;
     T* data = static_cast<T*>(in_out);
@@ -447,7 +452,8 @@ void MpiCommunicator::all_reduce(void* in_out, int64_t count, ElementType type, 
   });
 }
 
-void MpiCommunicator::all_to_all(const void* in, void* out, int64_t part, ElementType type) const {
+void MpiCommunicator::all_to_all(const void* in, void* out, int64_t part, ElementType type,
+                                 const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     all_to_all_typed<T>(typed<T>(in, part * size_), typed<T>(out, part * size_));
   });
@@ -476,7 +482,8 @@ void MpiCommunicator::all_to_all_typed(std::span<const T> in, std::span<T> out) 
 // size() - 1 pairwise steps as all_to_all_typed's long path (chunked point to point, so any
 // count fits): step s sends the block of rank (rank + s) while receiving rank (rank - s)'s.
 void MpiCommunicator::all_to_allv(const void* in, const int64_t* send_counts, void* out,
-                                  const int64_t* recv_counts, ElementType type) const {
+                                  const int64_t* recv_counts, ElementType type,
+                                  const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     std::vector<int64_t> send_begin(size_ + 1, 0), recv_begin(size_ + 1, 0);
     for (int p = 0; p < size_; ++p) {
@@ -496,7 +503,8 @@ void MpiCommunicator::all_to_allv(const void* in, const int64_t* send_counts, vo
   });
 }
 
-void MpiCommunicator::broadcast(void* data, int64_t count, ElementType type, int root) const {
+void MpiCommunicator::broadcast(void* data, int64_t count, ElementType type, int root,
+                                const Stream& /*stream*/) const {
   visit_element_type(type, [&]<typename T>() {
     const int64_t limit = g_max_elements_per_call;
     T* elements = static_cast<T*>(data);

@@ -64,23 +64,29 @@ class MpiCommunicator final : public CommunicatorImpl {
   int size() const override { return size_; }
   std::shared_ptr<CommunicatorImpl> split(int color, int key) const override;
 
-  void all_gather(const void* mine, void* out, int64_t part, ElementType type) const override;
-  void all_gather_uneven(const void* mine, void* out, int64_t total,
-                         ElementType type) const override;
+  // The host's memory, so every verb has finished when it returns: `stream` is not used.
+  void all_gather(const void* mine, void* out, int64_t part, ElementType type,
+                  const Stream& stream) const override;
+  void all_gather_uneven(const void* mine, void* out, int64_t total, ElementType type,
+                         const Stream& stream) const override;
   void reduce_scatter(const void* in, void* out, int64_t total, ElementType type,
-                      ReduceScatterAlgorithm algorithm) const override;
-  void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op) const override;
-  void all_to_all(const void* in, void* out, int64_t part, ElementType type) const override;
+                      ReduceScatterAlgorithm algorithm, const Stream& stream) const override;
+  void all_reduce(void* in_out, int64_t count, ElementType type, ReduceOp op,
+                  const Stream& stream) const override;
+  void all_to_all(const void* in, void* out, int64_t part, ElementType type,
+                  const Stream& stream) const override;
   void all_to_allv(const void* in, const int64_t* send_counts, void* out,
-                   const int64_t* recv_counts, ElementType type) const override;
-  void broadcast(void* data, int64_t count, ElementType type, int root) const override;
+                   const int64_t* recv_counts, ElementType type,
+                   const Stream& stream) const override;
+  void broadcast(void* data, int64_t count, ElementType type, int root,
+                 const Stream& stream) const override;
 
   void send_recv(const void* send, int64_t send_count, int dest, void* recv, int64_t recv_count,
-                 int source, ElementType type, int tag) const override;
+                 int source, ElementType type, int tag, const Stream& stream) const override;
   std::unique_ptr<RequestImpl> isend(const void* data, int64_t count, ElementType type, int dest,
-                                     int tag) const override;
+                                     int tag, const Stream& stream) const override;
   std::unique_ptr<RequestImpl> irecv(void* data, int64_t count, ElementType type, int source,
-                                     int tag) const override;
+                                     int tag, const Stream& stream) const override;
 
   void barrier() const override;
 
