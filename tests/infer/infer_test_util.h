@@ -133,6 +133,34 @@ inline std::vector<std::vector<float>> forced_logits(
   }
 }
 
+// The worst norm-relative error of `engine`'s logits against `reference`'s: the prefill's
+// (step 0) and the decode steps', both fed the reference's greedy tokens (teacher forcing, so a
+// near-tie of the argmax cannot send the two runs down different sequences). `steps`: how many
+// were compared.
+struct ForcedLogitErrors {
+  double prefill = 0.0, decode = 0.0;
+  size_t steps = 0;
+};
+inline ForcedLogitErrors forced_logit_errors(InferenceEngine& reference, InferenceEngine& engine,
+                                             const std::vector<std::vector<int32_t>>& prompts) {
+  const GenerateResult greedy = reference.generate(prompts);
+  const auto want = forced_logits(reference, prompts, greedy.tokens);
+  const auto got = forced_logits(engine, prompts, greedy.tokens);
+  ForcedLogitErrors errors;
+  errors.steps = std::min(want.size(), got.size());
+  const int64_t V = engine.model_config().vocab_size;
+  for (size_t step = 0; step < errors.steps; ++step) {
+    for (int64_t b = 0; b < engine.slots(); ++b) {
+      if (step >= greedy.tokens[b].size()) continue;
+      const double e = relative_error(got[step].data() + b * V, want[step].data() + b * V, V);
+      double& worst = step == 0 ? errors.prefill : errors.decode;
+      worst = std::max(worst, e);
+    }
+  }
+  if (want.size() != got.size()) errors.prefill = errors.decode = HUGE_VAL;
+  return errors;
+}
+
 // The message of the Error `run` throws ("" when it throws none).
 template <typename Fn>
 std::string error_of(Fn run) {

@@ -143,6 +143,7 @@ InferencePlan plan_inference(const Config& c) {
   p.workspace_bytes = model::inference_workspace_bytes(
                           m, InferenceEngine::workspace_rows(p.settings, p.ca, p.expert)) +
                       (p.settings.slots + p.group_slots()) * m.vocab_size * int64_t{sizeof(float)};
+  p.prefill_staging_bytes = InferenceEngine::prefill_staging_bytes(p.settings, m, p.ca, p.expert);
   return p;
 }
 

@@ -8,6 +8,7 @@
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/parallelize.h"
+#include "maxctx/parallel/prefix_attention.h"
 
 namespace maxctx::infer {
 namespace {
@@ -192,21 +193,27 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
   w.attention_flops = static_cast<double>(slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
   w.attention_bytes = static_cast<double>(slots) * P * 2 *
                       static_cast<double>(m.kv_dim() * m.num_layers) * dtype_size(m.dtype);
-  // A chunked prefill runs its slots in passes (InferenceEngine::prefill_pass_slots), each
-  // with its own collectives.
-  const int64_t S = length / ca;
-  const int64_t per_pass = InferenceEngine::prefill_pass_slots(s, ca, layout.expert, S);
-  for (int64_t first = 0; first < slots; first += per_pass) {
-    const int64_t pass = std::min(per_pass, slots - first);
+  // A chunked prefill runs its slots in passes (InferenceEngine::prefill_passes), each with
+  // its own collectives; a long prompt's passes after its first also reach the earlier rows.
+  const int64_t S_pad = length;  // a multiple of the split (check_settings, microbenchmark)
+  for (const InferenceEngine::PrefillPass& pass :
+       InferenceEngine::prefill_passes(s, ca, layout.expert, S_pad)) {
+    const int64_t S = pass.tokens / ca, rows = pass.rows(ca);
+    // Logit rows: one per slot whose last token is in the pass.
+    const int64_t ending = pass.first_position + pass.tokens >= S_pad ? pass.slots : 0;
     if (ca > 1) {
       // Each layer's attention gathers K and V of every slot's prompt (the training all-gather
       // plan, PrefillAttention); batch-sharded decode then gathers them again to keep whole
       // slots. The embedding rows come from the ranks holding them and every rank's one row per
       // slot goes through the vocabulary split's head (add_vocab_traffic).
-      const parallel::AttentionOperands x{pass,           S,          m.num_query_heads,
+      const parallel::AttentionOperands x{pass.slots,     S,          m.num_query_heads,
                                           m.num_kv_heads, m.head_dim, m.dtype};
       for (int64_t l = 0; l < m.num_layers; ++l) {
         parallel::AllGatherContextAttention::add_forward_traffic(w.traffic, ca_axis, ca, x);
+        if (pass.first_position > 0) {
+          parallel::PrefixAttention::add_traffic(w.traffic, ca_axis, ca, S, m.num_query_heads,
+                                                 m.head_dim, m.dtype);
+        }
       }
       if (s.decode == DecodeSharding::kBatch) {
         const auto element = static_cast<int64_t>(dtype_size(m.dtype));
@@ -214,9 +221,9 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
                       m.num_layers);
         w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
       }
-      add_vocab_traffic(w.traffic, m, layout, pass * S, pass);
+      add_vocab_traffic(w.traffic, m, layout, rows, ending);
     }
-    add_expert_traffic(w.traffic, m, layout, pass * S);
+    add_expert_traffic(w.traffic, m, layout, rows);
   }
   add_logits_gather(w.traffic, m, layout);
   return w;

@@ -233,6 +233,21 @@ InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& k, const
   return ws;
 }
 
+int64_t inference_workspace_resident_bytes(const kernels::Kernels& k,
+                                           const InferenceWorkspace& ws) {
+  const MoeBuffers& m = ws.moe;
+  int64_t bytes = 0;
+  for (const Tensor* t :
+       {&ws.residual, &ws.normed,  &ws.rstd,         &ws.q,           &ws.k,        &ws.v,
+        &ws.attn,     &ws.proj,    &ws.gate,         &ws.up,          &ws.hidden,   &ws.rope_cos,
+        &ws.rope_sin, &ws.head_in, &m.router_logits, &m.router_probs, &m.expert_in, &m.gate,
+        &m.up,        &m.hidden,   &m.expert_out,    &m.statistics,   &m.send_in,   &m.local_out}) {
+    const TensorView v = t->view();
+    if (!v.empty()) bytes += static_cast<int64_t>(k.allocator().resident_bytes(v.raw(), v.bytes()));
+  }
+  return bytes;
+}
+
 int64_t inference_workspace_bytes(const LlamaConfig& c, int64_t max_rows) {
   int64_t bytes = 0;
   for (const WorkspaceField& f : workspace_fields(c, max_rows)) {

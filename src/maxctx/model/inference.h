@@ -110,6 +110,11 @@ struct InferenceWorkspace {
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,
                                                 const LlamaConfig& config, int64_t max_rows);
+// The pages of the workspace's buffers the device holds now (Allocator::resident_bytes: on the
+// host, those a forward has written), a measurement of what the forwards so far used: the
+// buffers inference_workspace_bytes counts (not the logit rows, grown to what is asked).
+int64_t inference_workspace_resident_bytes(const kernels::Kernels& kernels,
+                                           const InferenceWorkspace& ws);
 // The bytes allocate_inference_workspace holds for `max_rows` rows (with a mixture's buffers and
 // the load-balance statistics its forward adds), for `maxctx plan`.
 int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows);

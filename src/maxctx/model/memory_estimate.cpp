@@ -60,7 +60,7 @@ double inference_weight_bytes(const LlamaConfig& m, int64_t expert_ranks, bool i
 
 MemoryEstimate inference_memory(const LlamaConfig& m, int64_t slots, int64_t max_target_length,
                                 int64_t ca, bool quantize_kvcache, int64_t expert_ranks,
-                                bool int8_weights) {
+                                bool int8_weights, double workspace_bytes) {
   const double weights = inference_weight_bytes(m, expert_ranks, int8_weights, ca);
   const double element = quantize_kvcache ? 1.0 : static_cast<double>(dtype_size(m.dtype));
   const double cache = 2.0 * static_cast<double>(m.num_layers) * static_cast<double>(slots) *
@@ -68,9 +68,11 @@ MemoryEstimate inference_memory(const LlamaConfig& m, int64_t slots, int64_t max
                        static_cast<double>(m.num_kv_heads) * static_cast<double>(m.head_dim) *
                        element / static_cast<double>(std::max<int64_t>(ca, 1));
   MemoryEstimate e;
-  e.bytes = weights + cache;
+  e.bytes = weights + cache + workspace_bytes;
   e.detail = fmt::format("weights held {} + KV cache share {}", format_bytes(weights),
                          format_bytes(cache));
+  if (workspace_bytes > 0)
+    e.detail += fmt::format(" + workspace {}", format_bytes(workspace_bytes));
   return e;
 }
 
