@@ -185,18 +185,30 @@ inline int64_t expert_bytes(const model::ExpertWeights& e) {
   return bytes;
 }
 
-// The bytes of the embedding and head rows that `reference` (one rank) holds and `engine` (its
-// rows of the vocabulary over context_autoregressive) does not, as `reference` holds them.
+// The bytes of the embedding, head and attention projection rows that `reference` (one rank)
+// holds and `engine` (its rows of them over context_autoregressive) does not, as `reference`
+// holds them.
 inline int64_t other_vocab_bytes(const InferenceEngine& reference, const InferenceEngine& engine) {
-  const auto head_bytes = [](const InferenceEngine& e) {
-    const model::Linear& h = e.weights().lm_head;
-    return h.i8 != nullptr ? model::int8_weight_bytes(h.out_dim, h.in_dim)
-                           : static_cast<int64_t>(h.weight.bytes());
+  const auto linear_bytes = [](const model::Linear& l) {
+    return l.i8 != nullptr ? model::int8_weight_bytes(l.out_dim, l.in_dim)
+                           : static_cast<int64_t>(l.weight.bytes());
   };
   const int64_t embed = static_cast<int64_t>(reference.weights().embed.bytes()) -
                         static_cast<int64_t>(engine.weights().embed.bytes());
   const bool tied = reference.model_config().tie_embeddings;
-  return embed + (tied ? 0 : head_bytes(reference) - head_bytes(engine));
+  int64_t others = embed + (tied ? 0
+                                 : linear_bytes(reference.weights().lm_head) -
+                                       linear_bytes(engine.weights().lm_head));
+  // The attention projections' rows, split over context_autoregressive alike.
+  for (size_t l = 0; l < reference.weights().layers.size(); ++l) {
+    const model::DecoderLayerWeights& all = reference.weights().layers[l];
+    const model::DecoderLayerWeights& held = engine.weights().layers[l];
+    for (const auto member : {&model::DecoderLayerWeights::wq, &model::DecoderLayerWeights::wk,
+                              &model::DecoderLayerWeights::wv, &model::DecoderLayerWeights::wo}) {
+      others += linear_bytes(all.*member) - linear_bytes(held.*member);
+    }
+  }
+  return others;
 }
 
 // The bytes of the experts that `reference` (holding every expert) holds and `engine` should

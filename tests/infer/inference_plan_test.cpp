@@ -63,7 +63,8 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
                                        plan.model.vocab_size * int64_t{sizeof(float)},
             model::inference_workspace_bytes(
                 engine.model_config(),
-                InferenceEngine::workspace_rows(engine.settings(), engine.ca(), engine.expert())));
+                InferenceEngine::workspace_rows(engine.settings(), engine.ca(), engine.expert()),
+                engine.expert_ranks()));
 }
 
 // use_chunked_prefill: the workspace holds one pass: a chunk of 16 tokens per rank, less than a

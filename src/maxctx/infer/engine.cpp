@@ -184,9 +184,9 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
   const model::MemoryEstimate memory = model::inference_memory(
       model_, group_slots(), settings_.max_target_length, ca, settings_.quantize_kvcache,
       expert_ranks, settings_.int8_weights,
-      static_cast<double>(
-          model::inference_workspace_bytes(model_, workspace_rows(settings_, ca, expert_.size())) +
-          prefill_staging_bytes(settings_, model_, ca, expert_.size())));
+      static_cast<double>(model::inference_workspace_bytes(
+                              model_, workspace_rows(settings_, ca, expert_.size()), expert_ranks) +
+                          prefill_staging_bytes(settings_, model_, ca, expert_.size())));
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "inference",
                        memory.detail);
   const std::vector<model::WeightSpec> specs =
@@ -449,7 +449,8 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
     const model::TokenBatch batch = upload_batch(pass.slots, S);
     model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill,
                                    ws_, logit_rows_, row_logits_.data(), nullptr,
-                                   plans_.experts.get(), plans_.vocab.get());
+                                   plans_.experts.get(), plans_.vocab.get(),
+                                   plans_.token_split.get());
     if (vocab_split) {
       // Every rank's rows, rank by rank: slot b's logits are in the block of the rank holding
       // its last token, at its index among the pass's slots that end here (one row each) or,
@@ -533,7 +534,8 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   const model::TokenBatch batch = upload_batch(local, 1);
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.decode, ws_,
                                  logit_rows_, row_logits_.data(), plans_.row_split.get(),
-                                 plans_.experts.get(), plans_.vocab.get());
+                                 plans_.experts.get(), plans_.vocab.get(),
+                                 plans_.token_split.get());
   if (every_rank) {
     std::copy(row_logits_.begin(), row_logits_.end(), group_logits().begin());
   } else if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {

@@ -1,6 +1,7 @@
 #include "maxctx/infer/inference_work.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "maxctx/core/dtype.h"
 #include "maxctx/core/split.h"
@@ -52,8 +53,12 @@ void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSetti
     if (!matmul || spec.numel() == 0) continue;  // numel 0: another rank's expert
     const bool int8 = s.int8_weights && int8_quantized(spec);
     InferenceMatmul mm;
+    // Attention's rows are split over ca > 1: without the decode's row split (ranks holding
+    // other tokens) each rank runs its rows over every rank's tokens (parallel::TokenRowSplit).
+    const bool token_split = ca > 1 && !shape.split_rows && named(spec, ".self_attn.");
     mm.rows = head                   ? shape.head_rows
               : spec.expert_weight() ? rows_per_expert(m, shape.routed_tokens)
+              : token_split          ? ca * shape.tokens
                                      : shape.tokens;
     mm.inner = spec.cols;
     mm.cols = shape.split_rows && decode_row_split(spec, m) ? split_count(spec.rows, ca, 0)
@@ -103,6 +108,31 @@ void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, const Inference
   parallel::ExpertAllToAll::add_forward_traffic(layer, layout.expert_group_axis, m.num_experts,
                                                 tokens * m.num_experts_per_tok, m.emb_dim, m.dtype);
   t.add(layer, m.num_layers);
+}
+
+// The attention projections' rows split over ca (inference_weight_specs), per call of `tokens`
+// rows on each rank: with the same tokens on every rank (a sequence-sharded decode) the row
+// split gathers q, k, v and o's parts; else the token row split gathers the two inputs and
+// returns the four outputs' columns with all_to_alls (parts padded to the widest).
+void add_attention_split_traffic(Traffic& t, const model::LlamaConfig& m,
+                                 const InferenceLayout& layout, int64_t tokens, bool same_tokens) {
+  const int64_t ca = layout.ca;
+  if (ca == 1) return;
+  const auto activation = static_cast<int64_t>(dtype_size(m.dtype));
+  const auto widest = [&](int64_t rows) { return split_count(rows, static_cast<int>(ca), 0); };
+  const std::pair<int64_t, int64_t> outputs[] = {{m.q_dim(), activation},
+                                                 {m.kv_dim(), activation},
+                                                 {m.kv_dim(), activation},
+                                                 {m.emb_dim, int64_t{sizeof(float)}}};
+  const CollectiveKind back = same_tokens ? CollectiveKind::kAllGather : CollectiveKind::kAllToAll;
+  for (const auto& [rows, element] : outputs) {
+    t.add(layout.ca_axis, back, ca * tokens * widest(rows) * element, m.num_layers);
+  }
+  if (same_tokens) return;
+  for (const int64_t width : {m.emb_dim, m.q_dim()}) {
+    t.add(layout.ca_axis, CollectiveKind::kAllGather, ca * tokens * width * activation,
+          m.num_layers);
+  }
 }
 
 // Every rank ends a call with every slot's logits: the expert groups' gathered over expert.
@@ -222,6 +252,7 @@ StageWork prefill_work(const model::LlamaConfig& m, const InferenceSettings& s,
         w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
       }
       add_vocab_traffic(w.traffic, m, layout, rows, ending);
+      add_attention_split_traffic(w.traffic, m, layout, rows, false);
     }
     add_expert_traffic(w.traffic, m, layout, rows);
   }
@@ -276,6 +307,7 @@ StageWork decode_work(const model::LlamaConfig& m, const InferenceSettings& s,
     } else {
       add_vocab_traffic(w.traffic, m, layout, B, B);
     }
+    add_attention_split_traffic(w.traffic, m, layout, B, sequence);
   }
   add_expert_traffic(w.traffic, m, layout, shape.tokens);
   add_logits_gather(w.traffic, m, layout);

@@ -61,6 +61,8 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
                "a quantized checkpoint's weights are read as int8 (quantization=int8)");
   MAXCTX_CHECK(part.ranks >= 1 && part.rank >= 0 && part.rank < part.ranks,
                "row split part {} of {}", part.rank, part.ranks);
+  attention_rows_split_ =
+      !w.layers.empty() && w.layers[0].wq.shape()[0] < c.num_query_heads * c.head_dim;
   embed = w.embed;
   final_norm = w.final_norm;
   lm_head = linear_of(w.lm_head);
@@ -248,12 +250,12 @@ int64_t inference_workspace_resident_bytes(const kernels::Kernels& k,
   return bytes;
 }
 
-int64_t inference_workspace_bytes(const LlamaConfig& c, int64_t max_rows) {
+int64_t inference_workspace_bytes(const LlamaConfig& c, int64_t max_rows, int64_t expert_ranks) {
   int64_t bytes = 0;
   for (const WorkspaceField& f : workspace_fields(c, max_rows)) {
     bytes += f.shape.numel() * static_cast<int64_t>(dtype_size(f.dtype));
   }
-  return bytes + (c.moe ? moe_buffer_bytes(c, 1, max_rows).per_layer : 0);
+  return bytes + (c.moe ? moe_buffer_bytes(c, 1, max_rows, 1, expert_ranks).per_layer : 0);
 }
 
 void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
@@ -261,7 +263,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
                              parallel::RowSplit* row_split, parallel::ExpertExchange* experts,
-                             parallel::VocabSplit* vocab) {
+                             parallel::VocabSplit* vocab, parallel::TokenRowSplit* token_split) {
   const int64_t N = b.batch * b.seq;
   MAXCTX_CHECK(N > 0 && N <= ws.max_rows, "{} tokens for a workspace of {} rows", N, ws.max_rows);
   MAXCTX_CHECK_EQ(static_cast<int64_t>(w.layers.size()), c.num_layers, "weights of another model");
@@ -299,6 +301,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   buffers.int8_rows = &ws.int8_rows;
   buffers.split_scratch = &ws.part;
   buffers.split_hidden = &ws.hidden_part;
+  buffers.split_inputs = &ws.split_inputs;
   buffers.moe = &ws.moe;
   DecoderLayerPlan plan;
   plan.kernels = &k;
@@ -307,6 +310,10 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   plan.tensor = &whole_layers;
   plan.row_split = row_split;
   plan.experts = experts;
+  plan.attention_rows_split = w.attention_rows_split();
+  plan.token_split = token_split;
+  MAXCTX_CHECK(!plan.attention_rows_split || row_split != nullptr || token_split != nullptr,
+               "attention weights split over ranks need a row split or a token row split");
 
   if (vocab != nullptr) {
     vocab->embed(x, {b.host_tokens != nullptr ? b.host_tokens : b.tokens, static_cast<size_t>(N)},
