@@ -16,6 +16,7 @@
 #include "maxctx/infer/engine.h"
 #include "maxctx/infer/model_source.h"
 #include "maxctx/model/inference.h"
+#include "maxctx/model/memory_estimate.h"
 
 namespace maxctx::infer {
 namespace {
@@ -51,8 +52,14 @@ TEST_P(InferencePlanMatchesEngine, CacheWeightsAndStepBytes) {
   EXPECT_EQ(plan.weight_bytes, weight_bytes);
   EXPECT_EQ(plan.int8_copy_bytes, engine.weights().int8_copy_bytes());
   EXPECT_EQ(plan.decode_step_bytes, engine.weights().bytes_per_step(engine.decode_row_split()));
-  // Issue #31: what a rank holds is the plan's weights (int8: no float copy of a projection).
+  // Issue #31: what a rank holds is the plan's weights (int8: no float copy of a projection),
+  // and on rank 0 (the largest share of every split) the memory check's count.
   EXPECT_EQ(plan.weight_bytes + plan.int8_copy_bytes, engine.resident_weight_bytes());
+  if (Communicator::world().rank() == 0) {
+    EXPECT_EQ(model::inference_weight_bytes(engine.model_config(), engine.expert_ranks(),
+                                            engine.settings().int8_weights, engine.ca()),
+              static_cast<double>(engine.resident_weight_bytes()));
+  }
   // The prefill attention's staging after a prefill of max_prefill_predict_length tokens (one
   // token pass or more of equal size, where chunked).
   const auto prompts = testing::make_prompts(engine.slots(), engine.settings().max_prefill_length,

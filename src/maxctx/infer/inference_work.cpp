@@ -53,9 +53,11 @@ void add_matmuls(StageWork& w, const model::LlamaConfig& m, const InferenceSetti
     if (!matmul || spec.numel() == 0) continue;  // numel 0: another rank's expert
     const bool int8 = s.int8_weights && int8_quantized(spec);
     InferenceMatmul mm;
-    // Attention's rows are split over ca > 1: without the decode's row split (ranks holding
-    // other tokens) each rank runs its rows over every rank's tokens (parallel::TokenRowSplit).
-    const bool token_split = ca > 1 && !shape.split_rows && named(spec, ".self_attn.");
+    // Attention's and a dense MLP's rows are split over ca > 1: without the decode's row split
+    // (ranks holding other tokens) each rank runs its rows over every rank's tokens
+    // (parallel::TokenRowSplit).
+    const bool token_split = ca > 1 && !shape.split_rows && spec.layer >= 0 &&
+                             (named(spec, ".self_attn.") || named(spec, ".mlp."));
     mm.rows = head                   ? shape.head_rows
               : spec.expert_weight() ? rows_per_expert(m, shape.routed_tokens)
               : token_split          ? ca * shape.tokens
@@ -112,8 +114,9 @@ void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, const Inference
 
 // The attention projections' rows split over ca (inference_weight_specs), per call of `tokens`
 // rows on each rank: with the same tokens on every rank (a sequence-sharded decode) the row
-// split gathers q, k, v and o's parts; else the token row split gathers the two inputs and
-// returns the four outputs' columns with all_to_alls (parts padded to the widest).
+// split gathers q, k, v and o's parts (the MLP's are counted with the decode); else the token
+// row split gathers the inputs and returns the outputs' columns with all_to_alls (parts padded
+// to the widest), a dense MLP's too.
 void add_attention_split_traffic(Traffic& t, const model::LlamaConfig& m,
                                  const InferenceLayout& layout, int64_t tokens, bool same_tokens) {
   const int64_t ca = layout.ca;
@@ -131,6 +134,18 @@ void add_attention_split_traffic(Traffic& t, const model::LlamaConfig& m,
   if (same_tokens) return;
   for (const int64_t width : {m.emb_dim, m.q_dim()}) {
     t.add(layout.ca_axis, CollectiveKind::kAllGather, ca * tokens * width * activation,
+          m.num_layers);
+  }
+  if (m.moe) return;
+  // A dense MLP's rows alike: gate and up from the normed rows, down from the hidden ones.
+  for (const int64_t width : {m.emb_dim, m.mlp_dim}) {
+    t.add(layout.ca_axis, CollectiveKind::kAllGather, ca * tokens * width * activation,
+          m.num_layers);
+  }
+  const std::pair<int64_t, int64_t> mlp_outputs[] = {
+      {m.mlp_dim, activation}, {m.mlp_dim, activation}, {m.emb_dim, int64_t{sizeof(float)}}};
+  for (const auto& [rows, element] : mlp_outputs) {
+    t.add(layout.ca_axis, CollectiveKind::kAllToAll, ca * tokens * widest(rows) * element,
           m.num_layers);
   }
 }
@@ -185,8 +200,10 @@ bool int8_quantized(const model::WeightSpec& s) {
 }
 
 bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  // A head split over the vocabulary already is this rank's part (inference_weight_specs).
-  if (s.role == WeightRole::kOutputHead) return s.rows == s.global_rows;
+  // A weight split over context_autoregressive already (inference_weight_specs: the head over
+  // the vocabulary, the attention and a dense MLP over their rows) is this rank's part.
+  if (s.rows != s.global_rows) return false;
+  if (s.role == WeightRole::kOutputHead) return true;
   return !m.moe && s.layer >= 0 && named(s, ".mlp.");
 }
 

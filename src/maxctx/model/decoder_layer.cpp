@@ -109,6 +109,12 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     plan.row_split->gather(b.swiglu_out.reshaped({N, c.mlp_dim}), hidden_part);
     project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, b.swiglu_out, part.w_down,
                   b.proj);
+  } else if (plan.mlp_rows_split) {
+    // Ranks holding other tokens: the hidden units and the output through the token row split.
+    MAXCTX_CHECK(steps.mlp_in && steps.down, "a row split runs the whole MLP (inference)");
+    project_split_rows(plan, b, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});
+    k.swiglu_forward(b.swiglu_out, b.gate, b.up);
+    project_split_rows(plan, b, b.swiglu_out, {{&w.w_down, b.proj}});
   } else {
     if (steps.mlp_in) {
       project(k, b.int8_rows, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});

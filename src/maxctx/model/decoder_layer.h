@@ -88,6 +88,8 @@ struct DecoderLayerPlan {
   // computed through row_split when every rank holds the same tokens (a sequence-sharded
   // decode), else through token_split.
   bool attention_rows_split = false;
+  // The same for a dense MLP's gate, up and down (its row_split path reads mlp_part).
+  bool mlp_rows_split = false;
   parallel::TokenRowSplit* token_split = nullptr;
 
   // Training under context parallelism: ModelPlan::sequence (a mixture of experts' statistics).

@@ -63,6 +63,7 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
                "row split part {} of {}", part.rank, part.ranks);
   attention_rows_split_ =
       !w.layers.empty() && w.layers[0].wq.shape()[0] < c.num_query_heads * c.head_dim;
+  mlp_rows_split_ = !c.moe && !w.layers.empty() && w.layers[0].w_gate.shape()[0] < c.mlp_dim;
   embed = w.embed;
   final_norm = w.final_norm;
   lm_head = linear_of(w.lm_head);
@@ -81,9 +82,15 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     lm_head_part = vocab_split ? lm_head : rows(w.lm_head);
     // A mixture of experts has no row split (its experts are split over the axis instead,
     // parallel/parallelize.h InferenceParallelPlans::experts).
-    for (const LayerWeights& lw : w.layers) {
+    // Stored split (inference_weight_specs), a dense MLP's weights are already this rank's
+    // rows: the parts are the layers' own (set again below once quantized).
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const LayerWeights& lw = w.layers[i];
+      const DecoderLayerWeights& l = layers[i];
       mlp_parts.push_back(c.moe ? MlpRowsPart{}
-                                : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
+                          : mlp_rows_split_
+                              ? MlpRowsPart{l.w_gate, l.w_up, l.w_down}
+                              : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
     }
   }
   if (!quantize_int8) return;
@@ -109,8 +116,10 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   }
   add(lm_head);
   // A part's rows quantize to the same codes and scales as in the whole matrix (per-row scales).
-  for (MlpRowsPart& m : mlp_parts) {
-    for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
+  if (!mlp_rows_split_) {
+    for (MlpRowsPart& m : mlp_parts) {
+      for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
+    }
   }
   if (!mlp_parts.empty() && !vocab_split) add(lm_head_part);
   // Filled completely before any pointer into it is taken. A quantized matrix's codes are
@@ -140,6 +149,11 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     *all[i].weight = TensorView();
   }
   if (!mlp_parts.empty() && vocab_split) lm_head_part = lm_head;  // its int8 copy too
+  if (mlp_rows_split_ && !mlp_parts.empty()) {  // the parts of a row split: the layers' own
+    for (size_t i = 0; i < layers.size(); ++i) {
+      mlp_parts[i] = {layers[i].w_gate, layers[i].w_up, layers[i].w_down};
+    }
+  }
 }
 
 namespace {
@@ -311,6 +325,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   plan.row_split = row_split;
   plan.experts = experts;
   plan.attention_rows_split = w.attention_rows_split();
+  plan.mlp_rows_split = w.mlp_rows_split();
   plan.token_split = token_split;
   MAXCTX_CHECK(!plan.attention_rows_split || row_split != nullptr || token_split != nullptr,
                "attention weights split over ranks need a row split or a token row split");

@@ -62,6 +62,8 @@ class InferenceWeights {
   // context_autoregressive, infer::inference_weight_specs), which a forward then computes
   // through a row split or a token row split.
   bool attention_rows_split() const { return attention_rows_split_; }
+  // The same for a dense MLP's projections (mlp_parts are then the layers' own weights).
+  bool mlp_rows_split() const { return mlp_rows_split_; }
   // Bytes one decode step streams: every projection and the head as stored (int8 codes plus
   // scales, or fp32), the norms, and one embedding row per token is not counted. With
   // row_split, the MLP and head rows of this rank's part instead of the whole matrices. Only
@@ -84,6 +86,7 @@ class InferenceWeights {
  private:
   std::vector<kernels::Int8Weights> quantized_;
   bool attention_rows_split_ = false;
+  bool mlp_rows_split_ = false;
 };
 
 // Buffers of one forward of up to max_rows tokens (N = B·S rows, legend of activations.h).
