@@ -3,8 +3,8 @@
 # (bench/moe_inference's shape: E 512, 8 experts of F 1024, 2 per token, 4 layers, GQA 8/4 heads
 # of 64, V 32000; random init) under `maxctx bench-inference` on context_autoregressive = 1, 2, 4:
 #   - the weight bytes each rank holds (the engine's log: float tensors + packed int8) against
-#     the ca = 1 rank's total / ca. Split over ca: the experts (over expert x ca) and the
-#     vocabulary (embedding and head rows); replicated: attention projections, norms, router.
+#     the ca = 1 rank's total / ca. Split over ca: the experts (over expert x ca), the vocabulary
+#     (embedding and head rows) and the attention projections' rows; replicated: norms, router.
 #   - a 4K-token prompt's prefill with and without use_chunked_prefill (prefill_chunk_size=256
 #     tokens per rank: the prompt in chunks of tokens, each attending to the earlier chunks'
 #     cache rows): the workspace measured on rank 0 (the pages of the forward's buffers the
@@ -53,8 +53,8 @@ slots=(per_device_batch_size=8 max_prefill_predict_length=512 max_target_length=
 run 1 slots_whole "${slots[@]}" use_chunked_prefill=false
 run 1 slots_chunked "${slots[@]}" use_chunked_prefill=true prefill_chunk_size=256
 # A dense model of the same widths (MLP F 4096 instead of 8 experts of 1024) with int8 weights:
-# what a rank holds on ca = 1, 2, 4. The rules split its vocabulary over ca; the attention and
-# MLP projections are replicated (a decode step additionally keeps int8 copies of its MLP rows).
+# what a rank holds on ca = 1, 2, 4. Split over ca: the vocabulary, the attention and the MLP
+# projections' rows; replicated: the norms.
 dense=(model_name=maxctx-tiny override_model_config=true base_emb_dim=512 base_mlp_dim=4096
   base_num_query_heads=8 base_num_kv_heads=4 head_dim=64 base_num_decoder_layers=4
   vocab_size=32000 quantization=int8 quantize_kvcache=true inference_microbenchmark_stages=prefill
@@ -91,8 +91,9 @@ def piece(name):
             "plan_memory_per_rank_bytes": memory}
 
 r = {"model": "mixtral-style E512 X8 F1024 L4 V32000, int8 weights + KV, 4096-token prompt",
-     "split_over_ca": ["experts (expert x ca)", "embedding rows", "lm_head rows"],
-     "replicated": ["q/k/v/o projections (int8)", "norms", "router"]}
+     "split_over_ca": ["experts (expert x ca)", "embedding rows", "lm_head rows",
+                       "q/k/v/o projection rows (int8)"],
+     "replicated": ["norms", "router"]}
 total = None
 for np in (1, 2, 4):
     whole, chunked = piece(f"ca{np}"), piece(f"ca{np}_chunked")
@@ -107,9 +108,9 @@ r["8_slots_x_512_tokens_ca1"] = {"whole_prefill": piece("slots_whole"),
                                  "chunked_prefill": piece("slots_chunked")}
 dense_total = piece("dense_ca1")["weight_bytes_per_rank"]
 r["dense"] = {"model": "llama-style E512 F4096 L4 V32000 (same widths), int8 weights",
-              "split_over_ca": ["embedding rows", "lm_head rows"],
-              "replicated": ["q/k/v/o projections (int8)", "MLP projections (int8)", "norms"],
-              "also_held_at_ca_gt_1": "int8 copies of this rank's MLP rows (decode row split)"}
+              "split_over_ca": ["embedding rows", "lm_head rows", "q/k/v/o projection rows (int8)",
+                                "gate/up/down projection rows (int8)"],
+              "replicated": ["norms"]}
 for np in (1, 2, 4):
     held = piece(f"dense_ca{np}")["weight_bytes_per_rank"]
     r["dense"][f"ca{np}"] = {"weight_bytes_per_rank": held,

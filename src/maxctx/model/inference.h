@@ -39,9 +39,10 @@ int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim);
 // with quantize_int8 every projection (a mixture's experts too) and the output head get an int8
 // copy, which is then what the forward reads (the embedding lookup, the norms and a mixture's
 // router stay fp32). With a row split of more than one rank it also holds this rank's rows of
-// the dense MLP's projections (a mixture of experts is not split) and of the output head (views
-// of the fp32 rows, or int8 copies of them: per-row scales, so the same codes as the whole
-// matrix's), which a forward given a RowSplit reads instead.
+// the dense MLP's projections (a mixture of experts is not split) and of the output head, which
+// a forward given a RowSplit reads instead: the weights themselves when they are stored split
+// (inference_weight_specs under context_autoregressive: mlp_rows_split, the vocabulary split),
+// else views of the fp32 rows or int8 copies of them (per-row scales: the whole matrix's codes).
 class InferenceWeights {
  public:
   // With `prequantized` (quantize_int8 must be set) every projection is packed from its codes
