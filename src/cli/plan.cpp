@@ -235,6 +235,7 @@ nlohmann::json inference_json(const Config& c, const plan::InferencePlan& p,
             {"int8_copies", p.int8_copy_bytes},
             {"kv_cache", p.kv_cache_bytes},
             {"workspace", p.workspace_bytes},
+            {"prefill_attention_staging", p.prefill_staging_bytes},
             {"runtime", hw.runtime_bytes},
             {"peak", static_cast<double>(p.total()) + hw.runtime_bytes}}},
           {"decode_step_bytes_per_rank", p.decode_step_bytes + p.decode_cache_bytes},
@@ -267,6 +268,7 @@ std::string inference_table(const Config& c, const plan::InferencePlan& p,
   row("int8 copies", p.int8_copy_bytes);
   row("KV cache", p.kv_cache_bytes);
   row("workspace", p.workspace_bytes);
+  row("prefill staging", p.prefill_staging_bytes);
   row("runtime", static_cast<int64_t>(hw.runtime_bytes));
   const double peak = static_cast<double>(p.total()) + hw.runtime_bytes;
   row("peak", static_cast<int64_t>(peak));

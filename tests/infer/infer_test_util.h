@@ -133,6 +133,34 @@ inline std::vector<std::vector<float>> forced_logits(
   }
 }
 
+// The worst norm-relative error of `engine`'s logits against `reference`'s: the prefill's
+// (step 0) and the decode steps', both fed the reference's greedy tokens (teacher forcing, so a
+// near-tie of the argmax cannot send the two runs down different sequences). `steps`: how many
+// were compared.
+struct ForcedLogitErrors {
+  double prefill = 0.0, decode = 0.0;
+  size_t steps = 0;
+};
+inline ForcedLogitErrors forced_logit_errors(InferenceEngine& reference, InferenceEngine& engine,
+                                             const std::vector<std::vector<int32_t>>& prompts) {
+  const GenerateResult greedy = reference.generate(prompts);
+  const auto want = forced_logits(reference, prompts, greedy.tokens);
+  const auto got = forced_logits(engine, prompts, greedy.tokens);
+  ForcedLogitErrors errors;
+  errors.steps = std::min(want.size(), got.size());
+  const int64_t V = engine.model_config().vocab_size;
+  for (size_t step = 0; step < errors.steps; ++step) {
+    for (int64_t b = 0; b < engine.slots(); ++b) {
+      if (step >= greedy.tokens[b].size()) continue;
+      const double e = relative_error(got[step].data() + b * V, want[step].data() + b * V, V);
+      double& worst = step == 0 ? errors.prefill : errors.decode;
+      worst = std::max(worst, e);
+    }
+  }
+  if (want.size() != got.size()) errors.prefill = errors.decode = HUGE_VAL;
+  return errors;
+}
+
 // The message of the Error `run` throws ("" when it throws none).
 template <typename Fn>
 std::string error_of(Fn run) {
@@ -157,18 +185,30 @@ inline int64_t expert_bytes(const model::ExpertWeights& e) {
   return bytes;
 }
 
-// The bytes of the embedding and head rows that `reference` (one rank) holds and `engine` (its
-// rows of the vocabulary over context_autoregressive) does not, as `reference` holds them.
+// The bytes of the embedding, head and attention projection rows that `reference` (one rank)
+// holds and `engine` (its rows of them over context_autoregressive) does not, as `reference`
+// holds them.
 inline int64_t other_vocab_bytes(const InferenceEngine& reference, const InferenceEngine& engine) {
-  const auto head_bytes = [](const InferenceEngine& e) {
-    const model::Linear& h = e.weights().lm_head;
-    return h.i8 != nullptr ? model::int8_weight_bytes(h.out_dim, h.in_dim)
-                           : static_cast<int64_t>(h.weight.bytes());
+  const auto linear_bytes = [](const model::Linear& l) {
+    return l.i8 != nullptr ? model::int8_weight_bytes(l.out_dim, l.in_dim)
+                           : static_cast<int64_t>(l.weight.bytes());
   };
   const int64_t embed = static_cast<int64_t>(reference.weights().embed.bytes()) -
                         static_cast<int64_t>(engine.weights().embed.bytes());
   const bool tied = reference.model_config().tie_embeddings;
-  return embed + (tied ? 0 : head_bytes(reference) - head_bytes(engine));
+  int64_t others = embed + (tied ? 0
+                                 : linear_bytes(reference.weights().lm_head) -
+                                       linear_bytes(engine.weights().lm_head));
+  // The attention projections' rows, split over context_autoregressive alike.
+  for (size_t l = 0; l < reference.weights().layers.size(); ++l) {
+    const model::DecoderLayerWeights& all = reference.weights().layers[l];
+    const model::DecoderLayerWeights& held = engine.weights().layers[l];
+    for (const auto member : {&model::DecoderLayerWeights::wq, &model::DecoderLayerWeights::wk,
+                              &model::DecoderLayerWeights::wv, &model::DecoderLayerWeights::wo}) {
+      others += linear_bytes(all.*member) - linear_bytes(held.*member);
+    }
+  }
+  return others;
 }
 
 // The bytes of the experts that `reference` (holding every expert) holds and `engine` should

@@ -66,6 +66,8 @@ const Case kCases[] = {
     {"fixture_batch", ModelKind::kFixture, DecodeSharding::kBatch},
     {"tiny_sequence_int8", ModelKind::kTinyRandom, DecodeSharding::kSequence, true, true},
     {"tiny_batch_int8_kv", ModelKind::kTinyRandom, DecodeSharding::kBatch, true, false},
+    // Batch decode with int8 weights: the attention and MLP rows through the token row split.
+    {"tiny_batch_int8", ModelKind::kTinyRandom, DecodeSharding::kBatch, true, true},
     {"tiny_sequence_topk", ModelKind::kTinyRandom, DecodeSharding::kSequence, false, false, "topk"},
     {"tiny_batch_nucleus", ModelKind::kTinyRandom, DecodeSharding::kBatch, false, false, "nucleus"},
     {"tiny_sequence_contiguous", ModelKind::kTinyRandom, DecodeSharding::kSequence, false, false,

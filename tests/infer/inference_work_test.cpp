@@ -77,21 +77,22 @@ TEST(InferenceWork, DecodeSplitsTheMlpAndHeadRowsAndReadsThisRanksCache) {
     const model::LlamaConfig& m = p.model;
     const plan::StageWork& w = p.decode;
     const double slots = double(p.settings.slots);
-    // Every slot's token on every rank (sequence sharding); the MLP's and the head's output rows
-    // split over ca, the attention projections whole.
+    // Every slot's token on every rank (sequence sharding); the output rows of the attention
+    // projections, of the MLP and of the head split over ca (rank 0's, the largest share).
     const double E = double(m.emb_dim), q = double(m.num_query_heads * m.head_dim),
-                 kv = double(m.kv_dim()), F = double(m.mlp_dim), L = double(m.num_layers);
+                 F = double(m.mlp_dim), L = double(m.num_layers);
+    const auto part = [&](int64_t rows) { return double(split_count(rows, ca, 0)); };
     const double expected =
         2.0 * slots *
-        (L * (E * q + 2 * E * kv + q * E + 2 * E * double(split_count(m.mlp_dim, ca, 0)) +
-              F * double(split_count(m.emb_dim, ca, 0))) +
-         E * double(split_count(m.vocab_size, ca, 0)));
+        (L * (E * part(m.q_dim()) + 2 * E * part(m.kv_dim()) + q * part(m.emb_dim) +
+              2 * E * part(m.mlp_dim) + F * part(m.emb_dim)) +
+         E * part(m.vocab_size));
     EXPECT_DOUBLE_EQ(matmul_flops(w), expected) << "ca " << ca;
     for (const plan::InferenceMatmul& mm : w.matmuls) EXPECT_EQ(mm.kind, "int8_decode");
     EXPECT_EQ(w.attention_kind, "int8_decode");
     const double rows = double(ceil_div(p.settings.max_target_length, ca));
     EXPECT_DOUBLE_EQ(w.attention_flops, slots * rows * L * 4.0 * q) << "ca " << ca;
-    EXPECT_DOUBLE_EQ(w.attention_bytes, slots * rows * L * 2 * kv) << "int8 codes";
+    EXPECT_DOUBLE_EQ(w.attention_bytes, slots * rows * L * 2 * double(m.kv_dim())) << "int8 codes";
   }
 }
 

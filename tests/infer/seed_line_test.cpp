@@ -74,26 +74,12 @@ TEST_P(SeedInferenceLine, LogitsEqualOneRankAndEachRankHoldsItsShare) {
 
   // Prefill (step 0) and decode logits, the ca-rank run fed the one-rank run's tokens.
   const auto prompts = testing::make_prompts(s.slots, 32, m.vocab_size, 7);
-  const GenerateResult greedy = reference.generate(prompts);
-  const auto want = testing::forced_logits(reference, prompts, greedy.tokens);
-  const auto got = testing::forced_logits(engine, prompts, greedy.tokens);
-  ASSERT_EQ(got.size(), want.size());
-  const int64_t V = m.vocab_size;
-  double worst_prefill = 0.0, worst_decode = 0.0;
-  for (size_t step = 0; step < want.size(); ++step) {
-    for (int64_t b = 0; b < s.slots; ++b) {
-      if (step >= greedy.tokens[b].size()) continue;
-      const double e =
-          testing::relative_error(got[step].data() + b * V, want[step].data() + b * V, V);
-      double& worst = step == 0 ? worst_prefill : worst_decode;
-      worst = std::max(worst, e);
-    }
-  }
+  const testing::ForcedLogitErrors worst = testing::forced_logit_errors(reference, engine, prompts);
   // int8: inference_test.cpp's bound (a last-bit difference upstream moves a value across a
   // rounding boundary of the quantizer, one int8 step).
   const double bound = int8 ? 5e-2 : 1e-5;
-  EXPECT_LE(worst_prefill, bound) << "prefill";
-  EXPECT_LE(worst_decode, bound) << "decode";
+  EXPECT_LE(worst.prefill, bound) << "prefill";
+  EXPECT_LE(worst.decode, bound) << "decode";
 }
 
 INSTANTIATE_TEST_SUITE_P(Precision, SeedInferenceLine, ::testing::Values(false, true),

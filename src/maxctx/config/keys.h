@@ -295,10 +295,12 @@ using AxisRules = std::vector<std::pair<std::string, StringList>>;
     "head_dim) (TPU tuning): validated, no effect: the cache is (B, S, H, D)")                  \
   X(bool, quantize_kvcache, false, "", "Store the KV cache in int8")                            \
   X(bool, use_chunked_prefill, false, "",                                                       \
-    "MaxText: prefill in chunks of prefill_chunk_size tokens. maxctx: the prefill runs as "     \
-    "many whole slots at a time as fit prefill_chunk_size tokens per rank (at least one; a "    \
-    "prompt's share on a rank is not cut), so its workspace holds about that many rows, not "   \
-    "slots x max_prefill_predict_length / ca (context_autoregressive_decode=sequence only)")    \
+    "MaxText: prefill in chunks of prefill_chunk_size tokens. maxctx: prompts that fit run "    \
+    "as many whole slots at a time as fit prefill_chunk_size tokens per rank; a longer one "    \
+    "runs alone in chunks of prefill_chunk_size tokens per rank, each attending to the cache "  \
+    "rows of the chunks before it on every rank, so the workspace holds about that many rows, " \
+    "not slots x max_prefill_predict_length / ca (not with context_autoregressive_decode=batch " \
+    "over ca > 1)")                                                                             \
   X(int64_t, prefill_chunk_size, 256, "",                                                       \
     "Tokens per rank of one prefill chunk (use_chunked_prefill)")                               \
   X(std::string, kv_quant_axis, "heads_and_dkv", "heads_and_dkv",                               \

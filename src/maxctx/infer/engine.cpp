@@ -181,9 +181,12 @@ InferenceEngine::InferenceEngine(const kernels::Kernels& kernels, const Inferenc
   // Before the KV cache is allocated: a max_target_length of 2^30 is one line, not bad_alloc.
   const int64_t expert_ranks =
       parallel::inference_expert_ranks(model_.moe ? model_.num_experts : 0, devices_.size());
-  const model::MemoryEstimate memory =
-      model::inference_memory(model_, group_slots(), settings_.max_target_length, ca,
-                              settings_.quantize_kvcache, expert_ranks, settings_.int8_weights);
+  const model::MemoryEstimate memory = model::inference_memory(
+      model_, group_slots(), settings_.max_target_length, ca, settings_.quantize_kvcache,
+      expert_ranks, settings_.int8_weights,
+      static_cast<double>(model::inference_workspace_bytes(
+                              model_, workspace_rows(settings_, ca, expert_.size()), expert_ranks) +
+                          prefill_staging_bytes(settings_, model_, ca, expert_.size())));
   check_fits_in_memory(memory.bytes, mesh.world_size(), mesh.num_nodes(), "inference",
                        memory.detail);
   const std::vector<model::WeightSpec> specs =
@@ -252,34 +255,81 @@ void InferenceEngine::compact_to_int8(const std::vector<model::WeightSpec>& spec
   flat_ = std::move(kept);
 }
 
+namespace {
+
+// A long prompt's pass: prefill_chunk_size tokens per rank, rounded down to a multiple of the
+// split (prefill_chunks), at least one multiple.
+int64_t token_pass_length(const InferenceSettings& s, int64_t ca) {
+  const int64_t chunks = prefill_chunks(s, ca);
+  return std::max(chunks, ca * s.prefill_chunk_size / chunks * chunks);
+}
+
+// The most rows a prefill pass holds on a rank: every slot's share of the longest prompt;
+// chunked, the whole slots that fit a token pass or, when a prompt does not, a token pass.
+int64_t prefill_rows_cap(const InferenceSettings& s, int64_t ca, int64_t group_slots) {
+  const int64_t share = s.max_prefill_length / ca;
+  if (!chunked_prefill(s, ca)) return group_slots * share;
+  const int64_t pass = token_pass_length(s, ca);
+  if (s.max_prefill_length > pass) return pass / ca;
+  return std::clamp(pass / s.max_prefill_length, int64_t{1}, group_slots) * share;
+}
+
+}  // namespace
+
+std::vector<InferenceEngine::PrefillPass> InferenceEngine::prefill_passes(
+    const InferenceSettings& s, int64_t ca, int64_t expert, int64_t S_pad) {
+  const int64_t B = s.slots / expert;
+  if (!chunked_prefill(s, ca)) return {{0, B, 0, S_pad}};
+  const int64_t cap = prefill_rows_cap(s, ca, B);
+  const int64_t S = S_pad / ca;
+  std::vector<PrefillPass> passes;
+  if (S <= cap) {
+    const int64_t per_pass = std::clamp(cap / S, int64_t{1}, B);
+    for (int64_t b0 = 0; b0 < B; b0 += per_pass) {
+      passes.push_back({b0, std::min(per_pass, B - b0), 0, S_pad});
+    }
+    return passes;
+  }
+  // S > cap happens only when the longest prompt exceeds a token pass (cap = its rows).
+  const int64_t length = token_pass_length(s, ca);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t p0 = 0; p0 < S_pad; p0 += length) {
+      passes.push_back({b, 1, p0, std::min(length, S_pad - p0)});
+    }
+  }
+  return passes;
+}
+
 int64_t InferenceEngine::workspace_rows(const InferenceSettings& s, int64_t ca, int64_t expert) {
   const int64_t group_slots = s.slots / expert;
-  const int64_t share = s.max_prefill_length / ca;  // a prompt's columns on a rank, at most
-  // Chunked: as many whole slots as fit the chunk, at least one.
-  const int64_t pass_slots = chunked_prefill(s, ca)
-                                 ? std::clamp(s.prefill_chunk_size / share, int64_t{1}, group_slots)
-                                 : group_slots;
-  const int64_t prefill_rows = pass_slots * share;
   const int64_t local_slots = s.decode == DecodeSharding::kBatch ? group_slots / ca : group_slots;
-  return std::max(prefill_rows, local_slots);
+  return std::max(prefill_rows_cap(s, ca, group_slots), local_slots);
 }
 
-int64_t InferenceEngine::prefill_pass_slots(const InferenceSettings& s, int64_t ca, int64_t expert,
-                                            int64_t S) {
-  const int64_t group_slots = s.slots / expert;
-  if (!chunked_prefill(s, ca)) return group_slots;
-  return std::clamp(workspace_rows(s, ca, expert) / S, int64_t{1}, group_slots);
+int64_t InferenceEngine::prefill_staging_bytes(const InferenceSettings& s,
+                                               const model::LlamaConfig& m, int64_t ca,
+                                               int64_t expert) {
+  int64_t batch = 0, seq = 0, prefix_rows = 0;
+  for (const PrefillPass& pass : prefill_passes(s, ca, expert, s.max_prefill_length)) {
+    if (pass.rows(ca) > batch * seq) {
+      batch = pass.slots;
+      seq = pass.tokens / ca;
+    }
+    if (pass.first_position > 0) prefix_rows = std::max(prefix_rows, pass.rows(ca));
+  }
+  const parallel::AttentionOperands x{batch,          seq,        m.num_query_heads,
+                                      m.num_kv_heads, m.head_dim, m.dtype};
+  return parallel::PrefillAttention::staging_bytes(ca, x, prefix_rows, s.quantize_kvcache,
+                                                   s.decode == DecodeSharding::kBatch && ca > 1);
 }
 
-model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq, int64_t first_row) {
+model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq) {
   const auto n = static_cast<size_t>(batch * seq);
-  const auto at = static_cast<int64_t>(first_row);
-  MAXCTX_CHECK_LE(first_row + batch * seq, static_cast<int64_t>(tokens_.size()),
-                  "a batch inside the rows built");
+  MAXCTX_CHECK_EQ(batch * seq, static_cast<int64_t>(tokens_.size()), "a batch of the rows built");
   std::vector<int32_t> ids(3 * n);
-  std::copy_n(tokens_.begin() + at, n, ids.begin());
-  std::copy_n(positions_.begin() + at, n, ids.begin() + static_cast<int64_t>(n));
-  std::copy_n(segments_.begin() + at, n, ids.begin() + static_cast<int64_t>(2 * n));
+  std::copy_n(tokens_.begin(), n, ids.begin());
+  std::copy_n(positions_.begin(), n, ids.begin() + static_cast<int64_t>(n));
+  std::copy_n(segments_.begin(), n, ids.begin() + static_cast<int64_t>(2 * n));
   ids_device_.upload(kernels_, ids);
   model::TokenBatch b;
   b.batch = batch;
@@ -287,9 +337,9 @@ model::TokenBatch InferenceEngine::upload_batch(int64_t batch, int64_t seq, int6
   b.tokens = ids_device_.data();
   b.positions = ids_device_.data() + n;
   b.segment_ids = ids_device_.data() + 2 * n;
-  b.host_tokens = tokens_.data() + at;
-  b.host_positions = positions_.data() + at;
-  b.host_segment_ids = segments_.data() + at;
+  b.host_tokens = tokens_.data();
+  b.host_positions = positions_.data();
+  b.host_segment_ids = segments_.data();
   return b;
 }
 
@@ -312,8 +362,49 @@ void InferenceEngine::gather_groups() {
   }
 }
 
+void InferenceEngine::build_pass(const std::vector<std::vector<int32_t>>& prompts,
+                                 const PrefillPass& pass, bool all_rows) {
+  const int64_t ca = ca_.size(), S = pass.tokens / ca, first = first_group_slot();
+  const std::vector<int64_t> columns =
+      context_shard_indices(pass.tokens, ca, ca_.rank(), settings_.load_balance);
+  tokens_.resize(static_cast<size_t>(pass.slots * S));
+  positions_.resize(tokens_.size());
+  segments_.resize(tokens_.size());
+  // The logit rows: every row when asked for, else each slot's last prompt token where it is
+  // here. logit_slots_[i] is the slot of row i's logits, or −1. Under the vocabulary split every
+  // rank computes the logits of every rank's rows, so each gives as many: one per slot whose
+  // last token is in the pass, its last token's row or (not here) the slot's first row, unused.
+  logit_rows_.clear();
+  logit_slots_.clear();
+  for (int64_t j = 0; j < pass.slots; ++j) {
+    const int64_t b = pass.first_slot + j;
+    const std::vector<int32_t>& prompt = prompts[first + b];
+    const int64_t p = static_cast<int64_t>(prompt.size());
+    bool here = false;
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t position = pass.first_position + columns[s];
+      const bool real = position < p;
+      tokens_[j * S + s] = real ? prompt[position] : 0;
+      positions_[j * S + s] = static_cast<int32_t>(position);
+      segments_[j * S + s] = real ? 1 : 0;
+      const bool is_last = position == p - 1;
+      here = here || is_last;
+      if (!all_rows && !is_last) continue;
+      logit_rows_.push_back(j * S + s);
+      logit_slots_.push_back(is_last ? b : -1);
+    }
+    const bool ends_in_pass =
+        p - 1 >= pass.first_position && p - 1 < pass.first_position + pass.tokens;
+    if (plans_.vocab != nullptr && !all_rows && ends_in_pass && !here) {
+      logit_rows_.push_back(j * S);
+      logit_slots_.push_back(-1);
+    }
+  }
+}
+
 const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector<int32_t>>& prompts,
-                                                   std::vector<float>* local_logits) {
+                                                   std::vector<float>* local_logits,
+                                                   std::vector<int32_t>* local_positions) {
   const trace::Span span("prefill", trace::Category::kStep);
   const int64_t V = model_.vocab_size;
   const int64_t ca = ca_.size(), rank = ca_.rank();
@@ -336,78 +427,44 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
     }
     longest = std::max(longest, p);
   }
-  // The padded prompt length and this rank's columns of it, training's split.
+  // The padded prompt length (training's split of it over the ranks) and the passes.
   const int64_t chunks = prefill_chunks(settings_, ca);
   const int64_t S_pad = ceil_div(longest, chunks) * chunks;
-  const int64_t S = S_pad / ca;
-  const std::vector<int64_t> columns =
-      context_shard_indices(S_pad, ca, rank, settings_.load_balance);
-  // This expert group's slots: prompt first + b is the group's slot b.
-  const int64_t B = group_slots(), first = first_group_slot();
-  tokens_.resize(static_cast<size_t>(B * S));
-  positions_.resize(tokens_.size());
-  segments_.resize(tokens_.size());
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int32_t>& prompt = prompts[first + b];
-    const int64_t p = static_cast<int64_t>(prompt.size());
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t position = columns[s];
-      const bool real = position < p;
-      tokens_[b * S + s] = real ? prompt[position] : 0;
-      positions_[b * S + s] = static_cast<int32_t>(position);
-      segments_[b * S + s] = real ? 1 : 0;
-    }
-  }
-  // A chunked prefill runs as many whole slots at a time as the workspace holds (at least
-  // one); the same passes on every rank, whose S is the same.
-  const int64_t per_pass = prefill_pass_slots(settings_, ca, expert_.size(), S);
+  const int64_t first = first_group_slot();
   const bool vocab_split = plans_.vocab != nullptr;
+  const bool all_rows = local_logits != nullptr;
   std::vector<float>& group = group_logits();
   if (!vocab_split) std::fill(group.begin(), group.end(), 0.0f);
   if (local_logits != nullptr) local_logits->clear();
+  if (local_positions != nullptr) local_positions->clear();
   plans_.cache->reset();
-  for (int64_t b0 = 0; b0 < B; b0 += per_pass) {
-    const int64_t nb = std::min(per_pass, B - b0);
-    // The logit rows of the pass's slots: all of them when asked for, else the last prompt
-    // token of each slot whose last token is here. logit_slots_[i] is the slot of row i's
-    // logits, or −1. Under the vocabulary split every rank computes the logits of every rank's
-    // rows, so each gives as many: one per slot, its last token's row or (not here) the slot's
-    // first row, unused.
-    logit_rows_.clear();
-    logit_slots_.clear();
-    for (int64_t b = b0; b < b0 + nb; ++b) {
-      const int64_t last = static_cast<int64_t>(prompts[first + b].size()) - 1;
-      bool here = false;
-      for (int64_t s = 0; s < S; ++s) {
-        const bool is_last = columns[s] == last;
-        here = here || is_last;
-        if (local_logits == nullptr && !is_last) continue;
-        logit_rows_.push_back((b - b0) * S + s);
-        logit_slots_.push_back(is_last ? b : -1);
-      }
-      if (vocab_split && local_logits == nullptr && !here) {
-        logit_rows_.push_back((b - b0) * S);
-        logit_slots_.push_back(-1);
-      }
-    }
+  // The same passes on every rank of the group (and of every group: the prompts are padded to
+  // the longest of all).
+  for (const PrefillPass& pass : prefill_passes(settings_, ca, expert_.size(), S_pad)) {
+    const int64_t b0 = pass.first_slot, p0 = pass.first_position, S = pass.tokens / ca;
+    build_pass(prompts, pass, all_rows);
     const auto R = static_cast<int64_t>(logit_rows_.size());
     row_logits_.resize(static_cast<size_t>((vocab_split ? ca : 1) * R * V));
-    plans_.prefill->set_first_slot(b0);
-    const model::TokenBatch batch = upload_batch(nb, S, b0 * S);
+    plans_.prefill->set_pass(b0, p0 / ca);
+    const model::TokenBatch batch = upload_batch(pass.slots, S);
     model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.prefill,
                                    ws_, logit_rows_, row_logits_.data(), nullptr,
-                                   plans_.experts.get(), plans_.vocab.get());
+                                   plans_.experts.get(), plans_.vocab.get(),
+                                   plans_.token_split.get());
     if (vocab_split) {
       // Every rank's rows, rank by rank: slot b's logits are in the block of the rank holding
-      // its last token, at row b − b0 (one row per slot) or, with every row asked for, at
-      // (b − b0)·S + its column.
-      for (int64_t b = b0; b < b0 + nb; ++b) {
+      // its last token, at its index among the pass's slots that end here (one row each) or,
+      // with every row asked for, at (b − b0)·S + its column.
+      int64_t ending = 0;
+      for (int64_t b = b0; b < b0 + pass.slots; ++b) {
         const int64_t last = static_cast<int64_t>(prompts[first + b].size()) - 1;
-        const auto [holder, column] = prefill_holder(last, S_pad, ca, settings_.load_balance);
-        const int64_t row = local_logits == nullptr ? b - b0 : (b - b0) * S + column;
+        if (last < p0 || last >= p0 + pass.tokens) continue;
+        const auto [holder, column] =
+            prefill_holder(last - p0, pass.tokens, ca, settings_.load_balance);
+        const int64_t row = all_rows ? (b - b0) * S + column : ending++;
         std::copy_n(row_logits_.begin() + (holder * R + row) * V, V, group.begin() + b * V);
       }
-      if (local_logits != nullptr) {
+      if (all_rows) {
         local_logits->insert(local_logits->end(), row_logits_.begin() + rank * R * V,
                              row_logits_.begin() + (rank + 1) * R * V);
       }
@@ -417,12 +474,15 @@ const std::vector<float>& InferenceEngine::prefill(const std::vector<std::vector
         std::copy_n(row_logits_.begin() + static_cast<int64_t>(i) * V, V,
                     group.begin() + logit_slots_[i] * V);
       }
-      if (local_logits != nullptr) {
+      if (all_rows) {
         local_logits->insert(local_logits->end(), row_logits_.begin(), row_logits_.end());
       }
     }
+    if (local_positions != nullptr) {
+      local_positions->insert(local_positions->end(), positions_.begin(), positions_.end());
+    }
   }
-  plans_.prefill->set_first_slot(0);
+  plans_.prefill->set_pass(0, 0);
   // Without the vocabulary split exactly one rank of the group holds each slot's last row; the
   // others add zeros, which is exact.
   if (!vocab_split && ca > 1) ca_.all_reduce(std::span<float>(group), ReduceOp::kSum);
@@ -474,7 +534,8 @@ const std::vector<float>& InferenceEngine::decode_step(std::span<const int32_t> 
   const model::TokenBatch batch = upload_batch(local, 1);
   model::llama_inference_forward(kernels_, model_, *inference_weights_, batch, *plans_.decode, ws_,
                                  logit_rows_, row_logits_.data(), plans_.row_split.get(),
-                                 plans_.experts.get(), plans_.vocab.get());
+                                 plans_.experts.get(), plans_.vocab.get(),
+                                 plans_.token_split.get());
   if (every_rank) {
     std::copy(row_logits_.begin(), row_logits_.end(), group_logits().begin());
   } else if (settings_.decode == DecodeSharding::kBatch && ca_.size() > 1) {

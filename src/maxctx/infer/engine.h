@@ -99,22 +99,47 @@ class InferenceEngine {
                   const Mesh& mesh);
   ~InferenceEngine();
 
-  // The rows of the forward workspace: a whole prefill's rows on this rank (chunked: one pass's,
-  // the slots that fit prefill_chunk_size), or the local slots (of this rank's expert group,
-  // one of `expert`).
+  // One prefill pass: slots [first_slot, + slots) of an expert group, prompt positions
+  // [first_position, + tokens) of each, every rank holding tokens / ca of them (training's
+  // split of those positions, context_shard_indices) at cache rows from first_position / ca.
+  struct PrefillPass {
+    int64_t first_slot = 0, slots = 0, first_position = 0, tokens = 0;
+    int64_t rows(int64_t ca) const { return slots * (tokens / ca); }  // on each rank
+  };
+  // The passes of a prefill whose prompts are padded to S_pad tokens. Unchunked: one pass of
+  // every slot's whole prompt. Chunked (use_chunked_prefill) with a prompt that fits a pass: as
+  // many whole slots per pass as the workspace holds (at least one). A longer prompt: one slot
+  // at a time, in passes of prefill_chunk_size tokens per rank (rounded down to the split's
+  // multiple, the last pass the rest), each attending to the cache rows of the passes before
+  // it (MaxText's chunked prefill).
+  static std::vector<PrefillPass> prefill_passes(const InferenceSettings& settings, int64_t ca,
+                                                 int64_t expert, int64_t S_pad);
+  // The rows of the forward workspace: the largest prefill pass's on this rank (a prompt of
+  // max_prefill_predict_length tokens), or the local slots of a decode step (of this rank's
+  // expert group, one of `expert`).
   static int64_t workspace_rows(const InferenceSettings& settings, int64_t ca, int64_t expert = 1);
-  // The slots one prefill pass runs when each prompt has S columns on a rank: all the group's,
-  // or chunked as many as the workspace holds (at least one).
-  static int64_t prefill_pass_slots(const InferenceSettings& settings, int64_t ca, int64_t expert,
-                                    int64_t S);
+  // The staging the prefill attention holds after a prefill of max_prefill_predict_length
+  // tokens (PrefillAttention::staging_bytes of the largest pass).
+  static int64_t prefill_staging_bytes(const InferenceSettings& settings,
+                                       const model::LlamaConfig& model, int64_t ca,
+                                       int64_t expert = 1);
+  // What this rank's prefill attention holds now (PrefillAttention::held_bytes).
+  int64_t prefill_staging_held() const { return plans_.prefill->held_bytes(); }
+  // The pages of the forward's workspace the forwards so far wrote, measured
+  // (model::inference_workspace_resident_bytes).
+  int64_t workspace_resident_bytes() const {
+    return model::inference_workspace_resident_bytes(kernels_, ws_);
+  }
 
   // Resets every slot and prefills slot b with prompts[b] (prompts.size() == slots, each 1 ..
   // max_prefill_length tokens and shorter than max_target_length). Returns every slot's
   // last-prompt-token logits (slots, V). With local_logits, also every row this rank computed,
-  // (group slots, S/ca, V) in its token layout (its expert group's slots): the rows
-  // llama_forward gives for the same tokens.
+  // pass by pass (prefill_passes; unchunked: (group slots, S/ca, V) in its token layout, its
+  // expert group's slots): the rows llama_forward gives for the same tokens; local_positions
+  // then receives each row's prompt position.
   const std::vector<float>& prefill(const std::vector<std::vector<int32_t>>& prompts,
-                                    std::vector<float>* local_logits = nullptr);
+                                    std::vector<float>* local_logits = nullptr,
+                                    std::vector<int32_t>* local_positions = nullptr);
 
   // Feeds tokens[b] to every slot with active[b] at its next position; returns (slots, V).
   const std::vector<float>& decode_step(std::span<const int32_t> tokens,
@@ -196,7 +221,11 @@ class InferenceEngine {
   std::vector<int32_t> tokens_, positions_, segments_;
   kernels::DeviceIndices ids_device_;  // tokens_ | positions_ | segments_ in the backend's memory
   // A TokenBatch of (batch, seq) over tokens_, positions_ and segments_, uploaded once.
-  model::TokenBatch upload_batch(int64_t batch, int64_t seq, int64_t first_row = 0);
+  model::TokenBatch upload_batch(int64_t batch, int64_t seq);
+  // tokens_, positions_, segments_ of a prefill pass on this rank, and its logit rows: every
+  // row (all_rows) or each slot's last prompt token.
+  void build_pass(const std::vector<std::vector<int32_t>>& prompts, const PrefillPass& pass,
+                  bool all_rows);
   std::vector<int64_t> logit_rows_, logit_slots_;
 };
 

@@ -205,6 +205,16 @@ nlohmann::json run_inference_microbenchmark(InferenceEngine& engine,
           length, t.time_ms, t.total_tflops_per_device, t.tflops_per_sec_per_device);
       results["prefill"][std::to_string(length)] = to_json(t);
     }
+    // Not a MaxText key: the prefill's workspace on this rank, measured (the pages of its
+    // buffers the forwards wrote) with the attention's staging: what `maxctx plan` bounds.
+    const int64_t resident = engine.workspace_resident_bytes();
+    const int64_t staging = engine.prefill_staging_held();
+    log::info(
+        "Prefill workspace per device: {} bytes (forward buffers resident {}, attention "
+        "staging {})",
+        resident + staging, resident, staging);
+    results["prefill_workspace_per_device"] = {{"forward_buffers_resident_bytes", resident},
+                                               {"attention_staging_bytes", staging}};
   }
   if (o.generate) {
     const int64_t length = o.prefill_lengths.back();

@@ -60,10 +60,14 @@ std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& 
   std::vector<model::WeightSpec> specs =
       model::llama_weight_specs(config, 1, 0, ranks, ranks == 1 ? 0 : group_rank);
   if (ca == 1) return specs;
-  // The vocabulary over context_autoregressive: this rank's rows of the embedding and head.
+  // The vocabulary over context_autoregressive: this rank's rows of the embedding and head; and
+  // of the attention projections and a dense MLP's (computed through a row split,
+  // model::DecoderLayerPlan; a mixture's experts split over expert x ca instead).
   int64_t offset = 0;
   for (model::WeightSpec& s : specs) {
-    if (s.role == parallel::WeightRole::kEmbedding || s.role == parallel::WeightRole::kOutputHead) {
+    if (s.role == parallel::WeightRole::kEmbedding || s.role == parallel::WeightRole::kOutputHead ||
+        s.name.find(".self_attn.") != std::string::npos ||
+        s.name.find(".mlp.") != std::string::npos) {
       s.rows = split_count(s.global_rows, static_cast<int>(ca), ca_rank);
       s.row_offset = split_offset(s.global_rows, static_cast<int>(ca), ca_rank);
     }

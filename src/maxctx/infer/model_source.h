@@ -39,8 +39,10 @@ struct InferenceModel {
 // experts keep empty specs (rank r holds experts [r·X/group_size, (r+1)·X/group_size)), and with
 // `ca` > 1 context_autoregressive ranks the embedding and head are split over the vocabulary
 // (MaxText's inference rule): rank `ca_rank` holds rows split_offset(V, ca, ca_rank) ..
-// + split_count(V, ca, ca_rank) of each. The one list the loader, the engine, the early memory
-// check and the inference plan read.
+// + split_count(V, ca, ca_rank) of each, and the attention projections (q, k, v, o) and a dense
+// MLP's (gate, up, down) over their output rows alike (issue #31: each weight stored once across
+// the axis). The one list the
+// loader, the engine, the early memory check and the inference plan read.
 std::vector<model::WeightSpec> inference_weight_specs(const model::LlamaConfig& config,
                                                       int64_t group_size, int group_rank,
                                                       int64_t ca = 1, int ca_rank = 0);

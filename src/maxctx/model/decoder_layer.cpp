@@ -20,14 +20,45 @@ struct LayerSteps {
   bool down = true;       // down_proj, its tensor sum, the residual add into x_out
 };
 
+// The attention projections of a layer whose weights are this rank's rows (the plan's
+// attention_rows_split): each output assembled from every rank's columns.
+void project_split_rows(const DecoderLayerPlan& plan, DecoderLayerBuffers& b, TensorView in,
+                        std::initializer_list<std::pair<const Linear*, TensorView>> outs) {
+  const kernels::Kernels& k = *plan.kernels;
+  MAXCTX_CHECK(b.split_scratch != nullptr, "split attention projections need scratch buffers");
+  if (plan.row_split != nullptr) {  // every rank holds the same tokens
+    for (const auto& [w, out] : outs) {
+      project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, in, *w, out);
+    }
+    return;
+  }
+  MAXCTX_CHECK(plan.token_split != nullptr && b.split_inputs != nullptr,
+               "split attention projections over ranks holding other tokens need a token split");
+  const int64_t ranks = plan.token_split->part().ranks;
+  const int64_t N = in.shape()[0], in_dim = in.numel() / N;
+  k.reserve(*b.split_inputs, ranks * N * in_dim, in.dtype());
+  const TensorView all = leading(b.split_inputs->view(), ranks * N, in_dim);
+  plan.token_split->gather_inputs(all, in.reshaped({N, in_dim}));
+  for (const auto& [w, out] : outs) {
+    k.reserve(*b.split_scratch, ranks * N * w->out_dim, out.dtype());
+    const TensorView mine = leading(b.split_scratch->view(), ranks * N, w->out_dim);
+    project(k, b.int8_rows, all, {{w, mine}});
+    plan.token_split->return_outputs(out.reshaped({N, out.numel() / N}), mine);
+  }
+}
+
 void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderLayerWeights& w,
                              const LayerInputs& in, const DecoderLayerPlan& plan,
                              const LayerSteps& steps, TensorView x_in, TensorView x_mid,
                              DecoderLayerBuffers& b) {
   const kernels::Kernels& k = *plan.kernels;
   k.rmsnorm_forward(b.attn_norm_out, b.attn_norm_rstd, x_in, w.attn_norm, c.norm_eps);
-  if (steps.qkv) {
+  if (steps.qkv && plan.attention_rows_split) {
+    project_split_rows(plan, b, b.attn_norm_out, {{&w.wq, b.q}, {&w.wk, b.k}, {&w.wv, b.v}});
+  } else if (steps.qkv) {
     project(k, b.int8_rows, b.attn_norm_out, {{&w.wq, b.q}, {&w.wk, b.k}, {&w.wv, b.v}});
+  }
+  if (steps.qkv) {
     k.rope_forward(b.q, b.q, in.rope_cos, in.rope_sin);
     k.rope_forward(b.k, b.k, in.rope_cos, in.rope_sin);
   }
@@ -36,7 +67,11 @@ void attention_block_forward(const LlamaConfig& c, int64_t layer, const DecoderL
   }
   if (!steps.out_proj) return;
   // o_proj is row-parallel: each tensor rank holds a partial sum of the output.
-  project(k, b.int8_rows, b.attn_out, {{&w.wo, b.proj}});
+  if (plan.attention_rows_split) {
+    project_split_rows(plan, b, b.attn_out, {{&w.wo, b.proj}});
+  } else {
+    project(k, b.int8_rows, b.attn_out, {{&w.wo, b.proj}});
+  }
   plan.tensor->all_reduce_sum(b.proj);
   k.add(x_mid, x_in, b.proj);
 }
@@ -74,6 +109,12 @@ void mlp_block_forward(const LlamaConfig& c, const DecoderLayerWeights& w,
     plan.row_split->gather(b.swiglu_out.reshaped({N, c.mlp_dim}), hidden_part);
     project_split(k, b.int8_rows, *b.split_scratch, *plan.row_split, b.swiglu_out, part.w_down,
                   b.proj);
+  } else if (plan.mlp_rows_split) {
+    // Ranks holding other tokens: the hidden units and the output through the token row split.
+    MAXCTX_CHECK(steps.mlp_in && steps.down, "a row split runs the whole MLP (inference)");
+    project_split_rows(plan, b, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});
+    k.swiglu_forward(b.swiglu_out, b.gate, b.up);
+    project_split_rows(plan, b, b.swiglu_out, {{&w.w_down, b.proj}});
   } else {
     if (steps.mlp_in) {
       project(k, b.int8_rows, b.mlp_norm_out, {{&w.w_gate, b.gate}, {&w.w_up, b.up}});

@@ -71,6 +71,7 @@ struct DecoderLayerBuffers {
   kernels::Int8Rows* int8_rows = nullptr;  // a projection input quantized (int8 weights only)
   Tensor* split_scratch = nullptr;         // (N, rows) a row split's f32 part (row split only)
   Tensor* split_hidden = nullptr;          // (N, Fr) this rank's hidden units (row split only)
+  Tensor* split_inputs = nullptr;          // (ranks·N, in) every rank's rows (token split only)
   MoeBuffers* moe = nullptr;               // a mixture of experts' state (mixtral only)
 };
 
@@ -82,6 +83,14 @@ struct DecoderLayerPlan {
   parallel::TensorReducer* tensor = nullptr;
   parallel::RowSplit* row_split = nullptr;  // null: every rank computes its whole MLP
   const MlpRowsPart* mlp_part = nullptr;    // this layer's rows under row_split
+  // Inference with the attention projections stored split over an axis (issue #31: each weight
+  // once across context_autoregressive): the layer's wq, wk, wv, wo are this rank's rows,
+  // computed through row_split when every rank holds the same tokens (a sequence-sharded
+  // decode), else through token_split.
+  bool attention_rows_split = false;
+  // The same for a dense MLP's gate, up and down (its row_split path reads mlp_part).
+  bool mlp_rows_split = false;
+  parallel::TokenRowSplit* token_split = nullptr;
 
   // Training under context parallelism: ModelPlan::sequence (a mixture of experts' statistics).
   parallel::TensorReducer* sequence = nullptr;

@@ -61,6 +61,9 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
                "a quantized checkpoint's weights are read as int8 (quantization=int8)");
   MAXCTX_CHECK(part.ranks >= 1 && part.rank >= 0 && part.rank < part.ranks,
                "row split part {} of {}", part.rank, part.ranks);
+  attention_rows_split_ =
+      !w.layers.empty() && w.layers[0].wq.shape()[0] < c.num_query_heads * c.head_dim;
+  mlp_rows_split_ = !c.moe && !w.layers.empty() && w.layers[0].w_gate.shape()[0] < c.mlp_dim;
   embed = w.embed;
   final_norm = w.final_norm;
   lm_head = linear_of(w.lm_head);
@@ -79,9 +82,15 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     lm_head_part = vocab_split ? lm_head : rows(w.lm_head);
     // A mixture of experts has no row split (its experts are split over the axis instead,
     // parallel/parallelize.h InferenceParallelPlans::experts).
-    for (const LayerWeights& lw : w.layers) {
+    // Stored split (inference_weight_specs), a dense MLP's weights are already this rank's
+    // rows: the parts are the layers' own (set again below once quantized).
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+      const LayerWeights& lw = w.layers[i];
+      const DecoderLayerWeights& l = layers[i];
       mlp_parts.push_back(c.moe ? MlpRowsPart{}
-                                : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
+                          : mlp_rows_split_
+                              ? MlpRowsPart{l.w_gate, l.w_up, l.w_down}
+                              : MlpRowsPart{rows(lw.w_gate), rows(lw.w_up), rows(lw.w_down)});
     }
   }
   if (!quantize_int8) return;
@@ -107,8 +116,10 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
   }
   add(lm_head);
   // A part's rows quantize to the same codes and scales as in the whole matrix (per-row scales).
-  for (MlpRowsPart& m : mlp_parts) {
-    for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
+  if (!mlp_rows_split_) {
+    for (MlpRowsPart& m : mlp_parts) {
+      for (Linear* p : {&m.w_gate, &m.w_up, &m.w_down}) add(*p);
+    }
   }
   if (!mlp_parts.empty() && !vocab_split) add(lm_head_part);
   // Filled completely before any pointer into it is taken. A quantized matrix's codes are
@@ -138,6 +149,11 @@ InferenceWeights::InferenceWeights(const kernels::Kernels& k, const LlamaConfig&
     *all[i].weight = TensorView();
   }
   if (!mlp_parts.empty() && vocab_split) lm_head_part = lm_head;  // its int8 copy too
+  if (mlp_rows_split_ && !mlp_parts.empty()) {  // the parts of a row split: the layers' own
+    for (size_t i = 0; i < layers.size(); ++i) {
+      mlp_parts[i] = {layers[i].w_gate, layers[i].w_up, layers[i].w_down};
+    }
+  }
 }
 
 namespace {
@@ -233,12 +249,27 @@ InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& k, const
   return ws;
 }
 
-int64_t inference_workspace_bytes(const LlamaConfig& c, int64_t max_rows) {
+int64_t inference_workspace_resident_bytes(const kernels::Kernels& k,
+                                           const InferenceWorkspace& ws) {
+  const MoeBuffers& m = ws.moe;
+  int64_t bytes = 0;
+  for (const Tensor* t :
+       {&ws.residual, &ws.normed,  &ws.rstd,         &ws.q,           &ws.k,        &ws.v,
+        &ws.attn,     &ws.proj,    &ws.gate,         &ws.up,          &ws.hidden,   &ws.rope_cos,
+        &ws.rope_sin, &ws.head_in, &m.router_logits, &m.router_probs, &m.expert_in, &m.gate,
+        &m.up,        &m.hidden,   &m.expert_out,    &m.statistics,   &m.send_in,   &m.local_out}) {
+    const TensorView v = t->view();
+    if (!v.empty()) bytes += static_cast<int64_t>(k.allocator().resident_bytes(v.raw(), v.bytes()));
+  }
+  return bytes;
+}
+
+int64_t inference_workspace_bytes(const LlamaConfig& c, int64_t max_rows, int64_t expert_ranks) {
   int64_t bytes = 0;
   for (const WorkspaceField& f : workspace_fields(c, max_rows)) {
     bytes += f.shape.numel() * static_cast<int64_t>(dtype_size(f.dtype));
   }
-  return bytes + (c.moe ? moe_buffer_bytes(c, 1, max_rows).per_layer : 0);
+  return bytes + (c.moe ? moe_buffer_bytes(c, 1, max_rows, 1, expert_ranks).per_layer : 0);
 }
 
 void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
@@ -246,7 +277,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
                              parallel::RowSplit* row_split, parallel::ExpertExchange* experts,
-                             parallel::VocabSplit* vocab) {
+                             parallel::VocabSplit* vocab, parallel::TokenRowSplit* token_split) {
   const int64_t N = b.batch * b.seq;
   MAXCTX_CHECK(N > 0 && N <= ws.max_rows, "{} tokens for a workspace of {} rows", N, ws.max_rows);
   MAXCTX_CHECK_EQ(static_cast<int64_t>(w.layers.size()), c.num_layers, "weights of another model");
@@ -284,6 +315,7 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   buffers.int8_rows = &ws.int8_rows;
   buffers.split_scratch = &ws.part;
   buffers.split_hidden = &ws.hidden_part;
+  buffers.split_inputs = &ws.split_inputs;
   buffers.moe = &ws.moe;
   DecoderLayerPlan plan;
   plan.kernels = &k;
@@ -292,6 +324,11 @@ void llama_inference_forward(const kernels::Kernels& k, const LlamaConfig& c,
   plan.tensor = &whole_layers;
   plan.row_split = row_split;
   plan.experts = experts;
+  plan.attention_rows_split = w.attention_rows_split();
+  plan.mlp_rows_split = w.mlp_rows_split();
+  plan.token_split = token_split;
+  MAXCTX_CHECK(!plan.attention_rows_split || row_split != nullptr || token_split != nullptr,
+               "attention weights split over ranks need a row split or a token row split");
 
   if (vocab != nullptr) {
     vocab->embed(x, {b.host_tokens != nullptr ? b.host_tokens : b.tokens, static_cast<size_t>(N)},

@@ -39,9 +39,10 @@ int64_t int8_weight_bytes(int64_t out_dim, int64_t in_dim);
 // with quantize_int8 every projection (a mixture's experts too) and the output head get an int8
 // copy, which is then what the forward reads (the embedding lookup, the norms and a mixture's
 // router stay fp32). With a row split of more than one rank it also holds this rank's rows of
-// the dense MLP's projections (a mixture of experts is not split) and of the output head (views
-// of the fp32 rows, or int8 copies of them: per-row scales, so the same codes as the whole
-// matrix's), which a forward given a RowSplit reads instead.
+// the dense MLP's projections (a mixture of experts is not split) and of the output head, which
+// a forward given a RowSplit reads instead: the weights themselves when they are stored split
+// (inference_weight_specs under context_autoregressive: mlp_rows_split, the vocabulary split),
+// else views of the fp32 rows or int8 copies of them (per-row scales: the whole matrix's codes).
 class InferenceWeights {
  public:
   // With `prequantized` (quantize_int8 must be set) every projection is packed from its codes
@@ -58,6 +59,12 @@ class InferenceWeights {
   InferenceWeights& operator=(const InferenceWeights&) = delete;
 
   bool int8() const { return !quantized_.empty(); }
+  // Whether the attention projections are this rank's rows of them (stored split over
+  // context_autoregressive, infer::inference_weight_specs), which a forward then computes
+  // through a row split or a token row split.
+  bool attention_rows_split() const { return attention_rows_split_; }
+  // The same for a dense MLP's projections (mlp_parts are then the layers' own weights).
+  bool mlp_rows_split() const { return mlp_rows_split_; }
   // Bytes one decode step streams: every projection and the head as stored (int8 codes plus
   // scales, or fp32), the norms, and one embedding row per token is not counted. With
   // row_split, the MLP and head rows of this rank's part instead of the whole matrices. Only
@@ -79,6 +86,8 @@ class InferenceWeights {
 
  private:
   std::vector<kernels::Int8Weights> quantized_;
+  bool attention_rows_split_ = false;
+  bool mlp_rows_split_ = false;
 };
 
 // Buffers of one forward of up to max_rows tokens (N = B·S rows, legend of activations.h).
@@ -101,6 +110,7 @@ struct InferenceWorkspace {
   kernels::Int8Rows int8_rows;  // a projection input, quantized
   Tensor part;                  // (N, rows) a row split's f32 part, before its gather
   Tensor hidden_part;           // (N, Fr) a row split's hidden units, before their gather
+  Tensor split_inputs;          // (ranks·N, in) every rank's rows, a token row split's input
   MoeBuffers moe;               // a mixture of experts' state, reused by every layer
   Tensor logits;                // (R, V) f32 the logit rows before their copy to the host
                                 // (grown to the most rows asked for; not in the plan's count)
@@ -110,9 +120,17 @@ struct InferenceWorkspace {
 
 InferenceWorkspace allocate_inference_workspace(const kernels::Kernels& kernels,
                                                 const LlamaConfig& config, int64_t max_rows);
+// The pages of the workspace's buffers the device holds now (Allocator::resident_bytes: on the
+// host, those a forward has written), a measurement of what the forwards so far used: the
+// buffers inference_workspace_bytes counts (not the logit rows, grown to what is asked).
+int64_t inference_workspace_resident_bytes(const kernels::Kernels& kernels,
+                                           const InferenceWorkspace& ws);
 // The bytes allocate_inference_workspace holds for `max_rows` rows (with a mixture's buffers and
 // the load-balance statistics its forward adds), for `maxctx plan`.
-int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows);
+// With a mixture's experts split over `expert_ranks` ranks, the expert exchange's buffers too
+// (the rows received counted as the mean, what every rank sends: moe_buffer_bytes).
+int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows,
+                                  int64_t expert_ranks = 1);
 
 // Runs the decoder over this rank's tokens (batch.targets is ignored) and writes the logits of
 // rows logit_rows (indices into the B·S rows, in the order given) to logits (rows, V). With
@@ -123,13 +141,16 @@ int64_t inference_workspace_bytes(const LlamaConfig& config, int64_t max_rows);
 // (weights built with vocab_split: each rank holds its rows of the embedding and head) the
 // embedding rows come from the ranks that hold them (batch.host_tokens), and without a row split
 // (the ranks' rows differ) every rank's logit rows are gathered: `logits` then receives
-// (ranks · R, V), every rank's R rows rank by rank (R the same on every rank).
+// (ranks · R, V), every rank's R rows rank by rank (R the same on every rank). With weights whose
+// attention projections are split (attention_rows_split), each rank's rows of them computed
+// through row_split when given (the same tokens on every rank), else through token_split.
 void llama_inference_forward(const kernels::Kernels& kernels, const LlamaConfig& config,
                              const InferenceWeights& weights, const TokenBatch& batch,
                              parallel::LayerAttention& attention, InferenceWorkspace& ws,
                              std::span<const int64_t> logit_rows, float* logits,
                              parallel::RowSplit* row_split = nullptr,
                              parallel::ExpertExchange* experts = nullptr,
-                             parallel::VocabSplit* vocab = nullptr);
+                             parallel::VocabSplit* vocab = nullptr,
+                             parallel::TokenRowSplit* token_split = nullptr);
 
 }  // namespace maxctx::model

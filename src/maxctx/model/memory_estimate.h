@@ -41,8 +41,10 @@ double inference_weight_bytes(const LlamaConfig& model, int64_t expert_ranks, bo
 // Inference: this rank's weights (inference_weight_bytes) plus its share of the KV cache:
 // 2 x layers x slots x max_target_length x kv_dim elements over `ca` ranks, one byte each when
 // int8-quantized, else two (bf16 dtype) or four. `slots`: those of this rank's expert group.
+// Plus `workspace_bytes`, the forward's buffers as the caller counts them (the engine: its
+// workspace rows and the prefill attention's staging, which a chunked prefill bounds).
 MemoryEstimate inference_memory(const LlamaConfig& model, int64_t slots, int64_t max_target_length,
                                 int64_t ca, bool quantize_kvcache, int64_t expert_ranks,
-                                bool int8_weights = false);
+                                bool int8_weights = false, double workspace_bytes = 0);
 
 }  // namespace maxctx::model

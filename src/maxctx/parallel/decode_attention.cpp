@@ -9,32 +9,78 @@ namespace maxctx::parallel {
 
 PrefillAttention::PrefillAttention(const kernels::Kernels& kernels, const Communicator& ca,
                                    DecodeSharding sharding, KvCache& cache)
-    : kernels_(kernels), ca_(ca), sharding_(sharding), cache_(cache), attention_(ca, kernels) {}
+    : kernels_(kernels),
+      ca_(ca),
+      sharding_(sharding),
+      cache_(cache),
+      attention_(ca, kernels),
+      prefix_(kernels, ca, cache) {}
+
+int64_t PrefillAttention::held_bytes() const {
+  int64_t bytes = attention_.held_bytes() + prefix_.held_bytes();
+  for (const Tensor* t : {&lse_, &merged_, &send_, &recv_}) {
+    if (!t->view().empty()) bytes += static_cast<int64_t>(t->view().bytes());
+  }
+  return bytes + static_cast<int64_t>(send_ids_.size() + recv_ids_.size()) *
+                     static_cast<int64_t>(sizeof(int32_t));
+}
+
+int64_t PrefillAttention::staging_bytes(int64_t ca, const AttentionOperands& x, int64_t prefix_rows,
+                                        bool int8_cache, bool batch_sharded) {
+  // The all-gather plan's forward buffers (AllGatherContextAttention::staging_bytes less the
+  // gradients'): send/recv of K | V, the gathered K and V, and their ids.
+  const int64_t element = static_cast<int64_t>(dtype_size(x.dtype));
+  const int64_t kv = x.kv_numel();
+  const int64_t id = sizeof(int32_t), f32 = sizeof(float);
+  int64_t bytes = (2 * kv + ca * 2 * kv + 2 * ca * kv) * element +
+                  (2 * ca + 2 + 2 * ca) * x.tokens() * id + x.batch * x.heads_q * x.seq * f32;
+  if (batch_sharded) bytes += (2 * kv + ca * 2 * kv) * element + (2 + 2 * ca) * x.tokens() * id;
+  if (prefix_rows > 0) {
+    bytes += prefix_rows * x.heads_q * x.head_dim * f32 +  // merged_
+             PrefixAttention::staging_bytes(ca, prefix_rows, x.heads_q, x.heads_kv, x.head_dim,
+                                            x.dtype, int8_cache);
+  }
+  return bytes;
+}
 
 void PrefillAttention::forward(int64_t layer, TensorView out_view, TensorView, TensorView q_view,
                                TensorView k_view, TensorView v_view, const TokenLayout& tokens,
                                const kernels::AttentionParams& dims) {
   const int64_t B = tokens.batch, S = tokens.seq;
   kernels_.reserve(lse_, B * dims.heads_q * S);
-  attention_.forward(out_view, lse_.view().elements(0, B * dims.heads_q * S), q_view, k_view,
-                     v_view, tokens, dims);
+  const TensorView lse = lse_.view().elements(0, B * dims.heads_q * S);
+  if (first_row_ == 0) {
+    attention_.forward(out_view, lse, q_view, k_view, v_view, tokens, dims);
+  } else {
+    // A later chunk of one prompt: its attention to itself and to the earlier chunks' rows on
+    // every rank, merged in an f32 accumulator that out gets once.
+    kernels_.reserve(merged_, out_view.numel());
+    const TensorView merged = merged_.view().elements(0, out_view.numel());
+    attention_.forward(merged, lse, q_view, k_view, v_view, tokens, dims);
+    prefix_.merge_into(merged, lse, layer, first_slot_, first_row_, q_view, tokens, dims);
+    kernels_.copy(out_view, merged);
+  }
   const int64_t row_elements = dims.heads_kv * dims.head_dim;
   if (sharding_ == DecodeSharding::kBatch && ca_.size() > 1) {
-    MAXCTX_CHECK_EQ(first_slot_, 0, "a batch-sharded prefill runs every slot at once");
+    MAXCTX_CHECK(first_slot_ == 0 && first_row_ == 0,
+                 "a batch-sharded prefill runs every slot at once");
     store_batch_sharded(layer, k_view, v_view, tokens, row_elements);
     return;
   }
-  MAXCTX_CHECK(first_slot_ + B <= cache_.shape().slots && S <= cache_.shape().prefill_rows,
-               "prefill of (B={}, S={}) from slot {} for a cache of {} slots x {} prefill rows", B,
-               S, first_slot_, cache_.shape().slots, cache_.shape().prefill_rows);
+  MAXCTX_CHECK(
+      first_slot_ + B <= cache_.shape().slots && first_row_ + S <= cache_.shape().prefill_rows,
+      "prefill of (B={}, S={}) from slot {} row {} for a cache of {} slots x {} prefill "
+      "rows",
+      B, S, first_slot_, first_row_, cache_.shape().slots, cache_.shape().prefill_rows);
   for (int64_t b = 0; b < B; ++b) {
     const int64_t slot = first_slot_ + b;
     if (layer == 0) {
-      cache_.set_rows(slot, 0, S, tokens.positions_on_host() + b * S,
+      cache_.set_rows(slot, first_row_, S, tokens.positions_on_host() + b * S,
                       tokens.segment_ids_on_host() + b * S);
     }
     const int64_t run = S * row_elements;
-    cache_.store(layer, slot, 0, S, k_view.elements(b * run, run), v_view.elements(b * run, run));
+    cache_.store(layer, slot, first_row_, S, k_view.elements(b * run, run),
+                 v_view.elements(b * run, run));
   }
 }
 

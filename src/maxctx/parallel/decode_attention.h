@@ -24,6 +24,7 @@
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/kv_cache.h"
 #include "maxctx/parallel/model_plan.h"
+#include "maxctx/parallel/prefix_attention.h"
 
 namespace maxctx::parallel {
 
@@ -33,15 +34,28 @@ using maxctx::DecodeSharding;
 // The rank of `context_autoregressive` that stores the decode token at `position`.
 inline int decode_owner(int32_t position, int ca) { return static_cast<int>(position % ca); }
 
-// tokens: (B = every slot, S = this rank's share of the padded prompt), or with a first slot
-// set (a chunked prefill, sequence sharding only) slots [first, first + B). Layer 0 also records
-// the rows' positions and segment ids in the cache.
+// tokens: (B = every slot, S = this rank's share of the padded prompt), or with a pass set (a
+// chunked prefill, sequence sharding or one rank only) slots [first, first + B) at cache rows
+// [first_row, first_row + S). Layer 0 also records the rows' positions and segment ids in the
+// cache. A pass from a later row (one slot: a prompt prefilled in chunks of tokens) attends to
+// the chunk and to the rows before first_row on every rank (PrefixAttention), merged in f32.
 class PrefillAttention final : public LayerAttention {
  public:
   PrefillAttention(const kernels::Kernels& kernels, const Communicator& ca, DecodeSharding sharding,
                    KvCache& cache);
-  // The cache slot of the batch's first sequence (0: the batch is every slot).
-  void set_first_slot(int64_t slot) { first_slot_ = slot; }
+  // The cache slot of the batch's first sequence and the cache row of its first token on this
+  // rank ((0, 0): the batch is every slot's whole prompt).
+  void set_pass(int64_t first_slot, int64_t first_row) {
+    first_slot_ = first_slot;
+    first_row_ = first_row;
+  }
+  // The staging buffers this holds after its calls: the all-gather's and the prefix's.
+  int64_t held_bytes() const;
+  // held_bytes after passes of at most x's rows, of which those after a prompt's first chunk
+  // (one slot) have at most prefix_rows rows (0: none; batch_sharded: the insert's all-gather
+  // too), for `maxctx plan`.
+  static int64_t staging_bytes(int64_t ca, const AttentionOperands& x, int64_t prefix_rows,
+                               bool int8_cache, bool batch_sharded);
   void forward(int64_t layer, TensorView out, TensorView lse, TensorView q, TensorView k,
                TensorView v, const TokenLayout& tokens,
                const kernels::AttentionParams& dims) override;
@@ -55,8 +69,11 @@ class PrefillAttention final : public LayerAttention {
   DecodeSharding sharding_;
   KvCache& cache_;
   int64_t first_slot_ = 0;
+  int64_t first_row_ = 0;
   AllGatherContextAttention attention_;
+  PrefixAttention prefix_;
   Tensor lse_;                                // (B, Hq, S)
+  Tensor merged_;                             // (S, Hq, D) f32: a later chunk's accumulator
   Tensor send_, recv_;                        // batch sharding: K | V of every rank
   std::vector<int32_t> send_ids_, recv_ids_;  // batch sharding: positions | segments
 };

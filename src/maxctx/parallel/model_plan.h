@@ -136,6 +136,22 @@ class RowSplit {
   virtual void gather(TensorView out, TensorView mine) = 0;
 };
 
+// The same rows split when the ranks hold different tokens (a prefill's columns over
+// context_autoregressive, a batch-sharded decode's slots), so that a weight is stored once
+// across the axis: every rank's input rows are gathered, each rank computes its output columns
+// for all of them with its rows of the weight, and each rank's tokens get their columns back
+// from every rank. Every output element is still one dot product over the whole input row.
+class TokenRowSplit {
+ public:
+  virtual ~TokenRowSplit() = default;
+  virtual RowSplitPart part() const = 0;
+  // all (ranks·N, in) = every rank's mine (N, in), rank by rank (N the same on every rank).
+  virtual void gather_inputs(TensorView all, TensorView mine) = 0;
+  // out (N, out_dim) of this rank's tokens from every rank's computed (ranks·N,
+  // split_count(out_dim, ranks, rank)): the columns of every rank's tokens that rank computed.
+  virtual void return_outputs(TensorView out, TensorView computed) = 0;
+};
+
 // The vocabulary split over an axis (MaxText's inference rule: `vocab` over
 // context_autoregressive): rank r holds rows [split_offset(V, ranks, r), + split_count(...)) of
 // the embedding and of the output head, so each is stored once across the axis. Both

@@ -228,6 +228,9 @@ InferenceParallelPlans parallelize_inference(const InferenceSharding& s, const M
   if (ca > 1) {
     MAXCTX_CHECK_GT(s.vocab_size, 0, "the vocabulary to split over context_autoregressive");
     plans.vocab = std::make_unique<AxisVocabSplit>(ca_axis, kernels, s.vocab_size);
+    // The attention projections are stored split over ca too: a prefill (and a batch-sharded
+    // decode) computes their columns for every rank's tokens.
+    plans.token_split = std::make_unique<AxisTokenRowSplit>(ca_axis, kernels);
   }
   plans.cache = std::make_unique<KvCache>(
       kernels, inference_cache_shape(group, ca, layers, heads_kv, head_dim));

@@ -124,6 +124,9 @@ struct InferenceParallelPlans {
   // The embedding and head rows split over context_autoregressive (ca > 1; MaxText's `vocab`
   // rule for inference), else null: every rank holds them whole.
   std::unique_ptr<VocabSplit> vocab;
+  // The attention projections' rows split over context_autoregressive (ca > 1: each stored
+  // once across the axis), computed for ranks holding different tokens; else null.
+  std::unique_ptr<TokenRowSplit> token_split;
 };
 
 // This rank's KV cache under `sharding` over ca = context_autoregressive ranks (sharding.slots:

@@ -28,4 +28,22 @@ class AxisRowSplit final : public RowSplit {
   Tensor recv_;  // (ranks, N, widest part)
 };
 
+// TokenRowSplit over an axis: an all-gather of the input rows, and one all_to_all of the output
+// columns (each rank's part padded to the widest), both in the activations' dtype.
+class AxisTokenRowSplit final : public TokenRowSplit {
+ public:
+  AxisTokenRowSplit(const Communicator& axis, const kernels::Kernels& kernels)
+      : axis_(axis), kernels_(kernels) {}
+
+  RowSplitPart part() const override { return {axis_.rank(), axis_.size()}; }
+  void gather_inputs(TensorView all, TensorView mine) override;
+  void return_outputs(TensorView out, TensorView computed) override;
+
+ private:
+  const Communicator& axis_;
+  const kernels::Kernels& kernels_;
+  Tensor send_;  // (ranks, N, widest part) this rank's columns of every rank's tokens
+  Tensor recv_;  // (ranks, N, widest part) every rank's columns of this rank's tokens
+};
+
 }  // namespace maxctx::parallel

@@ -46,10 +46,13 @@ struct InferencePlan {
   int64_t expert = 1;  // slot groups; a mixture's experts split over expert × ca
   infer::InferenceSettings settings;
   model::LlamaConfig model;
-  int64_t weight_bytes = 0;        // the float weights, weight_dtype (int8: not the projections)
-  int64_t int8_copy_bytes = 0;     // quantization=int8: codes and scales of the projections
-  int64_t kv_cache_bytes = 0;      // this rank's cache (KvCache::bytes)
-  int64_t workspace_bytes = 0;     // the forward's workspace and the (slots, V) f32 logits
+  int64_t weight_bytes = 0;     // the float weights, weight_dtype (int8: not the projections)
+  int64_t int8_copy_bytes = 0;  // quantization=int8: codes and scales of the projections
+  int64_t kv_cache_bytes = 0;   // this rank's cache (KvCache::bytes)
+  int64_t workspace_bytes = 0;  // the forward's workspace and the (slots, V) f32 logits
+  // The prefill attention's staging after its largest pass (infer::InferenceEngine::
+  // prefill_staging_bytes): gathered K/V and, for a prompt in token chunks, the prefix's buffers.
+  int64_t prefill_staging_bytes = 0;
   int64_t decode_step_bytes = 0;   // weights a decode step streams on this rank
   int64_t decode_cache_bytes = 0;  // cache rows a step reads at full length (this rank)
   int64_t group_slots() const { return settings.slots / expert; }  // this rank's group's
@@ -57,7 +60,8 @@ struct InferencePlan {
   std::map<std::string, GroupLink> groups;  // the axes the stages' traffic uses
   std::vector<PrefillWork> prefill;         // per inference_microbenchmark_prefill_lengths
   int64_t total() const {
-    return weight_bytes + int8_copy_bytes + kv_cache_bytes + workspace_bytes;
+    return weight_bytes + int8_copy_bytes + kv_cache_bytes + workspace_bytes +
+           prefill_staging_bytes;
   }
 };
 

@@ -1,6 +1,7 @@
 #include "maxctx/plan/inference_work.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "maxctx/core/dtype.h"
 #include "maxctx/core/split.h"
@@ -8,6 +9,7 @@
 #include "maxctx/parallel/context_attention.h"
 #include "maxctx/parallel/expert_parallel.h"
 #include "maxctx/parallel/parallelize.h"
+#include "maxctx/parallel/prefix_attention.h"
 
 namespace maxctx::plan {
 namespace {
@@ -51,8 +53,14 @@ void add_matmuls(StageWork& w, const model::LlamaConfig& m, const infer::Inferen
     if (!matmul || spec.numel() == 0) continue;  // numel 0: another rank's expert
     const bool int8 = s.int8_weights && int8_quantized(spec);
     InferenceMatmul mm;
+    // Attention's and a dense MLP's rows are split over ca > 1: without the decode's row split
+    // (ranks holding other tokens) each rank runs its rows over every rank's tokens
+    // (parallel::TokenRowSplit).
+    const bool token_split = ca > 1 && !shape.split_rows && spec.layer >= 0 &&
+                             (named(spec, ".self_attn.") || named(spec, ".mlp."));
     mm.rows = head                   ? shape.head_rows
               : spec.expert_weight() ? rows_per_expert(m, shape.routed_tokens)
+              : token_split          ? ca * shape.tokens
                                      : shape.tokens;
     mm.inner = spec.cols;
     mm.cols = shape.split_rows && decode_row_split(spec, m) ? split_count(spec.rows, ca, 0)
@@ -102,6 +110,44 @@ void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, const Inference
   parallel::ExpertAllToAll::add_forward_traffic(layer, layout.expert_group_axis, m.num_experts,
                                                 tokens * m.num_experts_per_tok, m.emb_dim, m.dtype);
   t.add(layer, m.num_layers);
+}
+
+// The attention projections' rows split over ca (infer::inference_weight_specs), per call of `tokens`
+// rows on each rank: with the same tokens on every rank (a sequence-sharded decode) the row
+// split gathers q, k, v and o's parts (the MLP's are counted with the decode); else the token
+// row split gathers the inputs and returns the outputs' columns with all_to_alls (parts padded
+// to the widest), a dense MLP's too.
+void add_attention_split_traffic(Traffic& t, const model::LlamaConfig& m,
+                                 const InferenceLayout& layout, int64_t tokens, bool same_tokens) {
+  const int64_t ca = layout.ca;
+  if (ca == 1) return;
+  const auto activation = static_cast<int64_t>(dtype_size(m.dtype));
+  const auto widest = [&](int64_t rows) { return split_count(rows, static_cast<int>(ca), 0); };
+  const std::pair<int64_t, int64_t> outputs[] = {{m.q_dim(), activation},
+                                                 {m.kv_dim(), activation},
+                                                 {m.kv_dim(), activation},
+                                                 {m.emb_dim, int64_t{sizeof(float)}}};
+  const CollectiveKind back = same_tokens ? CollectiveKind::kAllGather : CollectiveKind::kAllToAll;
+  for (const auto& [rows, element] : outputs) {
+    t.add(layout.ca_axis, back, ca * tokens * widest(rows) * element, m.num_layers);
+  }
+  if (same_tokens) return;
+  for (const int64_t width : {m.emb_dim, m.q_dim()}) {
+    t.add(layout.ca_axis, CollectiveKind::kAllGather, ca * tokens * width * activation,
+          m.num_layers);
+  }
+  if (m.moe) return;
+  // A dense MLP's rows alike: gate and up from the normed rows, down from the hidden ones.
+  for (const int64_t width : {m.emb_dim, m.mlp_dim}) {
+    t.add(layout.ca_axis, CollectiveKind::kAllGather, ca * tokens * width * activation,
+          m.num_layers);
+  }
+  const std::pair<int64_t, int64_t> mlp_outputs[] = {
+      {m.mlp_dim, activation}, {m.mlp_dim, activation}, {m.emb_dim, int64_t{sizeof(float)}}};
+  for (const auto& [rows, element] : mlp_outputs) {
+    t.add(layout.ca_axis, CollectiveKind::kAllToAll, ca * tokens * widest(rows) * element,
+          m.num_layers);
+  }
 }
 
 // Every rank ends a call with every slot's logits: the expert groups' gathered over expert.
@@ -154,8 +200,10 @@ bool int8_quantized(const model::WeightSpec& s) {
 }
 
 bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  // A head split over the vocabulary already is this rank's part (infer::inference_weight_specs).
-  if (s.role == WeightRole::kOutputHead) return s.rows == s.global_rows;
+  // A weight split over context_autoregressive already (infer::inference_weight_specs: the head over
+  // the vocabulary, the attention and a dense MLP over their rows) is this rank's part.
+  if (s.rows != s.global_rows) return false;
+  if (s.role == WeightRole::kOutputHead) return true;
   return !m.moe && s.layer >= 0 && named(s, ".mlp.");
 }
 
@@ -192,21 +240,27 @@ StageWork prefill_work(const model::LlamaConfig& m, const infer::InferenceSettin
   w.attention_flops = static_cast<double>(slots) * 4.0 * P * P * qd / 2 / static_cast<double>(ca);
   w.attention_bytes = static_cast<double>(slots) * P * 2 *
                       static_cast<double>(m.kv_dim() * m.num_layers) * dtype_size(m.dtype);
-  // A chunked prefill runs its slots in passes (infer::InferenceEngine::prefill_pass_slots), each
-  // with its own collectives.
-  const int64_t S = length / ca;
-  const int64_t per_pass = infer::InferenceEngine::prefill_pass_slots(s, ca, layout.expert, S);
-  for (int64_t first = 0; first < slots; first += per_pass) {
-    const int64_t pass = std::min(per_pass, slots - first);
+  // A chunked prefill runs its slots in passes (infer::InferenceEngine::prefill_passes), each with
+  // its own collectives; a long prompt's passes after its first also reach the earlier rows.
+  const int64_t S_pad = length;  // a multiple of the split (check_settings, microbenchmark)
+  for (const infer::InferenceEngine::PrefillPass& pass :
+       infer::InferenceEngine::prefill_passes(s, ca, layout.expert, S_pad)) {
+    const int64_t S = pass.tokens / ca, rows = pass.rows(ca);
+    // Logit rows: one per slot whose last token is in the pass.
+    const int64_t ending = pass.first_position + pass.tokens >= S_pad ? pass.slots : 0;
     if (ca > 1) {
       // Each layer's attention gathers K and V of every slot's prompt (the training all-gather
       // plan, PrefillAttention); batch-sharded decode then gathers them again to keep whole
       // slots. The embedding rows come from the ranks holding them and every rank's one row per
       // slot goes through the vocabulary split's head (add_vocab_traffic).
-      const parallel::AttentionOperands x{pass,           S,          m.num_query_heads,
+      const parallel::AttentionOperands x{pass.slots,     S,          m.num_query_heads,
                                           m.num_kv_heads, m.head_dim, m.dtype};
       for (int64_t l = 0; l < m.num_layers; ++l) {
         parallel::AllGatherContextAttention::add_forward_traffic(w.traffic, ca_axis, ca, x);
+        if (pass.first_position > 0) {
+          parallel::PrefixAttention::add_traffic(w.traffic, ca_axis, ca, S, m.num_query_heads,
+                                                 m.head_dim, m.dtype);
+        }
       }
       if (s.decode == DecodeSharding::kBatch) {
         const auto element = static_cast<int64_t>(dtype_size(m.dtype));
@@ -214,9 +268,10 @@ StageWork prefill_work(const model::LlamaConfig& m, const infer::InferenceSettin
                       m.num_layers);
         w.traffic.add(ca_axis, CollectiveKind::kAllGather, ca * 2 * x.tokens() * 4);
       }
-      add_vocab_traffic(w.traffic, m, layout, pass * S, pass);
+      add_vocab_traffic(w.traffic, m, layout, rows, ending);
+      add_attention_split_traffic(w.traffic, m, layout, rows, false);
     }
-    add_expert_traffic(w.traffic, m, layout, pass * S);
+    add_expert_traffic(w.traffic, m, layout, rows);
   }
   add_logits_gather(w.traffic, m, layout);
   return w;
@@ -269,6 +324,7 @@ StageWork decode_work(const model::LlamaConfig& m, const infer::InferenceSetting
     } else {
       add_vocab_traffic(w.traffic, m, layout, B, B);
     }
+    add_attention_split_traffic(w.traffic, m, layout, B, sequence);
   }
   add_expert_traffic(w.traffic, m, layout, shape.tokens);
   add_logits_gather(w.traffic, m, layout);
