@@ -124,7 +124,7 @@ void PrefixAttention::merge_into(TensorView merged, TensorView lse, int64_t laye
   if (ca > 1) {
     kernels_.reserve(queries_, ca * out_numel, q.dtype());
     queries = queries_.view().elements(0, ca * out_numel);
-    ca_.all_gather(q, queries);
+    ca_.all_gather(q, queries, kernels_.stream());
     all_ids_.resize(static_cast<size_t>(ca * 2 * S));
     ca_.all_gather(std::span<const int32_t>(ids_), std::span<int32_t>(all_ids_));
   }
@@ -137,7 +137,7 @@ void PrefixAttention::merge_into(TensorView merged, TensorView lse, int64_t laye
     // c's shard.
     kernels_.reserve(recv_, ca * part);
     partials = recv_.view().elements(0, ca * part);
-    ca_.all_to_all(send_.view().elements(0, ca * part), partials);
+    ca_.all_to_all(send_.view().elements(0, ca * part), partials, kernels_.stream());
   }
   for (int64_t c = 0; c < ca; ++c) {
     const TensorView from = partials.elements(c * part, part);

@@ -43,7 +43,7 @@ void AxisRowSplit::gather(TensorView out, TensorView mine) {
 void AxisTokenRowSplit::gather_inputs(TensorView all, TensorView mine) {
   MAXCTX_CHECK(all.dtype() == mine.dtype() && all.numel() == axis_.size() * mine.numel(),
                "a token row split gathers (N, in) of one dtype from every rank");
-  axis_.all_gather(mine, all);
+  axis_.all_gather(mine, all, kernels_.stream());
 }
 
 void AxisTokenRowSplit::return_outputs(TensorView out, TensorView computed) {
@@ -65,7 +65,7 @@ void AxisTokenRowSplit::return_outputs(TensorView out, TensorView computed) {
   for (int64_t n = 0; n < ranks * N; ++n) {
     kernels_.copy(row_part(send, n, 0, my_rows), row_part(computed, n, 0, my_rows));
   }
-  axis_.all_to_all(send.reshaped({send.numel()}), recv.reshaped({recv.numel()}));
+  axis_.all_to_all(send.reshaped({send.numel()}), recv.reshaped({recv.numel()}), kernels_.stream());
   // Block r of recv: this rank's tokens, rank r's columns.
   for (int r = 0; r < ranks; ++r) {
     const int64_t first = split_offset(out_dim, ranks, r), rows = split_count(out_dim, ranks, r);
