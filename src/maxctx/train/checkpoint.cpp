@@ -464,6 +464,11 @@ void StagedSlices::Free::operator()(std::byte* p) const { std::free(p); }
 
 int64_t CheckpointSaver::staged_bytes() const { return pending_ ? pending_->staged.size : 0; }
 
+StagedSlices CheckpointSaver::reusable_staging() {
+  finish();
+  return std::exchange(reusable_, {});
+}
+
 void CheckpointSaver::save(const CheckpointState& state, StagedSlices staged) {
   finish();
   auto pending = std::make_unique<Pending>();
@@ -509,6 +514,8 @@ void CheckpointSaver::poll() {
   if (writing != 0) return;
   if (pending_->writer.joinable()) pending_->writer.join();
   const std::unique_ptr<Pending> done = std::move(pending_);  // ends here, committed or not
+  reusable_.bytes = std::move(done->staged.bytes);
+  reusable_.capacity = done->staged.capacity;
   try {
     agree_on_errors(world_, done->error);
   } catch (const Error&) {

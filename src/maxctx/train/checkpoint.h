@@ -102,7 +102,8 @@ struct StagedSlices {
   // a 4 KiB boundary and zero-padded to the next one (io::write_laid_out_slice_file's rules); or
   // null when the slices borrow their bytes from buffers that outlive the write.
   std::unique_ptr<std::byte[], Free> bytes;
-  int64_t size = 0;  // bytes
+  int64_t size = 0;     // bytes
+  size_t capacity = 0;  // bytes `bytes` holds room for (a buffer is reused save after save)
 };
 
 // Writes checkpoints collectively over `world` (every rank calls every method, in the same
@@ -131,6 +132,10 @@ class CheckpointSaver {
   void save(const CheckpointState& state, StagedSlices staged);
   void poll();
   void finish();
+  // The staging buffer of the last committed save, for the next one to stage into (its pages are
+  // already the process's: no page faults and no unmapping per save), after waiting for a save
+  // in flight, which still writes from it. Empty before the first save.
+  StagedSlices reusable_staging();
   bool in_flight() const { return pending_ != nullptr; }
   // The staged bytes of the save in flight (0 without one).
   int64_t staged_bytes() const;
@@ -142,6 +147,7 @@ class CheckpointSaver {
   Options options_;
   std::function<void()> before_commit_;
   std::unique_ptr<Pending> pending_;
+  StagedSlices reusable_;  // its bytes and capacity only
 };
 
 // One process's save of a whole, unsharded state (tools and tests): the checkpoint a 1-rank run

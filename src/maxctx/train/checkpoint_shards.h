@@ -21,10 +21,13 @@ namespace maxctx::train {
 
 // This rank's share of a checkpoint: the parts of its shard of each weight whose copy it saves,
 // weights and both moments (weight_dtype), copied to host memory in one buffer.
+// `reuse`: a buffer of an earlier save (CheckpointSaver::reusable_staging), taken when large
+// enough.
 StagedSlices stage_checkpoint_slices(const kernels::Kernels& kernels,
                                      const std::vector<model::WeightSpec>& specs,
                                      const parallel::ShardedParameters& parameters,
-                                     const parallel::ReplicaPosition& position);
+                                     const parallel::ReplicaPosition& position,
+                                     StagedSlices reuse = {});
 // The bytes stage_checkpoint_slices copies for these units (`maxctx plan`).
 int64_t staged_checkpoint_bytes(const std::vector<model::WeightSpec>& specs,
                                 const std::vector<parallel::ShardedParameters::Unit>& units,

@@ -127,7 +127,9 @@ struct Trainer::State {
     const trace::Span span("checkpoint", trace::Category::kIo);
     const parallel::ReplicaPosition position{mesh.coord(Axis::kData), mesh.coord(Axis::kTensor),
                                              mesh.coord(Axis::kExpert)};
-    StagedSlices staged = stage_checkpoint_slices(kernels, specs, *plans.parameters, position);
+    // Into the last save's buffer, once that save is written (a second save waits for the first).
+    StagedSlices staged = stage_checkpoint_slices(kernels, specs, *plans.parameters, position,
+                                                  saver->reusable_staging());
     last_staged_bytes = staged.size;
     CheckpointState state{step, loader->position(), format_config(config)};
     state.model = model_config;
