@@ -1,6 +1,7 @@
 #include "maxctx/io/durable_file.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -46,6 +47,16 @@ void sync_path(const std::filesystem::path& path, bool directory) {
   const std::string reason = ok ? "" : errno_text();
   ::close(fd);
   if (!ok) fail("cannot sync '{}': {}", path.string(), reason);
+}
+
+std::string close_and_rename(int fd, const std::filesystem::path& tmp,
+                             const std::filesystem::path& path, std::string failure) {
+  if (::close(fd) != 0 && failure.empty()) failure = errno_text();
+  if (failure.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    failure = fmt::format("cannot rename '{}' into place: {}", tmp.string(), errno_text());
+  }
+  if (!failure.empty()) ::unlink(tmp.c_str());
+  return failure;
 }
 
 }  // namespace maxctx::io

@@ -13,4 +13,10 @@ void write_synced_text(const std::filesystem::path& path, const std::string& tex
 // fsync of a file or of a directory (its entries: a new or renamed name inside it).
 void sync_path(const std::filesystem::path& path, bool directory);
 
+// The end of a write into the temporary `tmp` (open as `fd`, synced unless `failure` says why
+// not): closes it and renames it to `path`. Returns the first failure (the one given, the
+// close's or the rename's), `tmp` then removed, or "" once `path` is in place.
+std::string close_and_rename(int fd, const std::filesystem::path& tmp,
+                             const std::filesystem::path& path, std::string failure);
+
 }  // namespace maxctx::io

@@ -23,6 +23,7 @@
 #include "maxctx/core/input_file.h"
 #include "maxctx/core/json_checks.h"
 #include "maxctx/core/progress.h"
+#include "maxctx/io/durable_file.h"
 
 namespace maxctx::io {
 
@@ -722,14 +723,8 @@ void write_safetensors_streamed(
   } else if (!ok) {
     reason = errno_text();
   }
-  if (::close(fd) != 0 && reason.empty()) reason = errno_text();
-  if (reason.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    reason = fmt::format("cannot rename '{}' into place: {}", tmp.string(), errno_text());
-  }
-  if (!reason.empty()) {
-    ::unlink(tmp.c_str());
-    bad_write(reason);
-  }
+  reason = close_and_rename(fd, tmp, path, std::move(reason));
+  if (!reason.empty()) bad_write(reason);
 }
 
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorToWrite> tensors,

@@ -14,6 +14,7 @@
 
 #include "maxctx/core/check.h"
 #include "maxctx/core/progress.h"
+#include "maxctx/io/durable_file.h"
 #include "maxctx/io/safetensors.h"
 
 namespace maxctx::io {
@@ -111,15 +112,8 @@ void write_safetensors_laid_out(
     ::unlink(tmp.c_str());
     throw;
   }
-  const int fd = std::exchange(file.fd, -1);
-  if (::close(fd) != 0 && reason.empty()) reason = errno_text();
-  if (reason.empty() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    reason = fmt::format("cannot rename '{}' into place: {}", tmp.string(), errno_text());
-  }
-  if (!reason.empty()) {
-    ::unlink(tmp.c_str());
-    bad_write(reason);
-  }
+  reason = close_and_rename(std::exchange(file.fd, -1), tmp, path, std::move(reason));
+  if (!reason.empty()) bad_write(reason);
 }
 
 }  // namespace maxctx::io
