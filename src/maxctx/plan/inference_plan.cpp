@@ -140,11 +140,12 @@ InferencePlan plan_inference(const Config& c) {
     p.prefill.push_back({length, prefill_work(m, p.settings, layout, specs, length)});
   }
   // The workspace, and the f32 logits of every slot and of this rank's group's slots.
-  p.workspace_bytes =
-      model::inference_workspace_bytes(
-          m, infer::InferenceEngine::workspace_rows(p.settings, p.ca, p.expert), layout.expert_ranks) +
-      (p.settings.slots + p.group_slots()) * m.vocab_size * int64_t{sizeof(float)};
-  p.prefill_staging_bytes = infer::InferenceEngine::prefill_staging_bytes(p.settings, m, p.ca, p.expert);
+  p.workspace_bytes = model::inference_workspace_bytes(
+                          m, infer::InferenceEngine::workspace_rows(p.settings, p.ca, p.expert),
+                          layout.expert_ranks) +
+                      (p.settings.slots + p.group_slots()) * m.vocab_size * int64_t{sizeof(float)};
+  p.prefill_staging_bytes =
+      infer::InferenceEngine::prefill_staging_bytes(p.settings, m, p.ca, p.expert);
   return p;
 }
 

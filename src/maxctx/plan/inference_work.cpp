@@ -112,9 +112,9 @@ void add_expert_traffic(Traffic& t, const model::LlamaConfig& m, const Inference
   t.add(layer, m.num_layers);
 }
 
-// The attention projections' rows split over ca (infer::inference_weight_specs), per call of `tokens`
-// rows on each rank: with the same tokens on every rank (a sequence-sharded decode) the row
-// split gathers q, k, v and o's parts (the MLP's are counted with the decode); else the token
+// The attention projections' rows split over ca (infer::inference_weight_specs), per call of
+// `tokens` rows on each rank: with the same tokens on every rank (a sequence-sharded decode) the
+// row split gathers q, k, v and o's parts (the MLP's are counted with the decode); else the token
 // row split gathers the inputs and returns the outputs' columns with all_to_alls (parts padded
 // to the widest), a dense MLP's too.
 void add_attention_split_traffic(Traffic& t, const model::LlamaConfig& m,
@@ -200,8 +200,8 @@ bool int8_quantized(const model::WeightSpec& s) {
 }
 
 bool decode_row_split(const model::WeightSpec& s, const model::LlamaConfig& m) {
-  // A weight split over context_autoregressive already (infer::inference_weight_specs: the head over
-  // the vocabulary, the attention and a dense MLP over their rows) is this rank's part.
+  // A weight split over context_autoregressive already (infer::inference_weight_specs: the head
+  // over the vocabulary, the attention and a dense MLP over their rows) is this rank's part.
   if (s.rows != s.global_rows) return false;
   if (s.role == WeightRole::kOutputHead) return true;
   return !m.moe && s.layer >= 0 && named(s, ".mlp.");
